@@ -1,0 +1,132 @@
+//! What a running task may ask of the engine: where it is in the index space, the cycle, a
+//! scratch directory, logging, budget-aware allocation and parallel helpers that keep the
+//! task's memory accounting right.
+
+use std::path::PathBuf;
+
+use ndarray::{ArrayD, IxDyn};
+
+use crate::error::TaskError;
+use crate::task_tag;
+use crate::value::{DimValue, Element};
+
+/// Services the engine provides to a running task. Implemented by the engine; plugins use it
+/// only through [`TaskContext`].
+pub trait Host: Sync {
+    /// A directory private to the task, created on first use and removed after the run.
+    fn scratch_dir(&self) -> std::io::Result<PathBuf>;
+    /// Tells the engine the task is about to allocate `bytes` more than it has so far, so that
+    /// the run's memory ledger can make room (spilling or pausing other work) before the
+    /// allocation happens rather than after.
+    fn will_allocate(&self, bytes: u64);
+}
+
+/// The context of one running task.
+pub struct TaskContext<'a> {
+    step: &'a str,
+    key: &'a str,
+    cycle: &'a str,
+    index: &'a [(&'a str, DimValue)],
+    tag: u32,
+    host: &'a dyn Host,
+}
+
+impl<'a> TaskContext<'a> {
+    #[doc(hidden)]
+    pub fn new(
+        step: &'a str,
+        key: &'a str,
+        cycle: &'a str,
+        index: &'a [(&'a str, DimValue)],
+        tag: u32,
+        host: &'a dyn Host,
+    ) -> TaskContext<'a> {
+        TaskContext { step, key, cycle, index, tag, host }
+    }
+
+    /// The step this task belongs to.
+    pub fn step(&self) -> &str {
+        self.step
+    }
+
+    /// The task's key, e.g. `member=3,lead=12` (empty for a step without `over`).
+    pub fn key(&self) -> &str {
+        self.key
+    }
+
+    /// The cycle being run (`--cycle`).
+    pub fn cycle(&self) -> &str {
+        self.cycle
+    }
+
+    /// The task's value of dimension `dim`, if the step runs over it. For a group dim this is
+    /// the block number.
+    pub fn index(&self, dim: &str) -> Option<&DimValue> {
+        self.index.iter().find(|(name, _)| *name == dim).map(|(_, value)| value)
+    }
+
+    /// All `(dim, value)` pairs of the task, in the step's `over` order.
+    pub fn indices(&self) -> &[(&'a str, DimValue)] {
+        self.index
+    }
+
+    /// A directory private to this task, removed when the run ends.
+    pub fn scratch_dir(&self) -> Result<PathBuf, TaskError> {
+        Ok(self.host.scratch_dir()?)
+    }
+
+    /// Logs a line attributed to this task (shown with `RUST_LOG=info`).
+    pub fn log(&self, message: &str) {
+        tracing::info!(step = self.step, key = self.key, "{message}");
+    }
+
+    /// A zero-filled array, announced to the memory ledger before it is allocated.
+    pub fn zeros<T: Element>(&self, shape: &[usize]) -> ArrayD<T> {
+        let bytes = shape.iter().product::<usize>() as u64 * std::mem::size_of::<T>() as u64;
+        self.host.will_allocate(bytes);
+        ArrayD::default(IxDyn(shape))
+    }
+
+    /// Announces a large allocation the task is about to make by other means.
+    pub fn will_allocate(&self, bytes: u64) {
+        self.host.will_allocate(bytes);
+    }
+
+    /// Runs `a` and `b`, possibly in parallel; both are charged to this task.
+    pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
+    where
+        A: FnOnce() -> RA + Send,
+        B: FnOnce() -> RB + Send,
+        RA: Send,
+        RB: Send,
+    {
+        let tag = self.tag;
+        rayon::join(move || task_tag::with(tag, a), move || task_tag::with(tag, b))
+    }
+
+    /// Calls `f(index, chunk)` for consecutive chunks of `data` of `chunk_len` elements, in
+    /// parallel; all the work is charged to this task.
+    pub fn par_chunks_mut<T, F>(&self, data: &mut [T], chunk_len: usize, f: F)
+    where
+        T: Send,
+        F: Fn(usize, &mut [T]) + Sync + Send,
+    {
+        use rayon::prelude::*;
+        let tag = self.tag;
+        data.par_chunks_mut(chunk_len.max(1))
+            .enumerate()
+            .for_each(|(i, chunk)| task_tag::with(tag, || f(i, chunk)));
+    }
+
+    /// Maps `f` over `0..n` in parallel and collects the results in order; all the work is
+    /// charged to this task.
+    pub fn par_map<R, F>(&self, n: usize, f: F) -> Vec<R>
+    where
+        R: Send,
+        F: Fn(usize) -> R + Sync + Send,
+    {
+        use rayon::prelude::*;
+        let tag = self.tag;
+        (0..n).into_par_iter().map(|i| task_tag::with(tag, || f(i))).collect()
+    }
+}

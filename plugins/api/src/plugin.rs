@@ -1,0 +1,54 @@
+//! The trait every plugin implements.
+
+use crate::args::{ArgSpec, Args};
+use crate::context::TaskContext;
+use crate::error::{ArgError, TaskError};
+use crate::inputs::{InputMeta, Inputs, InputsForEstimate};
+use crate::value::{Value, ValueMeta};
+
+/// A kind of step. One instance serves every task of every step that names it, from several
+/// threads at once, so it holds no per-task state.
+pub trait Plugin: Send + Sync + 'static {
+    /// The name recipes use in `plugin:`.
+    fn name(&self) -> &'static str;
+
+    /// One line for `runner plugins`.
+    fn about(&self) -> &'static str;
+
+    /// The arguments it takes. The engine rejects any other argument, and any missing required
+    /// one, before anything runs.
+    fn args(&self) -> &'static [ArgSpec];
+
+    /// Checks argument values when the recipe is compiled. Arguments that hold templates over
+    /// dims are checked with each dim's first value filled in.
+    fn check(&self, args: &Args) -> Result<(), ArgError> {
+        let _ = args;
+        Ok(())
+    }
+
+    /// Describes the output from the arguments and the inputs' metadata, for `runner plan` and
+    /// the consumers' estimates; also the place to reject inputs of the wrong kind or shape.
+    fn output(&self, args: &Args, inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
+        let _ = (args, inputs);
+        Ok(ValueMeta::Unknown)
+    }
+
+    /// Peak bytes one task will allocate itself, its output included (its inputs belong to the
+    /// tasks that made them). `inputs` carries metadata when planning and the values themselves
+    /// at dispatch, so a plugin whose footprint follows the data can look at it.
+    ///
+    /// The default assumes the output plus one working copy the size of the largest input.
+    fn estimate(&self, args: &Args, inputs: InputsForEstimate<'_>, output: &ValueMeta) -> u64 {
+        let _ = args;
+        let largest_input = match inputs {
+            InputsForEstimate::Plan(metas) => metas.iter().filter_map(|m| m.item.bytes()).max(),
+            InputsForEstimate::Dispatch(inputs) => {
+                inputs.iter().flat_map(|i| i.values()).map(Value::buffer_bytes).max()
+            }
+        };
+        output.bytes().unwrap_or(0) + largest_input.unwrap_or(0)
+    }
+
+    /// Runs one task.
+    fn run(&self, ctx: &TaskContext, args: &Args, inputs: &Inputs) -> Result<Value, TaskError>;
+}

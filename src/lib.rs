@@ -1,0 +1,1 @@
+//! The `runner` engine.
