@@ -1,1 +1,3 @@
 //! The `runner` engine.
+
+pub mod measure;

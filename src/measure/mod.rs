@@ -1,0 +1,1 @@
+//! Per-task memory measurement (being written).
