@@ -1,0 +1,91 @@
+//! Named index dimensions. A dim is a rule for its values, never a materialised list unless the
+//! recipe lists them, so a dim of 10⁶ values costs a few bytes.
+
+use runner_plugin::DimValue;
+
+/// Position of a dim in the recipe's `dims`.
+pub type DimId = usize;
+
+/// One dimension.
+#[derive(Debug, Clone)]
+pub struct Dim {
+    pub name: String,
+    pub values: DimValues,
+}
+
+/// The values of a dim.
+#[derive(Debug, Clone)]
+pub enum DimValues {
+    /// `start, start + step, ...` (`n` is `{start: 0, step: 1, len: n}`).
+    Range { start: i64, step: i64, len: u64 },
+    /// Values listed in the recipe.
+    List(Vec<DimValue>),
+    /// Consecutive blocks of `size` values of dim `of`; the value is the block number.
+    Group { of: DimId, size: u64, len: u64 },
+}
+
+impl Dim {
+    pub fn len(&self) -> u64 {
+        match &self.values {
+            DimValues::Range { len, .. } | DimValues::Group { len, .. } => *len,
+            DimValues::List(values) => values.len() as u64,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The value at position `index` (< `len()`).
+    pub fn value(&self, index: u64) -> DimValue {
+        match &self.values {
+            DimValues::Range { start, step, .. } => DimValue::Int(start + step * index as i64),
+            DimValues::List(values) => values[index as usize].clone(),
+            DimValues::Group { .. } => DimValue::Int(index as i64),
+        }
+    }
+
+    /// Position of `value`, if it is one of the dim's values.
+    pub fn position(&self, value: &DimValue) -> Option<u64> {
+        match (&self.values, value) {
+            (DimValues::Range { start, step, len }, DimValue::Int(v)) => {
+                let offset = v - start;
+                (offset % step == 0 && offset / step >= 0 && ((offset / step) as u64) < *len).then(|| (offset / step) as u64)
+            }
+            (DimValues::List(values), _) => values.iter().position(|v| v == value).map(|p| p as u64),
+            (DimValues::Group { len, .. }, DimValue::Int(v)) => (*v >= 0 && (*v as u64) < *len).then_some(*v as u64),
+            _ => None,
+        }
+    }
+
+    /// True when every value is an integer (templates with numeric formats need that).
+    pub fn is_integer(&self) -> bool {
+        match &self.values {
+            DimValues::List(values) => values.iter().all(|v| matches!(v, DimValue::Int(_))),
+            _ => true,
+        }
+    }
+
+    /// The dim this one groups, if it is a group.
+    pub fn group_of(&self) -> Option<(DimId, u64)> {
+        match self.values {
+            DimValues::Group { of, size, .. } => Some((of, size)),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_positions() {
+        let hours = Dim { name: "hour".into(), values: DimValues::Range { start: 0, step: 3, len: 8 } };
+        assert_eq!(hours.value(2), DimValue::Int(6));
+        assert_eq!(hours.position(&DimValue::Int(21)), Some(7));
+        assert_eq!(hours.position(&DimValue::Int(22)), None);
+        assert_eq!(hours.position(&DimValue::Int(24)), None);
+        assert_eq!(hours.position(&DimValue::Int(-3)), None);
+    }
+}
