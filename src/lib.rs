@@ -1,6 +1,52 @@
-//! The `runner` engine.
+//! The `runner` engine: a YAML recipe becomes a DAG of steps whose tasks run on a
+//! memory-admission worker pool.
+//!
+//! The path of a task: [`recipe`] (YAML → validated steps) → [`graph`] (steps → DAG with lazy
+//! index arithmetic) → [`plan`] (output shapes, estimates) → [`scheduler`] (dispatch under the
+//! [`budget`], measurement by [`measure`]) → report. [`cli`] is the command line on top;
+//! [`registry`] holds the plugins a binary offers. See ARCHITECTURE.md for the map.
 
-pub mod measure;
+pub mod budget;
+pub mod cli;
 pub mod graph;
+pub mod measure;
+pub mod plan;
 pub mod recipe;
 pub mod registry;
+pub mod scheduler;
+
+use std::path::Path;
+
+pub use cli::main_with;
+pub use runner_plugin as plugin;
+
+use graph::Graph;
+use plan::Plan;
+use recipe::{CompileOptions, Recipe, RecipeError};
+use registry::Registry;
+
+/// A recipe compiled to its graph and plan, ready to run.
+#[derive(Debug)]
+pub struct Compiled {
+    pub recipe: Recipe,
+    pub graph: Graph,
+    pub plan: Plan,
+}
+
+impl Compiled {
+    /// Reads, validates and plans the recipe at `path`.
+    pub fn from_file(path: &Path, options: &CompileOptions, registry: &Registry) -> Result<Compiled, RecipeError> {
+        Self::finish(recipe::load(path, options, registry)?)
+    }
+
+    /// Validates and plans recipe `text`, reporting errors as if it were read from `path`.
+    pub fn from_text(path: &Path, text: &str, options: &CompileOptions, registry: &Registry) -> Result<Compiled, RecipeError> {
+        Self::finish(recipe::parse(path, text.to_string(), options, registry)?)
+    }
+
+    fn finish(recipe: Recipe) -> Result<Compiled, RecipeError> {
+        let graph = Graph::build(&recipe).map_err(|d| RecipeError::new(recipe.source.clone(), d))?;
+        let plan = Plan::build(&recipe, &graph).map_err(|d| RecipeError::new(recipe.source.clone(), d))?;
+        Ok(Compiled { recipe, graph, plan })
+    }
+}

@@ -1,0 +1,123 @@
+//! Helpers shared by several plugins: the FNV-1a hash, argument checks with messages that name
+//! the argument, and checks of the inputs' kind and shape at plan time and at run time.
+
+use runner_plugin::serde_json::Value as Json;
+use runner_plugin::{Array, ArgError, DType, Input, InputMeta, Inputs, TaskError, Value, ValueMeta};
+
+/// FNV-1a, 64 bits: a tiny, well-known, stable hash for turning task keys and seeds into numbers.
+pub fn fnv1a64(bytes: &[u8]) -> u64 {
+    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    bytes
+        .iter()
+        .fold(OFFSET_BASIS, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(PRIME))
+}
+
+/// How an argument value reads in an error message: `-1`, `"abc"`, or `nothing`.
+pub(crate) fn shown(value: Option<&Json>) -> String {
+    value.map(Json::to_string).unwrap_or_else(|| "nothing".into())
+}
+
+/// A whole number ≥ 1, e.g. a radius or a grid size.
+pub(crate) fn positive_whole(args: &runner_plugin::Args, name: &str) -> Result<u64, ArgError> {
+    if !args.contains(name) {
+        // Keeps the API's "missing required argument" wording.
+        return args.u64(name);
+    }
+    match args.u64(name) {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(ArgError::new(
+            name,
+            format!("`{name}` must be a positive whole number, got {}", shown(args.get(name))),
+        )),
+    }
+}
+
+/// The single, non-gathered input of a plugin that transforms one value, from plan metadata.
+pub(crate) fn one_input_meta<'m>(plugin: &str, inputs: &'m [InputMeta]) -> Result<&'m InputMeta, ArgError> {
+    match inputs {
+        [only] => match only.gathered {
+            None => Ok(only),
+            Some(n) => Err(ArgError::general(format!(
+                "`{plugin}` takes a single array, but input `{}` is a gathered list of {n} values",
+                only.name
+            ))),
+        },
+        _ => Err(ArgError::general(format!(
+            "`{plugin}` takes exactly one input, got {}{}",
+            inputs.len(),
+            listed(inputs.iter().map(|i| i.name.as_str()))
+        ))),
+    }
+}
+
+/// The shape of an input that must be an array of `dtype`, or `None` when the producer cannot
+/// say in advance (the check is then left to run time).
+pub(crate) fn array_shape_of(
+    plugin: &str,
+    input: &InputMeta,
+    dtypes: &[DType],
+) -> Result<Option<(DType, Vec<usize>)>, ArgError> {
+    match &input.item {
+        ValueMeta::Unknown => Ok(None),
+        ValueMeta::Array { dtype, shape } if dtypes.contains(dtype) => Ok(Some((*dtype, shape.clone()))),
+        other => Err(ArgError::general(format!(
+            "`{plugin}` needs {}, but input `{}` is {other}",
+            array_kinds(dtypes),
+            input.name
+        ))),
+    }
+}
+
+/// The single, non-gathered input value of a running task.
+pub(crate) fn one_input_value<'a>(plugin: &str, inputs: &Inputs<'a>) -> Result<(&'a str, &'a Value), TaskError> {
+    let all: Vec<&Input<'a>> = inputs.iter().collect();
+    match all.as_slice() {
+        [only] => Ok((only.name(), only.one()?)),
+        _ => Err(TaskError::msg(format!(
+            "`{plugin}` takes exactly one input, got {}{}",
+            all.len(),
+            listed(all.iter().map(|i| i.name()))
+        ))),
+    }
+}
+
+/// The value as an array of one of `dtypes`, or an error naming the input and what it is.
+pub(crate) fn expect_array<'a>(
+    plugin: &str,
+    name: &str,
+    value: &'a Value,
+    dtypes: &[DType],
+) -> Result<&'a Array, TaskError> {
+    match value {
+        Value::Array(array) if dtypes.contains(&array.dtype()) => Ok(array),
+        other => Err(TaskError::msg(format!(
+            "`{plugin}` needs {}, but input `{name}` is {}",
+            array_kinds(dtypes),
+            other.meta()
+        ))),
+    }
+}
+
+fn array_kinds(dtypes: &[DType]) -> String {
+    let names: Vec<&str> = dtypes.iter().map(|d| d.name()).collect();
+    format!("an array of {}", names.join(" or "))
+}
+
+fn listed<'n>(names: impl Iterator<Item = &'n str>) -> String {
+    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
+    if names.is_empty() { String::new() } else { format!(" ({})", names.join(", ")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fnv1a64_matches_published_test_vectors() {
+        // From the FNV reference test suite (draft-eastlake-fnv).
+        assert_eq!(fnv1a64(b""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
+    }
+}

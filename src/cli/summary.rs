@@ -1,0 +1,140 @@
+//! The `--summary` JSON of a run (the SPEC's field names), and the lines printed at the end.
+
+use std::path::Path;
+
+use runner_plugin::size::format_size;
+use serde::Serialize;
+
+use crate::recipe::Recipe;
+use crate::scheduler::RunReport;
+
+#[derive(Debug, Serialize)]
+pub struct StepSummary {
+    pub step: String,
+    pub plugin: String,
+    pub tasks: u64,
+    pub tasks_ok: u64,
+    pub tasks_failed: u64,
+    pub tasks_skipped: u64,
+    pub estimate_bytes_p50: u64,
+    pub peak_bytes_p50: u64,
+    pub peak_bytes_max: u64,
+    pub output_bytes: u64,
+    pub underestimates: u64,
+    pub oversized: u64,
+    /// Sum of the step's task wall times (task-seconds, not elapsed time).
+    pub wall_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FailureSummary {
+    pub step: String,
+    pub key: String,
+    pub error: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunSummary {
+    pub recipe: String,
+    pub cycle: String,
+    pub status: &'static str,
+    pub tasks_total: u64,
+    pub tasks_ok: u64,
+    pub tasks_failed: u64,
+    pub tasks_skipped: u64,
+    pub wall_s: f64,
+    pub workers: usize,
+    pub budget_bytes: u64,
+    pub peak_rss_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub spilled_bytes: u64,
+    pub underestimates: u64,
+    pub oversized: u64,
+    pub steps: Vec<StepSummary>,
+    pub failures: Vec<FailureSummary>,
+}
+
+impl RunSummary {
+    pub fn new(recipe: &Recipe, report: &RunReport, peak_rss_bytes: u64) -> RunSummary {
+        let steps: Vec<StepSummary> = recipe
+            .steps
+            .iter()
+            .zip(&report.steps)
+            .map(|(step, s)| StepSummary {
+                step: step.name.clone(),
+                plugin: step.plugin.name().to_string(),
+                tasks: s.tasks(),
+                tasks_ok: s.ok,
+                tasks_failed: s.failed,
+                tasks_skipped: s.skipped,
+                estimate_bytes_p50: s.estimate.quantile(0.5),
+                peak_bytes_p50: s.peak.quantile(0.5),
+                peak_bytes_max: s.peak.max(),
+                output_bytes: s.output_bytes,
+                underestimates: s.underestimates,
+                oversized: s.oversized,
+                wall_s: s.wall.as_secs_f64(),
+            })
+            .collect();
+        let failed = report.total(|s| s.failed);
+        RunSummary {
+            recipe: recipe.name.clone(),
+            cycle: recipe.cycle.clone(),
+            status: if failed == 0 && report.total(|s| s.skipped) == 0 { "ok" } else { "failed" },
+            tasks_total: report.total(|s| s.tasks()),
+            tasks_ok: report.total(|s| s.ok),
+            tasks_failed: failed,
+            tasks_skipped: report.total(|s| s.skipped),
+            wall_s: report.wall.as_secs_f64(),
+            workers: report.workers,
+            budget_bytes: report.budget,
+            peak_rss_bytes,
+            peak_reserved_bytes: report.peak_reserved,
+            spilled_bytes: 0,
+            underestimates: report.total(|s| s.underestimates),
+            oversized: report.total(|s| s.oversized),
+            steps,
+            failures: report
+                .failures
+                .iter()
+                .map(|f| FailureSummary { step: f.step.clone(), key: f.key.clone(), error: f.error.clone() })
+                .collect(),
+        }
+    }
+
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let text = serde_json::to_string_pretty(self)? + "\n";
+        std::fs::write(path, text).with_context(|| format!("writing the summary to {}", path.display()))
+    }
+
+    /// The closing lines for people: outcome, figures, and each failure.
+    pub fn print(&self) {
+        let outcome = if self.status == "ok" { "ok" } else { "FAILED" };
+        eprintln!(
+            "{} {}: {} — {} tasks ({} ok, {} failed, {} skipped) in {:.2} s · peak RSS {} · peak reserved {} of {} budget",
+            self.recipe,
+            self.cycle,
+            outcome,
+            self.tasks_total,
+            self.tasks_ok,
+            self.tasks_failed,
+            self.tasks_skipped,
+            self.wall_s,
+            format_size(self.peak_rss_bytes),
+            format_size(self.peak_reserved_bytes),
+            format_size(self.budget_bytes),
+        );
+        const SHOWN: usize = 20;
+        for failure in self.failures.iter().take(SHOWN) {
+            let key = if failure.key.is_empty() { String::new() } else { format!("[{}]", failure.key) };
+            eprintln!("  failed: {}{key}: {}", failure.step, failure.error);
+        }
+        if self.failures.len() > SHOWN {
+            eprintln!("  ... and {} more failures (see --summary)", self.failures.len() - SHOWN);
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The global allocator: jemalloc, with a header in front of every block naming the task that
+//! owns it.
+//!
+//! Block layout (what jemalloc sees), for a request of `size` bytes aligned to `align`:
+//!
+//! ```text
+//! | header: max(16, align) bytes ... | tag: u32 | 12 unused | user's `size` bytes |
+//! ^ jemalloc's pointer, aligned to `align`                  ^ pointer handed out
+//! ```
+//!
+//! The header is a whole number of alignment units, so the user's pointer keeps the requested
+//! alignment; the tag sits in its last 16 bytes, right before the user's pointer. The bytes
+//! counted for a block are the header plus the request: what jemalloc was asked for.
+//!
+//! Ownership: a block is charged to the running task the allocating thread is tagged with, or to
+//! nobody (`NO_TASK`, also written when that tag's task is not running). A free is credited to
+//! the owner in the header, whichever thread frees it. A `realloc` is a free by the old owner
+//! plus an allocation by the reallocating task: the task that grows a buffer is the one that
+//! needs the memory. When the block moves, the new block is charged before the old one is
+//! credited, because both existed during the copy.
+
+use std::alloc::{GlobalAlloc, Layout};
+
+use runner_plugin::task_tag::{self, NO_TASK};
+use tikv_jemallocator::Jemalloc;
+
+use super::tally;
+
+/// Header bytes before the user's pointer when the alignment is 16 or less; also where the tag
+/// sits, counted back from the user's pointer. 16 keeps the usual `malloc` alignment.
+const MIN_HEADER: usize = 16;
+
+/// jemalloc under a counter that charges every block to the task that allocated it; see the
+/// module docs of [`crate::measure`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct CountingAlloc {
+    inner: Jemalloc,
+}
+
+impl CountingAlloc {
+    pub const fn new() -> Self {
+        Self { inner: Jemalloc }
+    }
+
+    /// Allocates through `raw` a block for `layout` and charges it.
+    #[inline]
+    fn alloc_with(&self, layout: Layout, raw: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
+        let Some(block) = Block::for_layout(layout) else {
+            return std::ptr::null_mut();
+        };
+        let base = raw(block.layout);
+        if base.is_null() {
+            return base;
+        }
+        let tag = charge(block.bytes());
+        // SAFETY: `base` is a fresh block of `block.layout.size()` = header + size bytes, so
+        // the user's pointer `header` bytes in stays inside it, and the tag slot before it too.
+        unsafe {
+            let user = base.add(block.header);
+            write_tag(user, tag);
+            user
+        }
+    }
+}
+
+/// The jemalloc block behind a user's layout.
+#[derive(Clone, Copy)]
+struct Block {
+    /// The layout jemalloc is asked for: header + user size, user alignment.
+    layout: Layout,
+    /// Header bytes in front of the user's pointer.
+    header: usize,
+}
+
+impl Block {
+    /// `None` when header + size would not make a valid layout (too large).
+    #[inline]
+    fn for_layout(layout: Layout) -> Option<Self> {
+        Self::for_size(layout.size(), layout.align())
+    }
+
+    #[inline]
+    fn for_size(size: usize, align: usize) -> Option<Self> {
+        let header = align.max(MIN_HEADER);
+        let total = size.checked_add(header)?;
+        let layout = Layout::from_size_align(total, align).ok()?;
+        Some(Self { layout, header })
+    }
+
+    /// Bytes counted for this block.
+    #[inline]
+    fn bytes(self) -> u64 {
+        self.layout.size() as u64
+    }
+}
+
+/// Counts a new block of `bytes` for the task this thread works for; returns the tag to record
+/// in its header (`NO_TASK` when it was charged to no task).
+#[inline]
+fn charge(bytes: u64) -> u32 {
+    tally::total_add(bytes);
+    let tag = task_tag::current();
+    if tally::charge_task(tag, bytes) {
+        tag
+    } else {
+        NO_TASK
+    }
+}
+
+/// Uncounts a freed block of `bytes` whose header names `tag`.
+#[inline]
+fn release(tag: u32, bytes: u64) {
+    tally::total_sub(bytes);
+    tally::release_task(tag, bytes);
+}
+
+/// # Safety
+/// `user` is a pointer this allocator handed out (so a header precedes it).
+#[inline]
+unsafe fn write_tag(user: *mut u8, tag: u32) {
+    // SAFETY: the header is at least MIN_HEADER bytes, so `user - 16 .. user - 12` is inside
+    // the block; unaligned access, so nothing depends on jemalloc's minimum alignment.
+    unsafe { user.sub(MIN_HEADER).cast::<u32>().write_unaligned(tag) }
+}
+
+/// # Safety
+/// `user` is a pointer this allocator handed out, not yet freed.
+#[inline]
+unsafe fn read_tag(user: *mut u8) -> u32 {
+    // SAFETY: as in `write_tag`; `alloc_with` wrote the tag before handing `user` out.
+    unsafe { user.sub(MIN_HEADER).cast::<u32>().read_unaligned() }
+}
+
+// SAFETY: every block comes from jemalloc with the requested alignment and `header` more bytes
+// than requested; the user's pointer is `header` bytes in, a multiple of the alignment, so it is
+// aligned and has `size` bytes behind it. Frees and reallocs get back the same layout, from
+// which they recompute the same header and hand jemalloc its own pointer and layout.
+unsafe impl GlobalAlloc for CountingAlloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: `block.layout` has a non-zero size (at least the header).
+        self.alloc_with(layout, |block| unsafe { self.inner.alloc(block) })
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as in `alloc`.
+        self.alloc_with(layout, |block| unsafe { self.inner.alloc_zeroed(block) })
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // Never `None`: the same layout made a valid block when `ptr` was allocated.
+        let Some(block) = Block::for_layout(layout) else {
+            return;
+        };
+        // SAFETY: `ptr` came from `alloc_with` with this layout (GlobalAlloc's contract), so
+        // its tag is readable and `ptr - header` is jemalloc's block of `block.layout`.
+        unsafe {
+            let tag = read_tag(ptr);
+            self.inner.dealloc(ptr.sub(block.header), block.layout);
+            release(tag, block.bytes());
+        }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let (Some(old), Some(new)) = (
+            Block::for_layout(layout),
+            Block::for_size(new_size, layout.align()),
+        ) else {
+            return std::ptr::null_mut();
+        };
+        // SAFETY: `ptr` came from `alloc_with` with `layout`, so it has a tag and
+        // `ptr - header` is jemalloc's block of `old.layout`; the header is the same for both
+        // sizes (it depends on the alignment only) and `new.layout.size()` is non-zero.
+        unsafe {
+            let old_tag = read_tag(ptr);
+            let old_base = ptr.sub(old.header);
+            let base = self.inner.realloc(old_base, old.layout, new.layout.size());
+            if base.is_null() {
+                // The old block is untouched and still counted.
+                return base;
+            }
+            let tag = if base == old_base {
+                release(old_tag, old.bytes());
+                charge(new.bytes())
+            } else {
+                let tag = charge(new.bytes());
+                release(old_tag, old.bytes());
+                tag
+            };
+            let user = base.add(new.header);
+            write_tag(user, tag);
+            user
+        }
+    }
+}

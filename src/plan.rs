@@ -1,0 +1,114 @@
+//! What a run will do before it does it: each step's task count, output shape, inputs and
+//! estimated peak bytes per task with the estimate's source. `runner plan` prints it; the
+//! scheduler admits tasks by it.
+
+use std::fmt;
+
+use runner_plugin::{Args, InputMeta, InputsForEstimate, ValueMeta};
+
+use crate::graph::Graph;
+use crate::recipe::{Diagnostic, Recipe, StepId};
+
+/// Where an estimate comes from, in order of preference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EstimateSource {
+    /// Learned from earlier runs of the step.
+    History,
+    /// The recipe's `memory:` hint.
+    Hint,
+    /// The plugin's own `estimate`.
+    Plugin,
+}
+
+impl EstimateSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EstimateSource::History => "history",
+            EstimateSource::Hint => "hint",
+            EstimateSource::Plugin => "plugin",
+        }
+    }
+}
+
+impl fmt::Display for EstimateSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The plan of one step.
+#[derive(Debug, Clone)]
+pub struct StepPlan {
+    pub tasks: u64,
+    pub inputs: Vec<InputMeta>,
+    pub output: ValueMeta,
+    /// What the plugin estimates for one task from metadata alone.
+    pub plugin_estimate: u64,
+    /// The estimate admission uses for one task, and its source.
+    pub estimate: u64,
+    pub source: EstimateSource,
+}
+
+/// The plan of a whole recipe.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub steps: Vec<StepPlan>,
+}
+
+impl Plan {
+    /// Propagates output metadata through the DAG in topological order, asking each plugin for
+    /// its output and estimate. A plugin that rejects its inputs fails the plan.
+    pub fn build(recipe: &Recipe, graph: &Graph) -> Result<Plan, Vec<Diagnostic>> {
+        let mut outputs: Vec<Option<ValueMeta>> = vec![None; recipe.steps.len()];
+        let mut steps: Vec<Option<StepPlan>> = vec![None; recipe.steps.len()];
+        let mut diagnostics = Vec::new();
+        for &id in &graph.topo {
+            let step = &recipe.steps[id];
+            let inputs: Vec<InputMeta> = graph.steps[id]
+                .inputs
+                .iter()
+                .map(|&e| {
+                    let edge = &graph.edges[e];
+                    InputMeta {
+                        name: step.inputs[edge.input].name.clone(),
+                        gathered: edge.gathered.then(|| graph.largest_gather(e) as usize),
+                        item: outputs[edge.producer].clone().unwrap_or_default(),
+                    }
+                })
+                .collect();
+            let args = sample_args(recipe, id);
+            let output = match step.plugin.output(&args, &inputs) {
+                Ok(meta) => meta,
+                Err(e) => {
+                    diagnostics.push(Diagnostic::new(
+                        step.arg_loc(e.arg.as_deref()),
+                        format!("plugin `{}` rejects step `{}`: {}", step.plugin.name(), step.name, e.message),
+                    ));
+                    ValueMeta::Unknown
+                }
+            };
+            let plugin_estimate = step.plugin.estimate(&args, InputsForEstimate::Plan(&inputs), &output);
+            let (estimate, source) = match step.memory_hint {
+                Some(hint) => (hint, EstimateSource::Hint),
+                None => (plugin_estimate, EstimateSource::Plugin),
+            };
+            outputs[id] = Some(output.clone());
+            steps[id] = Some(StepPlan { tasks: graph.steps[id].tasks, inputs, output, plugin_estimate, estimate, source });
+        }
+        if !diagnostics.is_empty() {
+            return Err(diagnostics);
+        }
+        Ok(Plan { steps: steps.into_iter().map(|s| s.expect("topological order covers every step")).collect() })
+    }
+
+    /// The step whose single task is estimated largest.
+    pub fn largest_task(&self) -> Option<(StepId, u64)> {
+        self.steps.iter().enumerate().map(|(id, s)| (id, s.estimate)).max_by_key(|&(_, e)| e)
+    }
+}
+
+/// Args of a step's first task (every dim at its first value), for planning.
+pub fn sample_args(recipe: &Recipe, step: StepId) -> Args {
+    let first = |name: &str| recipe.dims.iter().find(|d| d.name == name).map(|d| d.value(0));
+    recipe.steps[step].args.for_task(&first)
+}

@@ -1,0 +1,269 @@
+//! The scheduler's bookkeeping, free of threads so it can be tested directly: dependency
+//! counters, ready queues, live outputs, the memory ledger, and what happens when a task
+//! finishes, fails or is skipped.
+//!
+//! Per pending task the only state is one `u32` counter of unfinished inputs, allocated per
+//! step when its first producer finishes. Source tasks (steps without inputs) are a cursor, not
+//! a queue. Outputs live in a map only while some consumer still needs them.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use runner_plugin::Value;
+
+use crate::graph::Graph;
+use crate::recipe::StepId;
+
+/// A task: its step and linear index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaskRef {
+    pub step: StepId,
+    pub index: u64,
+}
+
+/// Marks a counter that has not been initialised yet.
+const UNTOUCHED: u32 = u32::MAX;
+
+/// An output some consumers still need.
+struct LiveOutput {
+    value: Arc<Value>,
+    remaining_consumers: u64,
+    /// Buffer bytes counted in the ledger while resident.
+    resident_bytes: u64,
+}
+
+/// Per-step scheduling state.
+struct StepState {
+    /// Unfinished producer tasks per consumer task (`UNTOUCHED` until first needed).
+    pending: Vec<u32>,
+    /// Next source index to dispatch (steps without inputs).
+    next_source: u64,
+    ready: VecDeque<u64>,
+    is_source: bool,
+}
+
+/// How a task ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Failed,
+    Skipped,
+}
+
+/// Reservations of running tasks plus resident buffers, against the budget.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Ledger {
+    pub budget: u64,
+    pub reserved: u64,
+    pub resident: u64,
+    pub peak_reserved: u64,
+}
+
+impl Ledger {
+    pub fn used(&self) -> u64 {
+        self.reserved + self.resident
+    }
+
+    fn note_peak(&mut self) {
+        self.peak_reserved = self.peak_reserved.max(self.used());
+    }
+}
+
+/// The whole mutable state of a run, guarded by one lock.
+pub struct State<'g> {
+    graph: &'g Graph,
+    steps: Vec<StepState>,
+    outputs: HashMap<TaskRef, LiveOutput>,
+    poisoned: HashSet<TaskRef>,
+    /// Steps ordered by preference: deeper first (their tasks free memory), sources last.
+    priority: Vec<StepId>,
+    pub running: usize,
+    pub finished: u64,
+    pub total: u64,
+    pub ledger: Ledger,
+    /// Tasks skipped because an input failed, since the caller last drained them.
+    pub skipped: Vec<TaskRef>,
+    none: Arc<Value>,
+    /// Reused buffers, so finishing a task allocates nothing in the steady state.
+    work: Vec<(TaskRef, Outcome, Value)>,
+    newly_ready: Vec<TaskRef>,
+}
+
+impl<'g> State<'g> {
+    pub fn new(graph: &'g Graph, budget: u64) -> State<'g> {
+        let steps = graph
+            .steps
+            .iter()
+            .map(|s| StepState { pending: Vec::new(), next_source: 0, ready: VecDeque::new(), is_source: s.inputs.is_empty() })
+            .collect();
+        let mut priority: Vec<StepId> = (0..graph.steps.len()).collect();
+        priority.sort_by_key(|&s| (graph.steps[s].inputs.is_empty(), std::cmp::Reverse(graph.steps[s].depth), s));
+        State {
+            graph,
+            steps,
+            outputs: HashMap::new(),
+            poisoned: HashSet::new(),
+            priority,
+            running: 0,
+            finished: 0,
+            total: graph.total_tasks(),
+            ledger: Ledger { budget, ..Ledger::default() },
+            skipped: Vec::new(),
+            none: Arc::new(Value::None),
+            work: Vec::new(),
+            newly_ready: Vec::new(),
+        }
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.finished == self.total
+    }
+
+    /// Picks the most preferred ready task whose estimate fits the budget and reserves it.
+    /// A task that would not fit even alone runs when nothing else is running.
+    pub fn pick(&mut self, estimate_of: impl Fn(StepId) -> u64) -> Option<(TaskRef, u64)> {
+        for i in 0..self.priority.len() {
+            let step = self.priority[i];
+            if !self.has_ready(step) {
+                continue;
+            }
+            let estimate = estimate_of(step);
+            let fits = self.ledger.used().saturating_add(estimate) <= self.ledger.budget;
+            if !fits && self.running > 0 {
+                continue;
+            }
+            let index = self.pop_ready(step)?;
+            self.ledger.reserved += estimate;
+            self.ledger.note_peak();
+            self.running += 1;
+            return Some((TaskRef { step, index }, estimate));
+        }
+        None
+    }
+
+    fn has_ready(&self, step: StepId) -> bool {
+        let s = &self.steps[step];
+        if s.is_source { s.next_source < self.graph.steps[step].tasks } else { !s.ready.is_empty() }
+    }
+
+    fn pop_ready(&mut self, step: StepId) -> Option<u64> {
+        let s = &mut self.steps[step];
+        if s.is_source {
+            let index = s.next_source;
+            s.next_source += 1;
+            Some(index)
+        } else {
+            s.ready.pop_front()
+        }
+    }
+
+    /// Appends `task`'s input values, edge by edge in gather order, to `out`, and the number
+    /// of values per input to `counts`.
+    pub fn collect_inputs(&self, task: TaskRef, out: &mut Vec<Arc<Value>>, counts: &mut Vec<usize>) {
+        for &edge in &self.graph.steps[task.step].inputs {
+            let before = out.len();
+            let producer = self.graph.edges[edge].producer;
+            self.graph.for_each_producer(edge, task.index, |index| {
+                let value = self.outputs.get(&TaskRef { step: producer, index }).map_or(&self.none, |o| &o.value);
+                out.push(value.clone());
+            });
+            counts.push(out.len() - before);
+        }
+    }
+
+    /// Records the end of a running task: frees its reservation and inputs, keeps its output
+    /// for its consumers, and makes ready the consumers whose last input this was.
+    pub fn finish(&mut self, task: TaskRef, reservation: u64, outcome: Outcome, output: Value) {
+        self.running -= 1;
+        self.ledger.reserved -= reservation;
+        self.complete(task, outcome, output);
+    }
+
+    fn complete(&mut self, task: TaskRef, outcome: Outcome, output: Value) {
+        let mut work = std::mem::take(&mut self.work);
+        let mut ready = std::mem::take(&mut self.newly_ready);
+        work.push((task, outcome, output));
+        while let Some((task, outcome, output)) = work.pop() {
+            self.finished += 1;
+            self.release_inputs(task);
+            if outcome == Outcome::Ok {
+                self.keep_output(task, output);
+            } else {
+                drop(output);
+            }
+            self.notify_consumers(task, outcome != Outcome::Ok, &mut ready);
+            for newly_ready in ready.drain(..) {
+                if self.poisoned.remove(&newly_ready) {
+                    self.skipped.push(newly_ready);
+                    work.push((newly_ready, Outcome::Skipped, Value::None));
+                } else {
+                    self.steps[newly_ready.step].ready.push_back(newly_ready.index);
+                }
+            }
+        }
+        self.work = work;
+        self.newly_ready = ready;
+    }
+
+    fn keep_output(&mut self, task: TaskRef, output: Value) {
+        if matches!(output, Value::None) {
+            return; // consumers get the shared `None`; nothing to store or free.
+        }
+        let consumers: u64 =
+            self.graph.steps[task.step].outputs.iter().map(|&e| self.graph.consumer_count(e, task.index)).sum();
+        if consumers == 0 {
+            return;
+        }
+        let resident_bytes = output.buffer_bytes();
+        self.ledger.resident += resident_bytes;
+        self.ledger.note_peak();
+        self.outputs.insert(task, LiveOutput { value: Arc::new(output), remaining_consumers: consumers, resident_bytes });
+    }
+
+    /// Counts `task` as finished for each consumer; appends consumers now free to go.
+    fn notify_consumers(&mut self, task: TaskRef, poison: bool, ready: &mut Vec<TaskRef>) {
+        let graph = self.graph;
+        for &edge in &graph.steps[task.step].outputs {
+            let consumer = graph.edges[edge].consumer;
+            let tasks = graph.steps[consumer].tasks as usize;
+            let pending = &mut self.steps[consumer].pending;
+            if pending.is_empty() {
+                pending.resize(tasks, UNTOUCHED);
+            }
+            graph.for_each_consumer(edge, task.index, |index| {
+                let counter = &mut self.steps[consumer].pending[index as usize];
+                if *counter == UNTOUCHED {
+                    let inputs: u64 =
+                        graph.steps[consumer].inputs.iter().map(|&e| graph.producer_count(e, index)).sum();
+                    *counter = u32::try_from(inputs).unwrap_or(u32::MAX - 1);
+                }
+                *counter -= 1;
+                let consumer_task = TaskRef { step: consumer, index };
+                if poison {
+                    self.poisoned.insert(consumer_task);
+                }
+                if *counter == 0 {
+                    ready.push(consumer_task);
+                }
+            });
+        }
+    }
+
+    /// Each input value of `task` has one consumer fewer; the last consumer frees it.
+    fn release_inputs(&mut self, task: TaskRef) {
+        let graph = self.graph;
+        for &edge in &graph.steps[task.step].inputs {
+            let producer = graph.edges[edge].producer;
+            graph.for_each_producer(edge, task.index, |index| {
+                let key = TaskRef { step: producer, index };
+                if let Some(live) = self.outputs.get_mut(&key) {
+                    live.remaining_consumers -= 1;
+                    if live.remaining_consumers == 0 {
+                        let live = self.outputs.remove(&key).expect("present");
+                        self.ledger.resident -= live.resident_bytes;
+                    }
+                }
+            });
+        }
+    }
+}
