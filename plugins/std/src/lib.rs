@@ -1,10 +1,40 @@
 //! The standard plugins of `runner`, written against the public plugin API only.
+//!
+//! | plugin | module |
+//! |---|---|
+//! | `noop` | [`noop`] |
+//! | `alloc` | [`alloc`] |
+//! | `synth` | [`synth`] |
+//! | `threshold` | [`threshold`] |
+//! | `nbhood` | `nbhood` |
+//! | `mean` | [`mean`] |
+//! | `read_npy`, `write_npy` | [`npy`] |
 
 use std::sync::Arc;
 
 use runner_plugin::Plugin;
 
+pub mod alloc;
+pub mod mean;
+pub mod noop;
+pub mod npy;
+mod support;
+pub mod synth;
+#[cfg(test)]
+mod testing;
+pub mod threshold;
+
+pub use support::fnv1a64;
+
 /// Every standard plugin, for registration with the engine.
 pub fn all() -> Vec<Arc<dyn Plugin>> {
-    Vec::new()
+    vec![
+        Arc::new(noop::Noop),
+        Arc::new(alloc::Alloc),
+        Arc::new(synth::Synth),
+        Arc::new(threshold::Threshold),
+        Arc::new(mean::Mean),
+        Arc::new(npy::ReadNpy),
+        Arc::new(npy::WriteNpy),
+    ]
 }

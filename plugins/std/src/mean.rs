@@ -134,9 +134,9 @@ fn mean_of<T: Float>(ctx: &TaskContext, arrays: &[&Array]) -> Result<Array, Task
     let mut out = ctx.zeros::<T>(arrays[0].shape());
     let flat = out.as_slice_mut().expect("a new array is in C order");
     ctx.par_chunks_mut(flat, CHUNK, |chunk_index, chunk| {
-        let start = chunk_index * CHUNK;
+        let range = chunk_index * CHUNK..chunk_index * CHUNK + chunk.len();
         for slice in &slices {
-            for (sum, &value) in chunk.iter_mut().zip(&slice[start..start + chunk.len()]) {
+            for (sum, &value) in chunk.iter_mut().zip(&slice[range.clone()]) {
                 *sum += value;
             }
         }

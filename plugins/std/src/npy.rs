@@ -305,9 +305,15 @@ impl DictParser {
                 }
                 Ok(Literal::Tuple(dims))
             }
-            _ if self.word("True") => Ok(Literal::Bool(true)),
-            _ if self.word("False") => Ok(Literal::Bool(false)),
-            _ => Err(format!("unsupported value at offset {}", self.at)),
+            _ => {
+                if self.word("True") {
+                    Ok(Literal::Bool(true))
+                } else if self.word("False") {
+                    Ok(Literal::Bool(false))
+                } else {
+                    Err(format!("unsupported value at offset {}", self.at))
+                }
+            }
         }
     }
 
@@ -484,3 +490,211 @@ impl Plugin for WriteNpy {
 }
 
 const ALL_DTYPES: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::U8];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{array, meta, plan, run, single};
+    use runner_plugin::serde_json::json;
+
+    /// A header as NumPy 1.26 writes it, spelled out: magic, version 1.0, the little-endian length
+    /// of what follows, the dict, then spaces up to `total - 1` bytes and a newline.
+    fn numpy_v1_header(dict: &str, total: usize) -> Vec<u8> {
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&((total - 10) as u16).to_le_bytes());
+        bytes.extend_from_slice(dict.as_bytes());
+        bytes.resize(total - 1, b' ');
+        bytes.push(b'\n');
+        bytes
+    }
+
+    fn temp_dir() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    /// Files as `np.save` writes them, with their arrays.
+    fn numpy_files() -> Vec<(&'static str, Vec<u8>, Value)> {
+        let mut f32_2x3 = numpy_v1_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 128);
+        #[rustfmt::skip]
+        f32_2x3.extend_from_slice(&[
+            0, 0, 0, 0,  0, 0, 0x80, 0x3f,  0, 0, 0, 0x40,
+            0, 0, 0x40, 0x40,  0, 0, 0x80, 0x40,  0, 0, 0xa0, 0x40,
+        ]);
+        let mut i32_5 = numpy_v1_header("{'descr': '<i4', 'fortran_order': False, 'shape': (5,), }", 128);
+        #[rustfmt::skip]
+        i32_5.extend_from_slice(&[
+            1, 0, 0, 0,  0xff, 0xff, 0xff, 0xff,  2, 0, 0, 0,  0, 0, 0, 0,  7, 0, 0, 0,
+        ]);
+        let mut u8_scalar = numpy_v1_header("{'descr': '|u1', 'fortran_order': False, 'shape': (), }", 128);
+        u8_scalar.push(7);
+        let mut f64_2x1x2 = numpy_v1_header("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 1, 2), }", 128);
+        #[rustfmt::skip]
+        f64_2x1x2.extend_from_slice(&[
+            0, 0, 0, 0, 0, 0, 0xe0, 0x3f,
+            0, 0, 0, 0, 0, 0, 0, 0xc0,
+            0, 0, 0, 0, 0, 0, 0xf0, 0x3f,
+            0, 0, 0, 0, 0, 0, 0x08, 0x40,
+        ]);
+        // Fifteen axes: the 20 spaces NumPy reserves for growing the first axis push the header
+        // past 128 bytes, so it is padded to 192.
+        let ones = ["1"; 15].join(", ");
+        let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({ones}), }}");
+        let mut f32_15d = numpy_v1_header(&dict, 192);
+        f32_15d.extend_from_slice(&[0, 0, 0x20, 0x41]);
+        vec![
+            ("f32 (2, 3)", f32_2x3, array(&[2, 3], vec![0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0])),
+            ("i32 (5,)", i32_5, array(&[5], vec![1i32, -1, 2, 0, 7])),
+            ("u8 ()", u8_scalar, array(&[], vec![7u8])),
+            ("f64 (2, 1, 2)", f64_2x1x2, array(&[2, 1, 2], vec![0.5f64, -2.0, 1.0, 3.0])),
+            ("f32 15-d", f32_15d, array(&[1; 15], vec![10.0f32])),
+        ]
+    }
+
+    fn same_array(a: &Value, b: &Value) -> bool {
+        let (a, b) = (a.as_array().unwrap(), b.as_array().unwrap());
+        (a.dtype(), a.shape(), a.bytes()) == (b.dtype(), b.shape(), b.bytes())
+    }
+
+    #[test]
+    fn writes_exactly_the_bytes_numpy_writes() {
+        let dir = temp_dir();
+        for (name, expected, value) in numpy_files() {
+            let path = dir.path().join("out.npy");
+            let returned = run(&WriteNpy, json!({"path": path}), &[single("array", value)]).unwrap();
+            assert!(matches!(&returned, Value::Path(p) if *p == path), "{name}");
+            assert_eq!(std::fs::read(&path).unwrap(), expected, "{name}");
+        }
+    }
+
+    #[test]
+    fn reads_what_numpy_writes() {
+        let dir = temp_dir();
+        for (name, bytes, expected) in numpy_files() {
+            let path = dir.path().join("in.npy");
+            std::fs::write(&path, &bytes).unwrap();
+            let value = run(&ReadNpy, json!({"path": path}), &[]).unwrap();
+            assert!(same_array(&value, &expected), "{name}");
+        }
+    }
+
+    #[test]
+    fn header_of_a_uk_field_is_128_bytes() {
+        let expected = numpy_v1_header("{'descr': '<f4', 'fortran_order': False, 'shape': (970, 1042), }", 128);
+        assert_eq!(header_bytes(DType::F32, &[970, 1042]), expected);
+    }
+
+    #[test]
+    fn round_trips_every_dtype_and_rank_through_the_plugins() {
+        let dir = temp_dir();
+        let values = [
+            array(&[], vec![-3.25f32]),
+            array(&[4], vec![1.5f64, -0.0, f64::MAX, f64::MIN_POSITIVE]),
+            array(&[2, 3, 2], (0..12).map(|i| i * 1_000_003 - 7).collect::<Vec<i32>>()),
+            array(&[3, 1, 5], (0..15u8).map(|i| i.wrapping_mul(37)).collect::<Vec<u8>>()),
+            array(&[0, 4], Vec::<f32>::new()),
+        ];
+        for (i, value) in values.into_iter().enumerate() {
+            // Also creates the missing parent directories.
+            let path = dir.path().join(format!("nested/{i}/x.npy"));
+            let expected = value.meta();
+            let bytes = value.as_bytes().unwrap().to_vec();
+            run(&WriteNpy, json!({"path": path}), &[single("array", value)]).unwrap();
+            let back = run(&ReadNpy, json!({"path": path}), &[]).unwrap();
+            assert_eq!(back.meta(), expected);
+            assert_eq!(back.as_bytes().unwrap(), bytes.as_slice());
+        }
+    }
+
+    #[test]
+    fn reads_version_2_headers_other_padding_and_u1_spellings() {
+        let dir = temp_dir();
+        let path = dir.path().join("v2.npy");
+        let dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
+        let mut bytes = b"\x93NUMPY\x02\x00".to_vec();
+        bytes.extend_from_slice(&(128u32 - 12).to_le_bytes());
+        bytes.extend_from_slice(dict.as_bytes());
+        bytes.resize(127, b' ');
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&[0, 0, 0x80, 0xbf, 0, 0, 0, 0x3f]);
+        std::fs::write(&path, &bytes).unwrap();
+        let value = run(&ReadNpy, json!({"path": path}), &[]).unwrap();
+        assert!(same_array(&value, &array(&[2], vec![-1.0f32, 0.5])));
+
+        for descr in ["<u1", "u1"] {
+            // Old NumPy aligned to 16 bytes and spelled the dict with other spacing.
+            let dict = format!("{{\"descr\":\"{descr}\",\"fortran_order\":False,\"shape\":(3,)}}");
+            let mut bytes = numpy_v1_header(&dict, 64);
+            bytes.extend_from_slice(&[9, 8, 7]);
+            std::fs::write(&path, &bytes).unwrap();
+            let value = run(&ReadNpy, json!({"path": path}), &[]).unwrap();
+            assert!(same_array(&value, &array(&[3], vec![9u8, 8, 7])), "{descr}");
+        }
+    }
+
+    #[test]
+    fn rejects_garbage_naming_the_file() {
+        let dir = temp_dir();
+        let path = dir.path().join("bad.npy");
+        let good = |dict: &str, data: &[u8]| {
+            let mut bytes = numpy_v1_header(dict, 128);
+            bytes.extend_from_slice(data);
+            bytes
+        };
+        let f32_2 = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (Vec::new(), "too short"),
+            (b"PK\x03\x04 this is a zip file, not an array".to_vec(), "does not start with"),
+            (b"\x93NUMPY\x09\x00\x10\x00".to_vec(), "version 9.0"),
+            (good(f32_2, &[0; 7]), "truncated"),
+            (good(f32_2, &[0; 12]), "trailing bytes"),
+            (good("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", &[0; 8]), "Fortran"),
+            (good("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", &[0; 8]), "unsupported dtype '>f4'"),
+            (good("{'descr': '<f4', 'fortran_order': False, 'shape': (2, }", &[0; 8]), "malformed header"),
+            (good("{'descr': '<f4', 'shape': (2,), }", &[0; 8]), "required"),
+            (good("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", &[0; 8]), "malformed"),
+            (good("{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }", &[0; 8]), "malformed"),
+        ];
+        for (bytes, complaint) in cases {
+            std::fs::write(&path, &bytes).unwrap();
+            let err = run(&ReadNpy, json!({"path": path}), &[]).unwrap_err();
+            assert!(err.message().contains(complaint), "expected {complaint:?} in: {err}");
+            assert!(err.message().contains("bad.npy"), "{err}");
+        }
+        let missing = dir.path().join("missing.npy");
+        let err = run(&ReadNpy, json!({"path": missing}), &[]).unwrap_err();
+        assert!(err.message().contains("missing.npy"), "{err}");
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_file_behind() {
+        let dir = temp_dir();
+        // The target is a directory, so the final rename fails after the data was written.
+        let target = dir.path().join("taken.npy");
+        std::fs::create_dir(&target).unwrap();
+        std::fs::write(target.join("keep"), b"x").unwrap();
+        let err = run(&WriteNpy, json!({"path": target}), &[single("a", array(&[2], vec![1.0f32, 2.0]))]).unwrap_err();
+        assert!(err.message().contains("taken.npy"), "{err}");
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("taken.npy")]);
+    }
+
+    #[test]
+    fn plan_metadata_and_checks() {
+        let dir = temp_dir();
+        let path = dir.path().join("x.npy");
+        assert_eq!(plan(&ReadNpy, json!({"path": path}), &[]).unwrap().0, ValueMeta::Unknown);
+        write_array(&path, array(&[3, 4], vec![0.0f64; 12]).as_array().unwrap()).unwrap();
+        let (meta_out, estimate) = plan(&ReadNpy, json!({"path": path}), &[]).unwrap();
+        assert_eq!(meta_out, ValueMeta::Array { dtype: DType::F64, shape: vec![3, 4] });
+        assert_eq!(estimate, 96 + 2 * IO_BUFFER as u64);
+
+        let input = meta("a", ValueMeta::Array { dtype: DType::I32, shape: vec![2] });
+        assert_eq!(plan(&WriteNpy, json!({"path": "o.npy"}), &[input]).unwrap().0, ValueMeta::Path);
+        assert!(plan(&WriteNpy, json!({"path": "o.npy"}), &[meta("a", ValueMeta::Json)]).is_err());
+        assert!(plan(&WriteNpy, json!({"path": "o.npy"}), &[]).is_err());
+        let err = plan(&WriteNpy, json!({"path": ""}), &[]).unwrap_err();
+        assert_eq!(err.arg.as_deref(), Some("path"));
+        let err = plan(&ReadNpy, json!({"path": [1]}), &[]).unwrap_err();
+        assert_eq!(err.arg.as_deref(), Some("path"));
+    }
+}
