@@ -14,6 +14,9 @@ use crate::recipe::{Diagnostic, DimId, Recipe, StepId};
 /// Most dims one step may run over (coordinates live in fixed arrays on the hot path).
 pub const MAX_DIMS: usize = 8;
 
+/// Most tasks one step may have, so that task counts and indices never overflow.
+pub const MAX_TASKS: u64 = 1 << 48;
+
 /// Coordinates of one task, in its step's `over` order.
 pub type Coords = [u64; MAX_DIMS];
 
@@ -338,8 +341,11 @@ fn cycle_diagnostics(recipe: &Recipe, dag: &DiGraph<StepId, EdgeId>) -> Vec<Diag
             let names: Vec<&str> = ids.iter().map(|&s| recipe.steps[s].name.as_str()).collect();
             let first = &recipe.steps[ids[0]];
             let loc = first.inputs.iter().find(|i| ids.contains(&i.producer)).map_or(first.loc, |i| i.loc);
-            Diagnostic::new(loc, format!("steps {} depend on each other in a cycle", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")))
-                .expected("a DAG: no step may (directly or indirectly) read its own output")
+            let message = match names.as_slice() {
+                [one] => format!("step `{one}` reads its own output"),
+                _ => format!("steps {} depend on each other in a cycle", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")),
+            };
+            Diagnostic::new(loc, message).expected("a DAG: no step may (directly or indirectly) read its own output")
         })
         .collect()
 }

@@ -80,8 +80,16 @@ impl Plan {
             let output = match step.plugin.output(&args, &inputs) {
                 Ok(meta) => meta,
                 Err(e) => {
+                    // Point at the arg at fault, else at the one input the message names, else
+                    // at the step.
+                    let named: Vec<_> =
+                        step.inputs.iter().filter(|i| e.message.contains(&format!("input `{}`", i.name))).collect();
+                    let at = match (e.arg.as_deref(), named.as_slice()) {
+                        (None, [input]) => input.loc,
+                        (arg, _) => step.arg_loc(arg),
+                    };
                     diagnostics.push(Diagnostic::new(
-                        step.arg_loc(e.arg.as_deref()),
+                        at,
                         format!("plugin `{}` rejects step `{}`: {}", step.plugin.name(), step.name, e.message),
                     ));
                     ValueMeta::Unknown
@@ -110,5 +118,5 @@ impl Plan {
 /// Args of a step's first task (every dim at its first value), for planning.
 pub fn sample_args(recipe: &Recipe, step: StepId) -> Args {
     let first = |name: &str| recipe.dims.iter().find(|d| d.name == name).map(|d| d.value(0));
-    recipe.steps[step].args.for_task(&first)
+    recipe.steps[step].args.for_task(&first).into_owned()
 }

@@ -39,7 +39,9 @@ impl Dim {
     /// The value at position `index` (< `len()`).
     pub fn value(&self, index: u64) -> DimValue {
         match &self.values {
-            DimValues::Range { start, step, .. } => DimValue::Int(start + step * index as i64),
+            // The value lies between the range's start and stop, so wrapping arithmetic gives it
+            // even when `step * index` alone would not fit in an i64.
+            DimValues::Range { start, step, .. } => DimValue::Int(start.wrapping_add(step.wrapping_mul(index as i64))),
             DimValues::List(values) => values[index as usize].clone(),
             DimValues::Group { .. } => DimValue::Int(index as i64),
         }
@@ -49,8 +51,8 @@ impl Dim {
     pub fn position(&self, value: &DimValue) -> Option<u64> {
         match (&self.values, value) {
             (DimValues::Range { start, step, len }, DimValue::Int(v)) => {
-                let offset = v - start;
-                (offset % step == 0 && offset / step >= 0 && ((offset / step) as u64) < *len).then(|| (offset / step) as u64)
+                let (offset, step) = (i128::from(*v) - i128::from(*start), i128::from(*step));
+                (offset >= 0 && offset % step == 0 && offset / step < i128::from(*len)).then(|| (offset / step) as u64)
             }
             (DimValues::List(values), _) => values.iter().position(|v| v == value).map(|p| p as u64),
             (DimValues::Group { len, .. }, DimValue::Int(v)) => (*v >= 0 && (*v as u64) < *len).then_some(*v as u64),

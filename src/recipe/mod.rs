@@ -17,7 +17,7 @@ use serde_saphyr::Spanned;
 
 pub use diagnostic::{Diagnostic, Loc, RecipeError, Source};
 pub use dims::{Dim, DimId, DimValues};
-use raw::{OrderedMap, RawDim, RawInput, RawInputs, RawRecipe, RawStep, Scalar};
+use raw::{DimNames, OrderedMap, RawDim, RawInput, RawInputs, RawRecipe, RawStep, Scalar};
 use template::{Filled, Template, TemplateValue};
 
 use crate::registry::Registry;
@@ -127,16 +127,17 @@ impl ArgTemplate {
 }
 
 impl StepArgs {
-    /// The args of the task whose dim values `lookup` gives.
-    pub fn for_task(&self, lookup: &dyn Fn(&str) -> Option<DimValue>) -> Args {
+    /// The args of the task whose dim values `lookup` gives; borrowed when they are the same
+    /// for every task, so such steps pay nothing per task.
+    pub fn for_task(&self, lookup: &dyn Fn(&str) -> Option<DimValue>) -> std::borrow::Cow<'_, Args> {
         match self {
-            StepArgs::Fixed(args) => args.clone(),
+            StepArgs::Fixed(args) => std::borrow::Cow::Borrowed(args),
             StepArgs::PerTask { fixed, templated } => {
                 let mut map = fixed.clone();
                 for (name, template) in templated {
                     map.insert(name.clone(), template.render(lookup));
                 }
-                Args::new(map)
+                std::borrow::Cow::Owned(Args::new(map))
             }
         }
     }
@@ -171,8 +172,16 @@ pub fn parse(path: &Path, text: String, options: &CompileOptions, registry: &Reg
         return Err(fail(vec![Diagnostic::new(Loc::default(), "the recipe file is empty")
             .expected("a mapping with at least `recipe:` and `steps:`")]));
     }
-    let raw: RawRecipe = serde_saphyr::from_str(&source.text).map_err(|e| fail(vec![yaml_diagnostic(&e)]))?;
-    let mut compiler = Compiler { registry, options, diagnostics: Vec::new(), dims: Vec::new(), vars: Vec::new() };
+    let raw: Spanned<RawRecipe> =
+        serde_saphyr::from_str(&source.text).map_err(|e| fail(vec![yaml_diagnostic(&e, &source.text)]))?;
+    let mut compiler = Compiler {
+        registry,
+        options,
+        diagnostics: Vec::new(),
+        dims: Vec::new(),
+        rejected_dims: Vec::new(),
+        vars: Vec::new(),
+    };
     let recipe = compiler.compile(raw, source.clone());
     match (recipe, compiler.diagnostics.is_empty()) {
         (Some(recipe), true) => Ok(recipe),
@@ -180,35 +189,157 @@ pub fn parse(path: &Path, text: String, options: &CompileOptions, registry: &Reg
     }
 }
 
-/// Turns a YAML or shape error into a diagnostic without the parser's own rendering.
-fn yaml_diagnostic(error: &serde_saphyr::Error) -> Diagnostic {
+/// Turns a YAML or shape error into a diagnostic without the parser's own rendering: the place
+/// goes to the location, ", expected ..." to the expectation, and wording meant for the
+/// parser's developers is replaced by wording for recipe authors.
+fn yaml_diagnostic(error: &serde_saphyr::Error, text: &str) -> Diagnostic {
+    let error = error.without_snippet();
     let loc = error.location().map(Loc::from).unwrap_or_default();
-    let text = error.without_snippet().to_string();
-    let first_line = text.lines().next().unwrap_or_default();
-    // The parser prefixes "error: line L column C: "; our renderer prints the place itself.
-    let message = first_line
+    let rendered = error.to_string();
+    let first_line = rendered.lines().next().unwrap_or_default();
+    // The parser prefixes "error: line L column C: " or appends " at line L, column C"; our
+    // renderer prints the place itself.
+    let mut message = first_line
         .strip_prefix("error: ")
         .unwrap_or(first_line)
         .split_once(": ")
         .filter(|(head, _)| head.starts_with("line "))
         .map_or(first_line, |(_, rest)| rest);
-    let message = message.trim().to_string();
-    if message.is_empty() { Diagnostic::new(loc, "invalid YAML") } else { Diagnostic::new(loc, message) }
+    if let Some(at) = message.rfind(" at line ")
+        && message[at..].contains(", column ")
+    {
+        message = &message[..at];
+    }
+    let message = message.trim();
+    let (message, expected) = match message.split_once(", expected ").or_else(|| message.split_once("; expected ")) {
+        Some((message, expected)) => (message, Some(expected.to_string())),
+        None => (message, None),
+    };
+    let (message, expected) = if let Some(key) = message.strip_prefix("duplicate mapping key: ") {
+        let key = key.split_once(", set ").map_or(key, |(key, _)| key);
+        (format!("duplicate key `{key}`"), Some("each key at most once in a mapping".to_string()))
+    } else if let Some(field) = message.strip_prefix("missing field ") {
+        (format!("missing key {field}"), Some(format!("{}: ...` in this mapping", field.trim_end_matches('`'))))
+    } else if let Some(field) = message.strip_prefix("unknown field ") {
+        // serde lists the fields as "one of a, b, c", "`a` or `b`" or "`a`".
+        let fields: Vec<String> = expected
+            .as_deref()
+            .unwrap_or_default()
+            .trim_start_matches("one of ")
+            .split(", ")
+            .flat_map(|f| f.split(" or "))
+            .map(|f| f.trim().trim_matches('`').to_string())
+            .filter(|f| !f.is_empty())
+            .collect();
+        let name = field.trim_matches('`');
+        (format!("unknown key {field}"), Some(suggestion(name, fields.iter().map(String::as_str))))
+    } else if message.starts_with("cannot deserialize null into string") {
+        ("empty value".to_string(), Some("a string".to_string()))
+    } else if message.starts_with("multiple YAML documents") {
+        ("more than one YAML document in the file".to_string(), Some("one recipe per file (no `---` separator)".to_string()))
+    } else if let (Some(what), None) = (message.strip_prefix("expected "), &expected) {
+        let wanted = match what {
+            "mapping start" => "a mapping (`key: value` entries)",
+            "sequence start" => "a list (`[a, b]` or `- a` lines)",
+            "string scalar" => "a string",
+            other => other,
+        };
+        ("wrong type of value".to_string(), Some(wanted.to_string()))
+    } else if message == "unclosed quote" {
+        (message.to_string(), Some("a closing quote for the string that starts here".to_string()))
+    } else if message.starts_with("tabs disallowed") {
+        (message.to_string(), Some("spaces for indentation (YAML does not allow tabs)".to_string()))
+    } else if message.starts_with("mapping values are not allowed") && expected.is_none() {
+        let hint = "a `key: value` entry only where a mapping may start: check this line's indentation \
+                    against the lines above, and quote values that contain `: `";
+        (message.to_string(), Some(hint.to_string()))
+    } else {
+        (message.to_string(), expected)
+    };
+    // A syntax error inside a `[...]` or `{...}` that was never closed is usually that.
+    let syntax = matches!(error, serde_saphyr::Error::ExternalMessage { .. });
+    let expected = match (syntax, unclosed_flow(text, loc)) {
+        (true, Some((open, at))) if !message.starts_with("unclosed") => {
+            let close = if open == '[' { ']' } else { '}' };
+            let closing = format!("a closing `{close}` for the `{open}` at line {}, column {}", at.line, at.column);
+            Some(expected.map_or(closing.clone(), |e| format!("{e}, or {closing}")))
+        }
+        _ => expected,
+    };
+    let diagnostic = if message.is_empty() { Diagnostic::new(loc, "invalid YAML") } else { Diagnostic::new(loc, message) };
+    match expected {
+        Some(expected) => diagnostic.expected(expected),
+        None => diagnostic,
+    }
+}
+
+/// The innermost flow collection (`[` or `{`) still open at `until`, if any. A heuristic: it
+/// skips quoted strings and comments, and counts a bracket only where a value may start.
+fn unclosed_flow(text: &str, until: Loc) -> Option<(char, Loc)> {
+    let mut open: Vec<(char, Loc)> = Vec::new();
+    for (l, line) in text.lines().enumerate() {
+        let line_no = l as u32 + 1;
+        if line_no > until.line {
+            break;
+        }
+        let mut quote: Option<char> = None;
+        let mut previous: Option<char> = None;
+        let mut chars = line.chars().enumerate().peekable();
+        while let Some((c, ch)) = chars.next() {
+            let column = c as u32 + 1;
+            if line_no == until.line && column >= until.column {
+                break;
+            }
+            match (quote, ch) {
+                (Some('"'), '\\') => {
+                    chars.next();
+                }
+                (Some(q), ch) if ch == q => quote = None,
+                (Some(_), _) => {}
+                (None, '"' | '\'') => quote = Some(ch),
+                (None, '#') if previous.is_none_or(char::is_whitespace) => break,
+                (None, '[' | '{') if !open.is_empty() || matches!(previous, None | Some(':' | '-' | ',')) => {
+                    open.push((ch, Loc { line: line_no, column }));
+                }
+                (None, ']' | '}') if !open.is_empty() => {
+                    open.pop();
+                }
+                _ => {}
+            }
+            if !ch.is_whitespace() {
+                previous = Some(ch);
+            }
+        }
+    }
+    open.pop()
+}
+
+/// A diagnostic from text that may end in "; expected ..." or ": expected ...".
+fn with_expectation(loc: impl Into<Loc>, text: String) -> Diagnostic {
+    match text.split_once("; expected ").or_else(|| text.split_once(": expected ")) {
+        Some((message, expected)) => Diagnostic::new(loc, message).expected(expected),
+        None => Diagnostic::new(loc, text),
+    }
 }
 
 /// "did you mean" for a misspelt name.
 fn suggestion<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
     let candidates: Vec<&str> = candidates.into_iter().collect();
-    let best = candidates
-        .iter()
-        .map(|c| (strsim::damerau_levenshtein(name, c), *c))
-        .filter(|(distance, c)| *distance <= 2.max(c.len() / 3))
-        .min();
     let list = if candidates.is_empty() { "(none)".to_string() } else { candidates.join(", ") };
-    match best {
-        Some((_, c)) => format!("one of: {list} (did you mean `{c}`?)"),
+    match closest(name, candidates) {
+        Some(c) => format!("one of: {list} (did you mean `{c}`?)"),
         None => format!("one of: {list}"),
     }
+}
+
+/// The candidate `name` is most likely a misspelling of.
+fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    candidates
+        .into_iter()
+        .map(|c| (strsim::damerau_levenshtein(name, c), c))
+        .filter(|(distance, c)| *distance <= 2.max(c.len() / 3))
+        .min()
+        .map(|(_, c)| c)
 }
 
 struct Compiler<'a> {
@@ -216,6 +347,9 @@ struct Compiler<'a> {
     options: &'a CompileOptions,
     diagnostics: Vec<Diagnostic>,
     dims: Vec<Dim>,
+    /// Dims the recipe defines but that were rejected (already reported): uses of them are not
+    /// reported again as unknown.
+    rejected_dims: Vec<String>,
     vars: Vec<(String, Json)>,
 }
 
@@ -224,10 +358,18 @@ impl Compiler<'_> {
         self.diagnostics.push(diagnostic);
     }
 
-    fn compile(&mut self, raw: RawRecipe, source: Arc<Source>) -> Option<Recipe> {
-        let name = raw.recipe.value.trim().to_string();
-        if name.is_empty() {
-            self.error(Diagnostic::new(raw.recipe.referenced, "the recipe name is empty").expected("a name such as `precip-probability`"));
+    fn compile(&mut self, raw: Spanned<RawRecipe>, source: Arc<Source>) -> Option<Recipe> {
+        let top: Loc = raw.referenced.into();
+        let raw = raw.value;
+        let name = match &raw.recipe {
+            Some(recipe) => recipe.value.trim().to_string(),
+            None => {
+                self.error(Diagnostic::new(top, "the recipe has no `recipe:` name").expected("a `recipe: NAME` entry, e.g. `recipe: precip-probability` (history is keyed by it)"));
+                "?".to_string()
+            }
+        };
+        if let Some(recipe) = raw.recipe.as_ref().filter(|_| name.is_empty()) {
+            self.error(Diagnostic::new(recipe.referenced, "the recipe name is empty").expected("a name such as `precip-probability`"));
         }
         if let Some(vars) = raw.vars {
             self.vars = vars.value.0.into_iter().map(|(k, v)| (k.value, v.value)).collect();
@@ -236,12 +378,16 @@ impl Compiler<'_> {
         if let Some(dims) = raw.dims {
             self.compile_dims(dims.value);
         }
-        let step_names: Vec<String> = raw.steps.value.0.iter().map(|(k, _)| k.value.clone()).collect();
+        let Some(raw_steps) = raw.steps else {
+            self.error(Diagnostic::new(top, "the recipe has no `steps:`").expected("a `steps:` mapping of step names to steps, each with at least `plugin:`"));
+            return None;
+        };
+        let step_names: Vec<String> = raw_steps.value.0.iter().map(|(k, _)| k.value.clone()).collect();
         if step_names.is_empty() {
-            self.error(Diagnostic::new(raw.steps.referenced, "the recipe has no steps").expected("at least one step under `steps:`"));
+            self.error(Diagnostic::new(raw_steps.referenced, "the recipe has no steps").expected("at least one step under `steps:`"));
         }
         let mut steps = Vec::new();
-        for (key, step) in raw.steps.value.0 {
+        for (key, step) in raw_steps.value.0 {
             if let Some(step) = self.compile_step(key, step, &step_names) {
                 steps.push(step);
             }
@@ -270,6 +416,8 @@ impl Compiler<'_> {
 
     fn compile_dims(&mut self, raw: OrderedMap<Spanned<RawDim>>) {
         let names: Vec<String> = raw.0.iter().map(|(k, _)| k.value.clone()).collect();
+        // (group dim, the dim it groups), resolved once every dim is compiled.
+        let mut groups: Vec<(String, String)> = Vec::new();
         for (key, dim) in &raw.0 {
             let name = key.value.clone();
             if name == "cycle" || self.vars.iter().any(|(v, _)| *v == name) {
@@ -298,7 +446,12 @@ impl Compiler<'_> {
                         self.error(Diagnostic::new(range.stop.referenced, format!("dim `{name}` stops ({stop}) before it starts ({start})")).expected("`stop` ≥ `start` (the range is inclusive)"));
                         continue;
                     }
-                    DimValues::Range { start, step, len: ((stop - start) / step + 1) as u64 }
+                    let len = (i128::from(stop) - i128::from(start)) / i128::from(step) + 1;
+                    let Ok(len) = u64::try_from(len) else {
+                        self.error(Diagnostic::new(loc, format!("dim `{name}` has {len} values")).expected(format!("at most {}", u64::MAX)));
+                        continue;
+                    };
+                    DimValues::Range { start, step, len }
                 }
                 RawDim::Group(group) => {
                     let size = group.size.value;
@@ -307,7 +460,7 @@ impl Compiler<'_> {
                         continue;
                     }
                     let Some(of) = names.iter().position(|n| *n == group.group.value) else {
-                        let expected = suggestion(&group.group.value, names.iter().map(String::as_str));
+                        let expected = suggestion(&group.group.value, names.iter().map(String::as_str).filter(|n| *n != name));
                         self.error(Diagnostic::new(group.group.referenced, format!("group dim `{name}` groups unknown dim `{}`", group.group.value)).expected(format!("a dim, {expected}")));
                         continue;
                     };
@@ -315,13 +468,15 @@ impl Compiler<'_> {
                         self.error(Diagnostic::new(group.group.referenced, format!("group dim `{name}` groups `{}`, which is itself a group", group.group.value)).expected("a group of a count, list or range dim"));
                         continue;
                     }
-                    // The grouped dim's length is known once it is compiled; fixed up below.
-                    DimValues::Group { of, size: size as u64, len: 0 }
+                    // The grouped dim's id and length are known once it is compiled; fixed up below.
+                    groups.push((name.clone(), group.group.value.clone()));
+                    DimValues::Group { of: 0, size: size as u64, len: 0 }
                 }
             };
             self.dims.push(Dim { name, values });
         }
-        self.resolve_groups();
+        self.resolve_groups(&groups);
+        self.rejected_dims = names.into_iter().filter(|n| !self.dims.iter().any(|d| d.name == *n)).collect();
     }
 
     fn list_dim(&mut self, name: &str, loc: Loc, values: &[Spanned<Scalar>]) -> Option<Vec<DimValue>> {
@@ -344,14 +499,20 @@ impl Compiler<'_> {
         Some(out)
     }
 
-    /// Fills in group lengths once the dims they group are known (dims may be listed in any
-    /// order, so ids are looked up by name).
-    fn resolve_groups(&mut self) {
-        let lengths: Vec<u64> = self.dims.iter().map(Dim::len).collect();
-        for dim in &mut self.dims {
-            if let DimValues::Group { of, size, len } = &mut dim.values {
-                let base = lengths.get(*of).copied().unwrap_or(0);
-                *len = base.div_ceil(*size);
+    /// Fills in group ids and lengths once the dims they group are known (dims may be listed
+    /// in any order, so ids are looked up by name). A group of a rejected dim is dropped: the
+    /// dim's own error says what is wrong.
+    fn resolve_groups(&mut self, groups: &[(String, String)]) {
+        let base_of = |name: &str| groups.iter().find(|(g, _)| g == name).map(|(_, base)| base.as_str());
+        let compiled: Vec<String> = self.dims.iter().map(|d| d.name.clone()).collect();
+        self.dims.retain(|d| base_of(&d.name).is_none_or(|base| compiled.iter().any(|c| c == base)));
+        let found: Vec<(String, DimId, u64)> = self.dims.iter().enumerate().map(|(id, d)| (d.name.clone(), id, d.len())).collect();
+        for Dim { name, values } in &mut self.dims {
+            if let DimValues::Group { of, size, len } = values
+                && let Some((_, id, base_len)) = base_of(name).and_then(|base| found.iter().find(|(n, _, _)| n == base))
+            {
+                *of = *id;
+                *len = base_len.div_ceil(*size);
             }
         }
     }
@@ -360,11 +521,18 @@ impl Compiler<'_> {
         let name = key.value;
         let loc: Loc = key.referenced.into();
         let raw_step = raw.value;
-        let plugin = match self.registry.get(&raw_step.plugin.value) {
-            Some(plugin) => Some(plugin.clone()),
+        let plugin = match &raw_step.plugin {
+            Some(wanted) => match self.registry.get(&wanted.value) {
+                Some(plugin) => Some(plugin.clone()),
+                None => {
+                    let expected = suggestion(&wanted.value, self.registry.names());
+                    self.error(Diagnostic::new(wanted.referenced, format!("unknown plugin `{}` in step `{name}`", wanted.value)).expected(format!("a plugin, {expected}")));
+                    None
+                }
+            },
             None => {
-                let expected = suggestion(&raw_step.plugin.value, self.registry.names());
-                self.error(Diagnostic::new(raw_step.plugin.referenced, format!("unknown plugin `{}` in step `{name}`", raw_step.plugin.value)).expected(format!("a plugin, {expected}")));
+                let names = self.registry.names().join(", ");
+                self.error(Diagnostic::new(loc, format!("step `{name}` has no `plugin`")).expected(format!("`plugin: NAME` with one of: {names}")));
                 None
             }
         };
@@ -376,14 +544,15 @@ impl Compiler<'_> {
         Some(Step { name, loc, plugin, over, inputs, args, arg_locs, memory_hint, description: raw_step.description })
     }
 
-    fn compile_over(&mut self, step: &str, over: Option<&Spanned<Vec<Spanned<String>>>>) -> Vec<DimId> {
+    fn compile_over(&mut self, step: &str, over: Option<&Spanned<DimNames>>) -> Vec<DimId> {
         let mut ids = Vec::new();
-        for dim in over.map(|o| o.value.as_slice()).unwrap_or_default() {
+        for dim in over.map(|o| o.value.0.as_slice()).unwrap_or_default() {
             match self.dims.iter().position(|d| d.name == dim.value) {
                 Some(id) if ids.contains(&id) => {
                     self.error(Diagnostic::new(dim.referenced, format!("step `{step}` lists dim `{}` twice in `over`", dim.value)).expected("each dim once"));
                 }
                 Some(id) => ids.push(id),
+                None if self.rejected_dims.contains(&dim.value) => {}
                 None => {
                     let expected = suggestion(&dim.value, self.dims.iter().map(|d| d.name.as_str()));
                     self.error(Diagnostic::new(dim.referenced, format!("unknown dim `{}` in `over` of step `{step}`", dim.value)).expected(format!("a dim of the recipe, {expected}")));
@@ -402,6 +571,12 @@ impl Compiler<'_> {
         if ids.len() > crate::graph::MAX_DIMS {
             let at = over.map_or(Loc::default(), |o| o.referenced.into());
             self.error(Diagnostic::new(at, format!("step `{step}` runs over {} dims", ids.len())).expected(format!("at most {}", crate::graph::MAX_DIMS)));
+        }
+        let tasks = ids.iter().try_fold(1u64, |n, &d| n.checked_mul(self.dims[d].len()));
+        if tasks.is_none_or(|n| n > crate::graph::MAX_TASKS) {
+            let at = over.map_or(Loc::default(), |o| o.referenced.into());
+            let product: f64 = ids.iter().map(|&d| self.dims[d].len() as f64).product();
+            self.error(Diagnostic::new(at, format!("step `{step}` would run {product:.3e} tasks")).expected(format!("at most {} tasks per step (2^48)", crate::graph::MAX_TASKS)));
         }
         ids
     }
@@ -446,6 +621,9 @@ impl Compiler<'_> {
         let mut pins = Vec::new();
         for (dim_name, value) in select.value.0 {
             let Some(dim_id) = self.dims.iter().position(|d| d.name == dim_name.value) else {
+                if self.rejected_dims.contains(&dim_name.value) {
+                    continue;
+                }
                 let expected = suggestion(&dim_name.value, self.dims.iter().map(|d| d.name.as_str()));
                 self.error(Diagnostic::new(dim_name.referenced, format!("`select` of input `{input}` of step `{step}` names unknown dim `{}`", dim_name.value)).expected(format!("a dim, {expected}")));
                 continue;
@@ -470,11 +648,11 @@ impl Compiler<'_> {
     fn memory_hint(&mut self, step: &str, memory: Spanned<Scalar>) -> Option<u64> {
         let parsed = match &memory.value {
             Scalar::Int(i) if *i >= 0 => Ok(*i as u64),
-            Scalar::Int(i) => Err(format!("invalid size `{i}`: a size cannot be negative")),
+            Scalar::Int(i) => Err(format!("invalid size `{i}`: a size cannot be negative; expected a number of bytes or a size such as `600MiB`")),
             Scalar::Str(s) => parse_size(s),
         };
         parsed
-            .map_err(|e| self.error(Diagnostic::new(memory.referenced, format!("`memory` of step `{step}`: {e}"))))
+            .map_err(|e| self.error(with_expectation(memory.referenced, format!("`memory` of step `{step}`: {e}"))))
             .ok()
     }
 
@@ -489,8 +667,11 @@ impl Compiler<'_> {
         let specs = plugin.args();
         let entries = raw.map(|r| r.value.0).unwrap_or_default();
         let mut ok = true;
+        // A misspelt required arg is reported once, as unknown, with its correct name.
+        let mut misspelt: Vec<&str> = Vec::new();
         for (key, _) in &entries {
             if !specs.iter().any(|s| s.name == key.value) {
+                misspelt.extend(closest(&key.value, specs.iter().map(|s| s.name)));
                 let expected = if specs.is_empty() {
                     format!("no args: plugin `{}` takes none", plugin.name())
                 } else {
@@ -500,7 +681,7 @@ impl Compiler<'_> {
                 ok = false;
             }
         }
-        for spec in specs.iter().filter(|s| s.is_required()) {
+        for spec in specs.iter().filter(|s| s.is_required() && !misspelt.contains(&s.name)) {
             if !entries.iter().any(|(k, _)| k.value == spec.name) {
                 self.error(Diagnostic::new(step_loc, format!("step `{step}` lacks required arg `{}` of plugin `{}`", spec.name, plugin.name())).expected(format!("`{}`: {}", spec.name, spec.about)));
                 ok = false;
@@ -517,7 +698,7 @@ impl Compiler<'_> {
                 }
                 Ok(template) => templated.push((key.value, template)),
                 Err(message) => {
-                    self.error(Diagnostic::new(value.referenced, format!("arg `{}` of step `{step}`: {message}", key.value)));
+                    self.error(with_expectation(value.referenced, format!("arg `{}` of step `{step}`: {message}", key.value)));
                     ok = false;
                 }
             }
@@ -528,7 +709,7 @@ impl Compiler<'_> {
         let args = if templated.is_empty() { StepArgs::Fixed(Args::new(fixed)) } else { StepArgs::PerTask { fixed, templated } };
         // Plugins check one representative task: every dim at its first value.
         let first = |name: &str| self.dims.iter().find(|d| d.name == name).map(|d| d.value(0));
-        let sample = args.for_task(&first);
+        let sample = args.for_task(&first).into_owned();
         if let Err(e) = plugin.check(&sample) {
             let at = e
                 .arg
@@ -555,13 +736,15 @@ impl Compiler<'_> {
                     }
                     match over.iter().find(|&&d| self.dims[d].name == name) {
                         Some(&d) if spec.needs_number() && !self.dims[d].is_integer() => {
-                            return Err(format!("`{{{name}}}` has a numeric format but dim `{name}` has string values"));
+                            return Err(format!("`{{{name}}}` has a numeric format but dim `{name}` has string values; expected `{{{name}}}` or a width alone, e.g. `{{{name}:8}}`"));
                         }
                         Some(_) => {}
+                        // Already reported where the dim is defined.
+                        None if self.rejected_dims.iter().any(|d| d == name) => {}
                         None if self.dims.iter().any(|d| d.name == name) => {
                             let runs_over: Vec<&str> = over.iter().map(|&d| self.dims[d].name.as_str()).collect();
                             return Err(format!(
-                                "`{{{name}}}` refers to dim `{name}`, but step `{step}` does not run over it (it runs over: {})",
+                                "`{{{name}}}` refers to dim `{name}`, but step `{step}` does not run over it; expected a dim the step runs over ({}), a var or `cycle`",
                                 if runs_over.is_empty() { "nothing".to_string() } else { runs_over.join(", ") }
                             ));
                         }

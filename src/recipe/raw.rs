@@ -8,6 +8,34 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+/// Visitor methods that reject a scalar of the wrong kind with a custom error: the parser points
+/// a custom error at the value itself, but a type error at the key above it.
+macro_rules! reject_scalars {
+    ($($method:ident($ty:ty) => $unexpected:ident),* $(,)?) => {
+        $(
+            fn $method<E: de::Error>(self, v: $ty) -> Result<Self::Value, E> {
+                Err(E::custom(format_args!("invalid type: {}, expected {}", de::Unexpected::$unexpected(v), &self as &dyn de::Expected)))
+            }
+        )*
+    };
+}
+
+/// `reject_scalars!` for every kind of scalar, and for an empty value.
+macro_rules! reject_all_scalars {
+    () => {
+        reject_scalars!(visit_bool(bool) => Bool, visit_i64(i64) => Signed, visit_u64(u64) => Unsigned, visit_f64(f64) => Float, visit_str(&str) => Str);
+        reject_unit!();
+    };
+}
+
+macro_rules! reject_unit {
+    () => {
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Err(E::custom(format_args!("empty value, expected {}", &self as &dyn de::Expected)))
+        }
+    };
+}
+
 /// A YAML mapping read in file order, with each key's location.
 #[derive(Debug)]
 pub struct OrderedMap<V>(pub Vec<(Spanned<String>, V)>);
@@ -18,7 +46,14 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for OrderedMap<V> {
         impl<'de, V: Deserialize<'de>> Visitor<'de> for MapVisitor<V> {
             type Value = OrderedMap<V>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a mapping")
+                f.write_str("a mapping (`key: value` entries)")
+            }
+            reject_scalars!(visit_bool(bool) => Bool, visit_i64(i64) => Signed, visit_u64(u64) => Unsigned, visit_f64(f64) => Float, visit_str(&str) => Str);
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(OrderedMap(Vec::new()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, _seq: A) -> Result<Self::Value, A::Error> {
+                Err(de::Error::custom(format_args!("invalid type: sequence, expected {}", &self as &dyn de::Expected)))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Self::Value, A::Error> {
                 let mut entries = Vec::new();
@@ -28,7 +63,7 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for OrderedMap<V> {
                 Ok(OrderedMap(entries))
             }
         }
-        deserializer.deserialize_map(MapVisitor(PhantomData))
+        deserializer.deserialize_any(MapVisitor(PhantomData))
     }
 }
 
@@ -36,14 +71,18 @@ impl<'de, V: Deserialize<'de>> Deserialize<'de> for OrderedMap<V> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawRecipe {
-    pub recipe: Spanned<String>,
+    /// Required; optional here so that its absence is reported with a useful location.
+    #[serde(default)]
+    pub recipe: Option<Spanned<String>>,
     #[serde(default)]
     pub description: Option<String>,
     #[serde(default)]
     pub dims: Option<Spanned<OrderedMap<Spanned<RawDim>>>>,
     #[serde(default)]
     pub vars: Option<Spanned<OrderedMap<Spanned<serde_json::Value>>>>,
-    pub steps: Spanned<OrderedMap<Spanned<RawStep>>>,
+    /// Required, as `recipe`.
+    #[serde(default)]
+    pub steps: Option<Spanned<OrderedMap<Spanned<RawStep>>>>,
 }
 
 /// A dim as written: a count, a list, a range or a group.
@@ -98,9 +137,7 @@ impl<'de> Deserialize<'de> for Scalar {
             fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
                 Ok(Scalar::Str(v.to_string()))
             }
-            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
-                Err(E::custom(format!("dim values are integers or strings, got the number {v}")))
-            }
+            reject_scalars!(visit_f64(f64) => Float);
         }
         deserializer.deserialize_any(ScalarVisitor)
     }
@@ -123,6 +160,8 @@ impl<'de> Deserialize<'de> for RawDim {
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawDim, E> {
                 i64::try_from(v).map(RawDim::Count).map_err(|_| E::custom("dim count too large"))
             }
+            reject_scalars!(visit_bool(bool) => Bool, visit_f64(f64) => Float, visit_str(&str) => Str);
+            reject_unit!();
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawDim, A::Error> {
                 let mut values = Vec::new();
                 while let Some(v) = seq.next_element::<Spanned<Scalar>>()? {
@@ -149,22 +188,22 @@ fn dim_from_entries(entries: OrderedMap<Spanned<serde_json::Value>>, is_group: b
         let Some((_, value)) = entries.0.iter().find(|(k, _)| k.value == name) else {
             return Ok(None);
         };
-        let number = value.value.as_i64().ok_or_else(|| format!("`{name}` must be an integer, got {}", value.value))?;
+        let number = value.value.as_i64().ok_or_else(|| format!("`{name}` is {}; expected an integer", value.value))?;
         Ok(Some(Spanned::new(number, value.referenced, value.defined)))
     };
     for (key, _) in &entries.0 {
         if !allowed.contains(&key.value.as_str()) {
-            return Err(format!("unknown key `{}` in a dim, expected one of {}", key.value, allowed.join(", ")));
+            return Err(format!("unknown key `{}` in a dim; expected one of: {}", key.value, allowed.join(", ")));
         }
     }
     if is_group {
-        let size = int_field("size")?.ok_or("a group dim needs `size`, e.g. `{group: hour, size: 6}`")?;
+        let size = int_field("size")?.ok_or("a group dim without `size`; expected `{group: DIM, size: N}`, e.g. `{group: hour, size: 6}`")?;
         let (_, group) = entries.0.iter().find(|(k, _)| k.value == "group").expect("is_group");
-        let name = group.value.as_str().ok_or_else(|| format!("`group` must name a dim, got {}", group.value))?;
+        let name = group.value.as_str().ok_or_else(|| format!("`group` is {}; expected the name of a dim", group.value))?;
         Ok(RawDim::Group(RawGroup { group: Spanned::new(name.to_string(), group.referenced, group.defined), size }))
     } else {
-        let start = int_field("start")?.ok_or("a range dim needs `start` and `stop`, e.g. `{start: 0, stop: 23}`")?;
-        let stop = int_field("stop")?.ok_or("a range dim needs `stop`, e.g. `{start: 0, stop: 23}`")?;
+        let start = int_field("start")?.ok_or("a range dim without `start`; expected `{start: N, stop: M}`, e.g. `{start: 0, stop: 23}`")?;
+        let stop = int_field("stop")?.ok_or("a range dim without `stop`; expected `{start: N, stop: M}`, e.g. `{start: 0, stop: 23}`")?;
         Ok(RawDim::Range(RawRange { start, stop, step: int_field("step")? }))
     }
 }
@@ -173,17 +212,44 @@ fn dim_from_entries(entries: OrderedMap<Spanned<serde_json::Value>>, is_group: b
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawStep {
-    pub plugin: Spanned<String>,
+    /// Required, as `recipe`.
+    #[serde(default)]
+    pub plugin: Option<Spanned<String>>,
     #[serde(default)]
     pub description: Option<String>,
     #[serde(default)]
-    pub over: Option<Spanned<Vec<Spanned<String>>>>,
+    pub over: Option<Spanned<DimNames>>,
     #[serde(default)]
     pub inputs: Option<Spanned<RawInputs>>,
     #[serde(default)]
     pub args: Option<Spanned<OrderedMap<Spanned<serde_json::Value>>>>,
     #[serde(default)]
     pub memory: Option<Spanned<Scalar>>,
+}
+
+/// `over:`, a list of dim names.
+#[derive(Debug, Default)]
+pub struct DimNames(pub Vec<Spanned<String>>);
+
+impl<'de> Deserialize<'de> for DimNames {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NamesVisitor;
+        impl<'de> Visitor<'de> for NamesVisitor {
+            type Value = DimNames;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a list of dims, e.g. `[member, lead]`")
+            }
+            reject_all_scalars!();
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<DimNames, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<Spanned<String>>()? {
+                    names.push(name);
+                }
+                Ok(DimNames(names))
+            }
+        }
+        deserializer.deserialize_any(NamesVisitor)
+    }
 }
 
 /// `inputs:` as a map of name → step (or `{step, select}`), or a list of step names.
@@ -201,6 +267,7 @@ impl<'de> Deserialize<'de> for RawInputs {
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
                 f.write_str("inputs as a map (`{field: load}`) or a list of steps (`[load, mask]`)")
             }
+            reject_all_scalars!();
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<RawInputs, A::Error> {
                 let mut steps = Vec::new();
                 while let Some(step) = seq.next_element::<Spanned<String>>()? {

@@ -21,6 +21,8 @@ pub struct FormatSpec {
 impl FormatSpec {
     const EXPECTED: &'static str = "a format like `03`, `5`, `.2f`, `x` or `s` \
         ([0][width][.precision][d|f|x|s])";
+    /// Widest width and longest precision (the formatter itself takes at most 65535).
+    const MAX_DIGITS: usize = 255;
 
     fn parse(spec: &str) -> Result<FormatSpec, String> {
         let mut rest = spec;
@@ -47,6 +49,9 @@ impl FormatSpec {
         };
         if precision.is_some() && matches!(kind, Some('d' | 'x')) {
             return Err(format!("precision does not apply to integers; expected {}", Self::EXPECTED));
+        }
+        if width.max(precision.unwrap_or(0)) > Self::MAX_DIGITS {
+            return Err(format!("width or precision too large; expected at most {}", Self::MAX_DIGITS));
         }
         Ok(FormatSpec { zero_pad, width, precision, kind })
     }
@@ -196,11 +201,19 @@ impl Template {
                     chars.next();
                     literal.push('}');
                 }
-                '}' => return Err(format!("unmatched `}}` at character {}; write `}}}}` for a literal brace", at + 1)),
+                '}' => {
+                    return Err(format!(
+                        "unmatched `}}` at character {}; expected a `{{` before it, or `}}}}` for a literal brace",
+                        at + 1
+                    ));
+                }
                 '{' => {
                     let body: String = chars.by_ref().map(|(_, c)| c).take_while(|&c| c != '}').collect();
                     if !text[at + 1..].contains('}') {
-                        return Err(format!("unclosed `{{` at character {}; write `{{{{` for a literal brace", at + 1));
+                        return Err(format!(
+                            "unclosed `{{` at character {}; expected a `}}` after the name, or `{{{{` for a literal brace",
+                            at + 1
+                        ));
                     }
                     if !literal.is_empty() {
                         segments.push(Segment::Literal(std::mem::take(&mut literal)));
@@ -285,7 +298,14 @@ fn parse_reference(body: &str) -> Result<Segment, String> {
         return Err(format!("`{{{body}}}` is not a reference; expected `{{name}}` or `{{name:format}}`"));
     }
     let spec = match spec_text {
-        Some(text) => FormatSpec::parse(text).map_err(|e| format!("bad format `{text}` in `{{{body}}}`: expected {e}"))?,
+        Some(text) => FormatSpec::parse(text).map_err(|e| {
+            // `e` is either the expected format alone or what is wrong and then what was expected.
+            if e == FormatSpec::EXPECTED {
+                format!("bad format `{text}` in `{{{body}}}`; expected {e}")
+            } else {
+                format!("bad format `{text}` in `{{{body}}}`: {e}")
+            }
+        })?,
         None => FormatSpec::default(),
     };
     Ok(Segment::Ref { name: name.to_string(), spec, has_spec: spec_text.is_some() })

@@ -15,10 +15,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use runner_plugin::{DimValue, Host, Input, Inputs, TaskContext, Value, task_tag};
+use runner_plugin::{DimValue, Host, Input, Inputs, TaskContext, TaskError, Value, task_tag};
+use smallvec::SmallVec;
 
 use crate::graph::Graph;
-use crate::measure;
+use crate::measure::{self, TaskMemory};
 use crate::plan::Plan;
 use crate::recipe::{Recipe, StepId};
 pub use state::{Ledger, Outcome, TaskRef};
@@ -89,6 +90,7 @@ pub fn run(recipe: &Recipe, graph: &Graph, plan: &Plan, options: &RunOptions, pr
     // Nested parallel work (TaskContext::join and friends) runs on rayon's global pool; size it
     // like the worker pool. It can only be set once per process, which is fine for the CLI.
     let _ = rayon::ThreadPoolBuilder::new().num_threads(workers).build_global();
+    install_panic_hook();
     let started = Instant::now();
     let shared = Shared {
         recipe,
@@ -229,18 +231,45 @@ impl<'s, 'r> Worker<'s, 'r> {
 
     /// Runs one task outside the lock and measures it.
     fn execute(&mut self, assignment: &Assignment) -> Finished {
+        let TaskRef { step, index } = assignment.task;
+        self.describe_task(step, index);
+        let started = Instant::now();
+        let (result, memory) = self.run_plugin(step);
+        let wall = started.elapsed();
+        let peak = memory.map_or(0, |m| m.peak_bytes);
+        let stats = &mut self.stats[step];
+        stats.wall += wall;
+        stats.estimate.record(assignment.reservation);
+        stats.peak.record(peak);
+        if self.shared.plan.steps[step].estimate > self.shared.options.budget {
+            stats.oversized += 1;
+        }
+        if peak > assignment.reservation {
+            stats.underestimates += 1;
+        }
+        match result {
+            Ok(Ok(output)) => {
+                stats.ok += 1;
+                stats.output_bytes += output.buffer_bytes();
+                Finished { outcome: Outcome::Ok, output }
+            }
+            Ok(Err(error)) => self.fail(step, error.to_string()),
+            Err(panic) => self.fail(step, format!("panicked: {}", panic_message(&*panic))),
+        }
+    }
+
+    /// Calls the plugin with the collected inputs, under the task's allocation tag, catching
+    /// panics; returns what it returned and what it allocated.
+    fn run_plugin(&self, step_id: StepId) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>) {
         let shared = self.shared;
-        let TaskRef { step: step_id, index } = assignment.task;
         let step = &shared.recipe.steps[step_id];
-        self.describe_task(step_id, index);
         let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
         let args = step.args.for_task(&lookup);
-        let mut inputs: Vec<Input<'_>> = Vec::with_capacity(self.counts.len());
+        let mut inputs: SmallVec<[Input<'_>; 4]> = SmallVec::new();
         let mut start = 0;
         for (&edge, &count) in shared.graph.steps[step_id].inputs.iter().zip(&self.counts) {
             let e = &shared.graph.edges[edge];
-            let name = step.inputs[e.input].name.as_str();
-            inputs.push(Input::new(name, e.gathered, &self.values[start..start + count]));
+            inputs.push(Input::new(&step.inputs[e.input].name, e.gathered, &self.values[start..start + count]));
             start += count;
         }
         let inputs = Inputs::new(&inputs);
@@ -252,32 +281,10 @@ impl<'s, 'r> Worker<'s, 'r> {
         };
         let host = TaskHost { work_dir: &shared.options.work_dir, step: &step.name, key: &self.key };
         let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
-        let started = Instant::now();
-        let result = task_tag::with(tag, || {
-            catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, &inputs)))
-        });
+        let result =
+            task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, &inputs))));
         let memory = if measured { measure::end_task(tag).ok() } else { None };
-        let wall = started.elapsed();
-        let stats = &mut self.stats[step_id];
-        stats.wall += wall;
-        stats.estimate.record(assignment.reservation);
-        if shared.plan.steps[step_id].estimate > shared.options.budget {
-            stats.oversized += 1;
-        }
-        let peak = memory.map_or(0, |m| m.peak_bytes);
-        stats.peak.record(peak);
-        if peak > assignment.reservation {
-            stats.underestimates += 1;
-        }
-        match result {
-            Ok(Ok(output)) => {
-                stats.ok += 1;
-                stats.output_bytes += output.buffer_bytes();
-                Finished { outcome: Outcome::Ok, output }
-            }
-            Ok(Err(error)) => self.fail(step_id, error.to_string()),
-            Err(panic) => self.fail(step_id, format!("panicked: {}", panic_message(&*panic))),
-        }
+        (result, memory)
     }
 
     fn fail(&mut self, step: StepId, error: String) -> Finished {
@@ -317,14 +324,40 @@ fn next_tag(counter: &AtomicU64) -> u32 {
     }
 }
 
-/// The text of a panic payload.
+thread_local! {
+    /// Where the last panic on this thread happened, captured by [`install_panic_hook`].
+    static PANIC_LOCATION: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// A task's panic is reported as the task's failure, so the default hook's message (printed
+/// in the middle of the progress bar) is replaced by capturing where it happened.
+fn install_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if task_tag::current() == task_tag::NO_TASK {
+                previous(info);
+                return;
+            }
+            let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+            let _ = PANIC_LOCATION.try_with(|cell| *cell.borrow_mut() = location);
+        }));
+    });
+}
+
+/// The text of a panic payload, with where it happened when known.
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
+    let text = if let Some(s) = payload.downcast_ref::<&str>() {
         (*s).to_string()
     } else if let Some(s) = payload.downcast_ref::<String>() {
         s.clone()
     } else {
         "a panic with a non-text payload".to_string()
+    };
+    match PANIC_LOCATION.try_with(|cell| cell.borrow_mut().take()).ok().flatten() {
+        Some(location) => format!("{text} (at {location})"),
+        None => text,
     }
 }
 

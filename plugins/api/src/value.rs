@@ -83,7 +83,7 @@ element!(u8, U8);
 /// Reinterprets bytes as elements when they are aligned; mapped files are page-aligned.
 fn cast_slice<T: Element>(bytes: &[u8]) -> Option<&[T]> {
     let size = std::mem::size_of::<T>();
-    if bytes.len() % size != 0 || (bytes.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+    if !bytes.len().is_multiple_of(size) || !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
         return None;
     }
     // SAFETY: alignment and length were checked above, and every bit pattern is a valid value of

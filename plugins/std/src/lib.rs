@@ -6,7 +6,7 @@
 //! | `alloc` | [`alloc`] |
 //! | `synth` | [`synth`] |
 //! | `threshold` | [`threshold`] |
-//! | `nbhood` | `nbhood` |
+//! | `nbhood` | [`nbhood`] |
 //! | `mean` | [`mean`] |
 //! | `read_npy`, `write_npy` | [`npy`] |
 
@@ -16,6 +16,7 @@ use runner_plugin::Plugin;
 
 pub mod alloc;
 pub mod mean;
+pub mod nbhood;
 pub mod noop;
 pub mod npy;
 mod support;
@@ -33,6 +34,7 @@ pub fn all() -> Vec<Arc<dyn Plugin>> {
         Arc::new(alloc::Alloc),
         Arc::new(synth::Synth),
         Arc::new(threshold::Threshold),
+        Arc::new(nbhood::Nbhood),
         Arc::new(mean::Mean),
         Arc::new(npy::ReadNpy),
         Arc::new(npy::WriteNpy),

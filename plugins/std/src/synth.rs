@@ -19,8 +19,8 @@
 
 use runner_plugin::serde_json::json;
 use runner_plugin::{
-    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError,
-    Value, ValueMeta,
+    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin,
+    TaskContext, TaskError, Value, ValueMeta,
 };
 
 use crate::support::{fnv1a64, positive_whole, shown};
@@ -29,16 +29,20 @@ const ARGS: &[ArgSpec] = &[
     ArgSpec::required("ny", "rows of the field"),
     ArgSpec::required("nx", "columns of the field"),
     ArgSpec::required("wet_fraction", "fraction of cells with rain, 0 to 1"),
-    ArgSpec::optional("seed", "0", "any text; the same seed gives the same weather"),
+    ArgSpec::optional(
+        "seed",
+        "0",
+        "any text; the same seed gives the same weather",
+    ),
 ];
 
 /// Blobs making up the smooth random field.
-const BLOBS: usize = 32;
+const BLOBS: usize = 48;
 /// The envelope ellipse covers this many times the wet area, leaving room for dry gaps.
 const ENVELOPE_PER_WET_AREA: f64 = 1.6;
 /// The field's floor between blobs, so the envelope alone still orders the cells.
-const BASE: f32 = 0.15;
-/// Blobs are cut off this many standard deviations from their centre (weight e^-6 there).
+const BASE: f32 = 0.05;
+/// Blobs are cut off this many standard deviations from their centre (the profiles are shifted to reach 0 there).
 const BLOB_SUPPORT_SIGMAS: f64 = 3.5;
 /// Rain rate at the edge of the wet region, mm/h.
 const EDGE_RATE: f32 = 0.05;
@@ -65,7 +69,10 @@ impl Settings {
             _ => {
                 return Err(ArgError::new(
                     "nx",
-                    format!("`ny` × `nx` = {ny} × {nx} cells is too many (at most {})", u32::MAX),
+                    format!(
+                        "`ny` × `nx` = {ny} × {nx} cells is too many (at most {})",
+                        u32::MAX
+                    ),
                 ));
             }
         }
@@ -73,11 +80,19 @@ impl Settings {
         if !(0.0..=1.0).contains(&wet_fraction) {
             return Err(ArgError::new(
                 "wet_fraction",
-                format!("`wet_fraction` must be between 0 and 1, got {}", shown(args.get("wet_fraction"))),
+                format!(
+                    "`wet_fraction` must be between 0 and 1, got {}",
+                    shown(args.get("wet_fraction"))
+                ),
             ));
         }
         let seed = args.str_or("seed", "0")?;
-        Ok(Settings { ny: ny as usize, nx: nx as usize, wet_fraction, seed })
+        Ok(Settings {
+            ny: ny as usize,
+            nx: nx as usize,
+            wet_fraction,
+            seed,
+        })
     }
 
     fn cells(&self) -> usize {
@@ -104,12 +119,17 @@ impl Plugin for Synth {
 
     fn output(&self, args: &Args, _inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
         let settings = Settings::from_args(args)?;
-        Ok(ValueMeta::Array { dtype: DType::F32, shape: vec![settings.ny, settings.nx] })
+        Ok(ValueMeta::Array {
+            dtype: DType::F32,
+            shape: vec![settings.ny, settings.nx],
+        })
     }
 
     /// The field is built in the output itself; the two radix histograms are the only extra.
     fn estimate(&self, args: &Args, _inputs: InputsForEstimate<'_>, _output: &ValueMeta) -> u64 {
-        let Ok(settings) = Settings::from_args(args) else { return 0 };
+        let Ok(settings) = Settings::from_args(args) else {
+            return 0;
+        };
         let histograms = 2 * DIGIT_VALUES * std::mem::size_of::<u32>();
         let profiles = 2 * (settings.ny + settings.nx) * std::mem::size_of::<f32>();
         (settings.cells() * std::mem::size_of::<f32>() + histograms + profiles) as u64
@@ -119,7 +139,13 @@ impl Plugin for Synth {
         let settings = Settings::from_args(args).map_err(|e| TaskError::msg(e.message))?;
         let mut field = ctx.zeros::<f32>(&[settings.ny, settings.nx]);
         let cells = field.as_slice_mut().expect("a new array is in C order");
-        synthesise(cells, settings.ny, settings.nx, settings.wet_fraction, &settings.seed);
+        synthesise(
+            cells,
+            settings.ny,
+            settings.nx,
+            settings.wet_fraction,
+            &settings.seed,
+        );
         let array = Array::from_ndarray(field)
             .with_attr("units", "mm/h")
             .with_attr("wet_fraction", json!(settings.wet_fraction))
@@ -143,7 +169,11 @@ pub(crate) fn synthesise(out: &mut [f32], ny: usize, nx: usize, wet_fraction: f6
     }
     apply_envelope(out, nx, &shape);
     // Exactly `wet_cells` values lie above the value ranked just below them (ties aside).
-    let threshold = if wet_cells == cells { -1.0 } else { select(out, cells - wet_cells - 1) };
+    let threshold = if wet_cells == cells {
+        -1.0
+    } else {
+        select(out, cells - wet_cells - 1)
+    };
     to_rain_rate(out, threshold, storm.peak_rate);
 }
 
@@ -199,17 +229,24 @@ impl Storm {
         let blobs = (0..BLOBS)
             .map(|_| {
                 // Uniform over a disc a little wider than the ellipse.
-                let radius = 1.1 * rng.uniform(0.0, 1.0).sqrt();
+                let radius = 1.2 * rng.uniform(0.0, 1.0).sqrt();
                 let bearing = rng.uniform(0.0, std::f64::consts::TAU);
                 Blob {
                     along: radius * bearing.cos(),
                     across: radius * bearing.sin(),
-                    size: rng.uniform(0.10, 0.35),
+                    size: rng.uniform(0.05, 0.18),
                     amplitude: rng.uniform(0.3, 1.0),
                 }
             })
             .collect();
-        Storm { centre_y, centre_x, angle, aspect, peak_rate, blobs }
+        Storm {
+            centre_y,
+            centre_x,
+            angle,
+            aspect,
+            peak_rate,
+            blobs,
+        }
     }
 
     /// The storm laid out on a grid, sized for `wet_fraction`.
@@ -260,10 +297,17 @@ impl StormShape {
 /// Adds a Gaussian blob over its support as the outer product of its row and column profiles.
 fn add_blob(out: &mut [f32], ny: usize, nx: usize, blob: &PlacedBlob) {
     let reach = BLOB_SUPPORT_SIGMAS * blob.sigma;
-    let (Some(rows), Some(cols)) = (support(blob.y, reach, ny), support(blob.x, reach, nx)) else { return };
+    let (Some(rows), Some(cols)) = (support(blob.y, reach, ny), support(blob.x, reach, nx)) else {
+        return;
+    };
+    // The Gaussian less its value at the cut-off, so the blob fades to exactly 0 at the edge of
+    // its support: a jump there, however small, would show as a straight edge of the rain.
+    let edge = (-0.5 * BLOB_SUPPORT_SIGMAS * BLOB_SUPPORT_SIGMAS).exp();
     let profile = |centre: f64, range: std::ops::Range<usize>| -> Vec<f32> {
         let scale = -0.5 / (blob.sigma * blob.sigma);
-        range.map(|i| ((i as f64 - centre).powi(2) * scale).exp() as f32).collect()
+        range
+            .map(|i| (((i as f64 - centre).powi(2) * scale).exp() - edge).max(0.0) as f32)
+            .collect()
     };
     let across_rows = profile(blob.y, rows.clone());
     let across_cols = profile(blob.x, cols.clone());
@@ -281,7 +325,7 @@ fn add_blob(out: &mut [f32], ny: usize, nx: usize, blob: &PlacedBlob) {
 fn support(centre: f64, reach: f64, len: usize) -> Option<std::ops::Range<usize>> {
     let start = (centre - reach).ceil().max(0.0);
     let end = ((centre + reach).floor() + 1.0).min(len as f64);
-    (start < end).then(|| start as usize..end as usize)
+    (start < end).then_some(start as usize..end as usize)
 }
 
 /// Multiplies each cell by the storm's envelope `1 / (1 + q)³`, with `q` the squared elliptical
@@ -295,7 +339,8 @@ fn apply_envelope(out: &mut [f32], nx: usize, shape: &StormShape) {
         // Coordinates along and across the major axis are linear along a row.
         let along0 = dx0 * cos + dy * sin;
         let across0 = -dx0 * sin + dy * cos;
-        for (x, cell) in row.iter_mut().enumerate() {
+        // An i32 column index converts to f32 in vector registers; a usize one does not.
+        for (cell, x) in row.iter_mut().zip(0i32..) {
             let x = x as f32;
             let along = (along0 + x * cos) * inv_major;
             let across = (across0 - x * sin) * inv_minor;
@@ -348,7 +393,11 @@ fn to_rain_rate(field: &mut [f32], threshold: f32, peak_rate: f32) {
     let span = peak_rate - EDGE_RATE;
     for cell in field.iter_mut() {
         let height = (*cell - threshold) * scale;
-        *cell = if *cell > threshold { EDGE_RATE + span * height * height } else { 0.0 };
+        *cell = if *cell > threshold {
+            EDGE_RATE + span * height * height
+        } else {
+            0.0
+        };
     }
 }
 
@@ -359,7 +408,12 @@ mod tests {
     use runner_plugin::serde_json::json;
 
     fn field(ny: usize, nx: usize, wet: f64, seed: &str) -> Vec<f32> {
-        let value = run(&Synth, json!({"ny": ny, "nx": nx, "wet_fraction": wet, "seed": seed}), &[]).unwrap();
+        let value = run(
+            &Synth,
+            json!({"ny": ny, "nx": nx, "wet_fraction": wet, "seed": seed}),
+            &[],
+        )
+        .unwrap();
         let array = ndarray_of::<f32>(&value);
         assert_eq!(array.shape(), &[ny, nx]);
         array.iter().copied().collect()
@@ -395,7 +449,10 @@ mod tests {
             for wet in [0.02, 0.1, 0.3, 0.6, 1.0] {
                 let cells = field(150, 170, wet, seed);
                 let got = wet_fraction_of(&cells);
-                assert!((got - wet).abs() <= 0.05, "seed {seed}: asked {wet}, got {got}");
+                assert!(
+                    (got - wet).abs() <= 0.05,
+                    "seed {seed}: asked {wet}, got {got}"
+                );
                 assert!(cells.iter().all(|&v| v >= 0.0 && v.is_finite()));
                 // Rain starts at a light rate: no cell is "almost" dry.
                 assert!(cells.iter().all(|&v| v == 0.0 || v >= EDGE_RATE * 0.999));
@@ -414,7 +471,10 @@ mod tests {
                     (y1 - y0 + 1) * (x1 - x0 + 1)
                 })
                 .collect();
-            assert!(areas.windows(2).all(|w| w[0] < w[1] || w[0] == 120 * 130), "seed {seed}: {areas:?}");
+            assert!(
+                areas.windows(2).all(|w| w[0] < w[1] || w[0] == 120 * 130),
+                "seed {seed}: {areas:?}"
+            );
             // One system: the smallest wet region is compact, not spread over the whole grid.
             assert!(areas[0] < 120 * 130 / 4, "seed {seed}: {areas:?}");
         }
@@ -443,23 +503,51 @@ mod tests {
 
     #[test]
     fn metadata_and_arguments() {
-        let (meta, estimate) = plan(&Synth, json!({"ny": 970, "nx": "1042", "wet_fraction": "0.3"}), &[]).unwrap();
-        assert_eq!(meta, ValueMeta::Array { dtype: DType::F32, shape: vec![970, 1042] });
-        assert!(estimate >= 970 * 1042 * 4 && estimate < 970 * 1042 * 4 + (1 << 20), "{estimate}");
+        let (meta, estimate) = plan(
+            &Synth,
+            json!({"ny": 970, "nx": "1042", "wet_fraction": "0.3"}),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            meta,
+            ValueMeta::Array {
+                dtype: DType::F32,
+                shape: vec![970, 1042]
+            }
+        );
+        let field_bytes = 970 * 1042 * 4;
+        assert!(
+            (field_bytes..field_bytes + (1 << 20)).contains(&estimate),
+            "{estimate}"
+        );
         for (bad, arg) in [
             (json!({"ny": -1, "nx": 3, "wet_fraction": 0.1}), "ny"),
             (json!({"ny": 0, "nx": 3, "wet_fraction": 0.1}), "ny"),
             (json!({"ny": 3, "nx": "wide", "wet_fraction": 0.1}), "nx"),
-            (json!({"ny": 3, "nx": 3, "wet_fraction": 1.5}), "wet_fraction"),
-            (json!({"ny": 3, "nx": 3, "wet_fraction": "-0.1"}), "wet_fraction"),
+            (
+                json!({"ny": 3, "nx": 3, "wet_fraction": 1.5}),
+                "wet_fraction",
+            ),
+            (
+                json!({"ny": 3, "nx": 3, "wet_fraction": "-0.1"}),
+                "wet_fraction",
+            ),
             (json!({"ny": 3, "nx": 3}), "wet_fraction"),
-            (json!({"ny": 100000, "nx": 100000, "wet_fraction": 0.1}), "nx"),
+            (
+                json!({"ny": 100000, "nx": 100000, "wet_fraction": 0.1}),
+                "nx",
+            ),
         ] {
             let err = Synth.check(&testing::args(bad.clone())).unwrap_err();
             assert_eq!(err.arg.as_deref(), Some(arg), "{bad}: {err}");
             assert!(err.message.contains(&format!("`{arg}`")), "{err}");
         }
-        let err = Synth.check(&testing::args(json!({"ny": -1, "nx": 3, "wet_fraction": 0}))).unwrap_err();
+        let err = Synth
+            .check(&testing::args(
+                json!({"ny": -1, "nx": 3, "wet_fraction": 0}),
+            ))
+            .unwrap_err();
         assert_eq!(err.message, "`ny` must be a positive whole number, got -1");
     }
 }
