@@ -59,6 +59,10 @@ pub struct StepShape {
     pub outputs: Vec<EdgeId>,
     /// Longest path from a source step; deeper steps free memory, so they go first.
     pub depth: u32,
+    /// Positions of `dims` in the order a source step's tasks are started, outermost first:
+    /// dims that some later step gathers vary fastest, so each gather completes (and frees its
+    /// inputs) as early as possible instead of after every other value of the outer dims.
+    pub start_order: Vec<usize>,
 }
 
 impl StepShape {
@@ -71,6 +75,17 @@ impl StepShape {
             index /= self.sizes[pos];
         }
         coords
+    }
+
+    /// Index of the `n`-th task to start, following `start_order`.
+    #[inline]
+    pub fn nth_to_start(&self, mut n: u64) -> u64 {
+        let mut coords = [0; MAX_DIMS];
+        for &pos in self.start_order.iter().rev() {
+            coords[pos] = n % self.sizes[pos];
+            n /= self.sizes[pos];
+        }
+        self.index(&coords)
     }
 
     /// Linear index of `coords`.
@@ -137,7 +152,8 @@ impl Graph {
             .map(|s| {
                 let sizes: Vec<u64> = s.over.iter().map(|&d| recipe.dims[d].len()).collect();
                 let tasks = sizes.iter().product();
-                StepShape { dims: s.over.clone(), sizes, tasks, inputs: Vec::new(), outputs: Vec::new(), depth: 0 }
+                let start_order = (0..sizes.len()).collect();
+                StepShape { dims: s.over.clone(), sizes, tasks, inputs: Vec::new(), outputs: Vec::new(), depth: 0, start_order }
             })
             .collect();
         let mut edges = Vec::new();
@@ -174,6 +190,7 @@ impl Graph {
             let depth = steps[s].inputs.iter().map(|&e| steps[edges[e].producer].depth + 1).max().unwrap_or(0);
             steps[s].depth = depth;
         }
+        order_starts(&mut steps, &edges, &topo);
         Ok(Graph { steps, edges, topo })
     }
 
@@ -227,9 +244,7 @@ impl Graph {
         let consumer = &self.steps[edge.consumer];
         let p = self.steps[edge.producer].coords(producer_index);
         let (mut lo, mut hi) = ([0; MAX_DIMS], [0; MAX_DIMS]);
-        for pos in 0..consumer.sizes.len() {
-            hi[pos] = consumer.sizes[pos];
-        }
+        hi[..consumer.sizes.len()].copy_from_slice(&consumer.sizes);
         for (pos, rule) in edge.rules.iter().enumerate() {
             match *rule {
                 ProducerRule::Match { consumer_pos } => (lo[consumer_pos], hi[consumer_pos]) = (p[pos], p[pos] + 1),
@@ -265,6 +280,22 @@ impl Graph {
     /// Number of producer values of the largest gather through `edge` (for planning).
     pub fn largest_gather(&self, edge: EdgeId) -> u64 {
         self.producer_count(edge, 0)
+    }
+}
+
+/// Sets each step's `start_order`: dims every downstream path keeps stay outer, the others
+/// (gathered somewhere downstream) go inner.
+fn order_starts(steps: &mut [StepShape], edges: &[Edge], topo: &[StepId]) {
+    let mut kept: Vec<Vec<DimId>> = steps.iter().map(|s| s.dims.clone()).collect();
+    for &s in topo.iter().rev() {
+        for &e in &steps[s].outputs {
+            let consumer_kept = kept[edges[e].consumer].clone();
+            kept[s].retain(|d| consumer_kept.contains(d));
+        }
+    }
+    for (s, step) in steps.iter_mut().enumerate() {
+        let (outer, inner): (Vec<usize>, Vec<usize>) = (0..step.dims.len()).partition(|&p| kept[s].contains(&step.dims[p]));
+        step.start_order = outer.into_iter().chain(inner).collect();
     }
 }
 

@@ -583,7 +583,9 @@ impl Compiler<'_> {
 
     fn compile_inputs(&mut self, step: &str, inputs: Option<Spanned<RawInputs>>, step_names: &[String]) -> Vec<InputSpec> {
         let Some(inputs) = inputs else { return Vec::new() };
-        let entries: Vec<(String, Loc, String, Loc, Option<Spanned<OrderedMap<Spanned<Scalar>>>>)> = match inputs.value {
+        // (name, its place, producer, its place, select)
+        type Entry = (String, Loc, String, Loc, Option<Spanned<OrderedMap<Spanned<Scalar>>>>);
+        let entries: Vec<Entry> = match inputs.value {
             RawInputs::List(steps) => steps
                 .into_iter()
                 .map(|s| (s.value.clone(), s.referenced.into(), s.value, s.referenced.into(), None))

@@ -247,10 +247,10 @@ impl Template {
         &self,
         lookup: &dyn Fn(&str) -> Option<TemplateValue<'v>>,
     ) -> Result<Filled, String> {
-        if let [Segment::Ref { name, has_spec: false, .. }] = self.segments.as_slice() {
-            if let Some(value) = lookup(name) {
-                return Ok(Filled::Value(value.to_json()));
-            }
+        if let [Segment::Ref { name, has_spec: false, .. }] = self.segments.as_slice()
+            && let Some(value) = lookup(name)
+        {
+            return Ok(Filled::Value(value.to_json()));
         }
         let mut segments = Vec::with_capacity(self.segments.len());
         let mut text = String::new();

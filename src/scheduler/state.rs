@@ -149,9 +149,9 @@ impl<'g> State<'g> {
     fn pop_ready(&mut self, step: StepId) -> Option<u64> {
         let s = &mut self.steps[step];
         if s.is_source {
-            let index = s.next_source;
+            let n = s.next_source;
             s.next_source += 1;
-            Some(index)
+            Some(self.graph.steps[step].nth_to_start(n))
         } else {
             s.ready.pop_front()
         }
