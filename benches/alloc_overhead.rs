@@ -65,12 +65,8 @@ fn alloc_free(c: &mut Criterion) {
         let mut group = c.benchmark_group(format!("alloc_free_{size}B"));
         group.bench_function("jemalloc", |b| b.iter(|| pair_jemalloc(layout)));
         group.bench_function("counting_untagged", |b| b.iter(|| pair_global(layout)));
-        group.bench_function("counting_tagged", |b| {
-            task_tag::with(tag, || b.iter(|| pair_global(layout)))
-        });
-        group.bench_function("counting_tagged_2_threads", |b| {
-            b.iter_custom(|iters| two_threads(tag, layout, iters))
-        });
+        group.bench_function("counting_tagged", |b| task_tag::with(tag, || b.iter(|| pair_global(layout))));
+        group.bench_function("counting_tagged_2_threads", |b| b.iter_custom(|iters| two_threads(tag, layout, iters)));
         group.finish();
     }
     measure::end_task(tag).expect("task still running");

@@ -16,7 +16,8 @@ pub fn parse_budget(text: &str) -> Result<u64, String> {
             .ok()
             .filter(|p: &f64| *p > 0.0 && *p <= 100.0)
             .ok_or_else(|| format!("invalid budget `{text}`: a percentage must be in (0, 100], e.g. `50%`"))?;
-        let available = available_memory().map_err(|e| format!("cannot read the available memory for `{text}`: {e}"))?;
+        let available =
+            available_memory().map_err(|e| format!("cannot read the available memory for `{text}`: {e}"))?;
         return Ok((available as f64 * percent / 100.0) as u64);
     }
     let bytes = parse_size(text)?;

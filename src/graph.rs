@@ -153,7 +153,15 @@ impl Graph {
                 let sizes: Vec<u64> = s.over.iter().map(|&d| recipe.dims[d].len()).collect();
                 let tasks = sizes.iter().product();
                 let start_order = (0..sizes.len()).collect();
-                StepShape { dims: s.over.clone(), sizes, tasks, inputs: Vec::new(), outputs: Vec::new(), depth: 0, start_order }
+                StepShape {
+                    dims: s.over.clone(),
+                    sizes,
+                    tasks,
+                    inputs: Vec::new(),
+                    outputs: Vec::new(),
+                    depth: 0,
+                    start_order,
+                }
             })
             .collect();
         let mut edges = Vec::new();
@@ -161,7 +169,8 @@ impl Graph {
             for (input, spec) in step.inputs.iter().enumerate() {
                 match edge_rules(recipe, consumer, input) {
                     Ok(rules) => {
-                        let gathered = rules.iter().any(|r| matches!(r, ProducerRule::All | ProducerRule::Block { .. }));
+                        let gathered =
+                            rules.iter().any(|r| matches!(r, ProducerRule::All | ProducerRule::Block { .. }));
                         let id = edges.len();
                         edges.push(Edge { producer: spec.producer, consumer, input, rules, gathered });
                         steps[consumer].inputs.push(id);
@@ -294,7 +303,8 @@ fn order_starts(steps: &mut [StepShape], edges: &[Edge], topo: &[StepId]) {
         }
     }
     for (s, step) in steps.iter_mut().enumerate() {
-        let (outer, inner): (Vec<usize>, Vec<usize>) = (0..step.dims.len()).partition(|&p| kept[s].contains(&step.dims[p]));
+        let (outer, inner): (Vec<usize>, Vec<usize>) =
+            (0..step.dims.len()).partition(|&p| kept[s].contains(&step.dims[p]));
         step.start_order = outer.into_iter().chain(inner).collect();
     }
 }
@@ -306,16 +316,36 @@ fn edge_rules(recipe: &Recipe, consumer: StepId, input: usize) -> Result<Vec<Pro
     let producer = &recipe.steps[spec.producer];
     let dim_name = |d: DimId| recipe.dims[d].name.as_str();
     let names = |dims: &[DimId]| -> String {
-        if dims.is_empty() { "nothing".into() } else { dims.iter().map(|&d| dim_name(d)).collect::<Vec<_>>().join(", ") }
+        if dims.is_empty() {
+            "nothing".into()
+        } else {
+            dims.iter().map(|&d| dim_name(d)).collect::<Vec<_>>().join(", ")
+        }
     };
     for &(dim, _, loc) in &spec.select {
         if !producer.over.contains(&dim) {
-            return Err(Diagnostic::new(loc, format!("`select` of input `{}` pins dim `{}`, but step `{}` does not run over it", spec.name, dim_name(dim), producer.name))
-                .expected(format!("a dim of step `{}`: {}", producer.name, names(&producer.over))));
+            return Err(Diagnostic::new(
+                loc,
+                format!(
+                    "`select` of input `{}` pins dim `{}`, but step `{}` does not run over it",
+                    spec.name,
+                    dim_name(dim),
+                    producer.name
+                ),
+            )
+            .expected(format!("a dim of step `{}`: {}", producer.name, names(&producer.over))));
         }
         if step.over.contains(&dim) {
-            return Err(Diagnostic::new(loc, format!("`select` of input `{}` pins dim `{}`, which step `{}` runs over and so matches one-to-one", spec.name, dim_name(dim), step.name))
-                .expected("`select` only on producer dims the consumer does not run over"));
+            return Err(Diagnostic::new(
+                loc,
+                format!(
+                    "`select` of input `{}` pins dim `{}`, which step `{}` runs over and so matches one-to-one",
+                    spec.name,
+                    dim_name(dim),
+                    step.name
+                ),
+            )
+            .expected("`select` only on producer dims the consumer does not run over"));
         }
     }
     let mut rules = Vec::with_capacity(producer.over.len());
@@ -343,8 +373,16 @@ fn edge_rules(recipe: &Recipe, consumer: StepId, input: usize) -> Result<Vec<Pro
                 continue;
             }
             _ => {
-                return Err(Diagnostic::new(spec.loc, format!("input `{}` of step `{}`: several group dims of `{}` would each gather it", spec.name, step.name, dim_name(dim)))
-                    .expected(format!("at most one group of `{}` in `over`", dim_name(dim))));
+                return Err(Diagnostic::new(
+                    spec.loc,
+                    format!(
+                        "input `{}` of step `{}`: several group dims of `{}` would each gather it",
+                        spec.name,
+                        step.name,
+                        dim_name(dim)
+                    ),
+                )
+                .expected(format!("at most one group of `{}` in `over`", dim_name(dim))));
             }
         }
         if let Some((base, _)) = recipe.dims[dim].group_of()
@@ -374,10 +412,12 @@ fn cycle_diagnostics(recipe: &Recipe, dag: &DiGraph<StepId, EdgeId>) -> Vec<Diag
             let loc = first.inputs.iter().find(|i| ids.contains(&i.producer)).map_or(first.loc, |i| i.loc);
             let message = match names.as_slice() {
                 [one] => format!("step `{one}` reads its own output"),
-                _ => format!("steps {} depend on each other in a cycle", names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")),
+                _ => format!(
+                    "steps {} depend on each other in a cycle",
+                    names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                ),
             };
             Diagnostic::new(loc, message).expected("a DAG: no step may (directly or indirectly) read its own output")
         })
         .collect()
 }
-

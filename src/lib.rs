@@ -40,7 +40,12 @@ impl Compiled {
     }
 
     /// Validates and plans recipe `text`, reporting errors as if it were read from `path`.
-    pub fn from_text(path: &Path, text: &str, options: &CompileOptions, registry: &Registry) -> Result<Compiled, RecipeError> {
+    pub fn from_text(
+        path: &Path,
+        text: &str,
+        options: &CompileOptions,
+        registry: &Registry,
+    ) -> Result<Compiled, RecipeError> {
         Self::finish(recipe::parse(path, text.to_string(), options, registry)?)
     }
 

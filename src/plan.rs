@@ -101,7 +101,8 @@ impl Plan {
                 None => (plugin_estimate, EstimateSource::Plugin),
             };
             outputs[id] = Some(output.clone());
-            steps[id] = Some(StepPlan { tasks: graph.steps[id].tasks, inputs, output, plugin_estimate, estimate, source });
+            steps[id] =
+                Some(StepPlan { tasks: graph.steps[id].tasks, inputs, output, plugin_estimate, estimate, source });
         }
         if !diagnostics.is_empty() {
             return Err(diagnostics);

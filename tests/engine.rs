@@ -79,7 +79,8 @@ fn run(yaml: &str, workers: usize) -> Outcome {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let registry = Registry::new([Arc::new(Echo { seen: seen.clone() }) as Arc<dyn Plugin>]);
     let options = CompileOptions { cycle: "C1".into(), set: vec![] };
-    let compiled = Compiled::from_text(Path::new("test.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"));
+    let compiled =
+        Compiled::from_text(Path::new("test.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"));
     let work_dir = tempfile::tempdir().unwrap();
     let options = RunOptions { workers, budget: 1 << 30, work_dir: work_dir.path().join("run") };
     let report = scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default());
@@ -113,7 +114,10 @@ steps:
         2,
     );
     assert_eq!(out.report.total(|s| s.ok), 6 + 2 + 1 + 6);
-    assert_eq!(out.output("mean[lead=6]")["in"]["members"], json!(["member=0,lead=6", "member=1,lead=6", "member=2,lead=6"]));
+    assert_eq!(
+        out.output("mean[lead=6]")["in"]["members"],
+        json!(["member=0,lead=6", "member=1,lead=6", "member=2,lead=6"])
+    );
     let apply = &out.output("apply[member=2,lead=1]")["in"];
     assert_eq!(apply["field"], "member=2,lead=1");
     assert_eq!(apply["mean"], "lead=1");

@@ -105,9 +105,7 @@ const RUN_CASES: &[&str] = &[
 ];
 
 fn corpus_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests")
-        .join("invalid_recipes")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("invalid_recipes")
 }
 
 fn corpus_file(name: &str) -> PathBuf {
@@ -116,20 +114,12 @@ fn corpus_file(name: &str) -> PathBuf {
 
 fn runner() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-    command
-        .env_remove("RUNNER_DB")
-        .env_remove("RUST_BACKTRACE")
-        .env_remove("RUST_LOG");
+    command.env_remove("RUNNER_DB").env_remove("RUST_BACKTRACE").env_remove("RUST_LOG");
     command
 }
 
 fn plan(path: &Path, extra: &[&str]) -> Output {
-    let output = runner()
-        .arg("plan")
-        .arg(path)
-        .args(extra)
-        .output()
-        .expect("start runner");
+    let output = runner().arg("plan").arg(path).args(extra).output().expect("start runner");
     assert_never_panics(path, &output);
     output
 }
@@ -141,18 +131,9 @@ fn stderr(output: &Output) -> String {
 fn assert_never_panics(path: &Path, output: &Output) {
     let text = stderr(output);
     for word in ["panicked", "RUST_BACKTRACE"] {
-        assert!(
-            !text.contains(word),
-            "{}: stderr mentions {word:?}:\n{text}",
-            path.display()
-        );
+        assert!(!text.contains(word), "{}: stderr mentions {word:?}:\n{text}", path.display());
     }
-    assert!(
-        output.status.code().is_some(),
-        "{}: killed by a signal: {:?}",
-        path.display(),
-        output.status
-    );
+    assert!(output.status.code().is_some(), "{}: killed by a signal: {:?}", path.display(), output.status);
 }
 
 /// The problems `runner` reported for `path`: (line, column, first line of the problem).
@@ -163,11 +144,7 @@ fn reported(path: &Path, stderr: &str) -> Vec<(u32, u32, String)> {
         .filter_map(|line| line.strip_prefix(&prefix).map(|rest| (line, rest)))
         .map(|(line, rest)| {
             let mut parts = rest.splitn(3, ':');
-            match (
-                parts.next().map(str::parse),
-                parts.next().map(str::parse),
-                parts.next(),
-            ) {
+            match (parts.next().map(str::parse), parts.next().map(str::parse), parts.next()) {
                 (Some(Ok(l)), Some(Ok(c)), Some(_)) => (l, c, line.to_string()),
                 _ => (0, 0, line.to_string()),
             }
@@ -178,13 +155,7 @@ fn reported(path: &Path, stderr: &str) -> Vec<(u32, u32, String)> {
 fn corpus_names() -> BTreeSet<String> {
     std::fs::read_dir(corpus_dir())
         .expect("read tests/invalid_recipes")
-        .map(|entry| {
-            entry
-                .expect("dir entry")
-                .file_name()
-                .to_string_lossy()
-                .into_owned()
-        })
+        .map(|entry| entry.expect("dir entry").file_name().to_string_lossy().into_owned())
         .filter(|name| name.ends_with(".yaml"))
         .collect()
 }
@@ -193,15 +164,8 @@ fn corpus_names() -> BTreeSet<String> {
 fn the_table_covers_the_whole_corpus() {
     let listed: BTreeSet<String> = CASES.iter().map(|(file, ..)| file.to_string()).collect();
     let on_disk = corpus_names();
-    assert_eq!(
-        listed, on_disk,
-        "every corpus file needs a row in CASES, and every row a file"
-    );
-    assert!(
-        on_disk.len() >= 35,
-        "only {} invalid recipes",
-        on_disk.len()
-    );
+    assert_eq!(listed, on_disk, "every corpus file needs a row in CASES, and every row a file");
+    assert!(on_disk.len() >= 35, "only {} invalid recipes", on_disk.len());
     for file in RUN_CASES {
         assert!(on_disk.contains(*file), "{file} is not in the corpus");
     }
@@ -222,24 +186,14 @@ fn every_invalid_recipe_is_reported_where_it_is_wrong() {
             problems.push(format!("exit code {:?}, expected 2", output.status.code()));
         }
         if !output.stdout.is_empty() {
-            problems.push(format!(
-                "printed a plan:\n{}",
-                String::from_utf8_lossy(&output.stdout)
-            ));
+            problems.push(format!("printed a plan:\n{}", String::from_utf8_lossy(&output.stdout)));
         }
         if got.len() != expected.len() {
-            problems.push(format!(
-                "{} problems reported, expected {}",
-                got.len(),
-                expected.len()
-            ));
+            problems.push(format!("{} problems reported, expected {}", got.len(), expected.len()));
         }
-        for ((_, line, column, words), (got_line, got_column, message)) in expected.iter().zip(&got)
-        {
+        for ((_, line, column, words), (got_line, got_column, message)) in expected.iter().zip(&got) {
             if (line, column) != (got_line, got_column) {
-                problems.push(format!(
-                    "reported at {got_line}:{got_column}, expected {line}:{column}: {message}"
-                ));
+                problems.push(format!("reported at {got_line}:{got_column}, expected {line}:{column}: {message}"));
             }
             for word in *words {
                 if !message.contains(word) {
@@ -248,18 +202,10 @@ fn every_invalid_recipe_is_reported_where_it_is_wrong() {
             }
         }
         if !problems.is_empty() {
-            failures.push(format!(
-                "{file}:\n  {}\n--- stderr ---\n{text}",
-                problems.join("\n  ")
-            ));
+            failures.push(format!("{file}:\n  {}\n--- stderr ---\n{text}", problems.join("\n  ")));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} corpus files misreported:\n\n{}",
-        failures.len(),
-        failures.join("\n\n")
-    );
+    assert!(failures.is_empty(), "{} corpus files misreported:\n\n{}", failures.len(), failures.join("\n\n"));
 }
 
 #[test]
@@ -267,19 +213,9 @@ fn no_corpus_file_makes_runner_panic() {
     for name in corpus_names() {
         let path = corpus_file(&name);
         let output = plan(&path, &[]);
-        assert_eq!(
-            output.status.code(),
-            Some(2),
-            "{name}:\n{}",
-            stderr(&output)
-        );
+        assert_eq!(output.status.code(), Some(2), "{name}:\n{}", stderr(&output));
         let json = plan(&path, &["--format", "json"]);
-        assert_eq!(
-            json.status.code(),
-            Some(2),
-            "{name} --format json:\n{}",
-            stderr(&json)
-        );
+        assert_eq!(json.status.code(), Some(2), "{name} --format json:\n{}", stderr(&json));
     }
 }
 
@@ -297,9 +233,7 @@ impl Sandbox {
 
     fn command(&self) -> Command {
         let mut command = runner();
-        command
-            .current_dir(self.root.path())
-            .env("TMPDIR", self.root.path().join("tmp"));
+        command.current_dir(self.root.path()).env("TMPDIR", self.root.path().join("tmp"));
         command
     }
 
@@ -308,12 +242,7 @@ impl Sandbox {
         fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
             for entry in std::fs::read_dir(dir).expect("read dir") {
                 let path = entry.expect("dir entry").path();
-                out.push(
-                    path.strip_prefix(root)
-                        .expect("under root")
-                        .display()
-                        .to_string(),
-                );
+                out.push(path.strip_prefix(root).expect("under root").display().to_string());
                 if path.is_dir() {
                     walk(&path, root, out);
                 }
@@ -340,14 +269,8 @@ fn run_rejects_invalid_recipes_before_anything_runs() {
         assert_never_panics(&path, &output);
         let text = stderr(&output);
         assert_eq!(output.status.code(), Some(2), "{file}:\n{text}");
-        let (_, line, column, _) = CASES
-            .iter()
-            .find(|(f, ..)| f == file)
-            .expect("listed in CASES");
-        let first = reported(&path, &text)
-            .into_iter()
-            .next()
-            .map(|(l, c, _)| (l, c));
+        let (_, line, column, _) = CASES.iter().find(|(f, ..)| f == file).expect("listed in CASES");
+        let first = reported(&path, &text).into_iter().next().map(|(l, c, _)| (l, c));
         assert_eq!(first, Some((*line, *column)), "{file}:\n{text}");
         assert_eq!(
             sandbox.leftovers(),
@@ -385,11 +308,7 @@ fn set_of_an_unknown_var_is_rejected() {
     let output = plan(&path, &["--set", "wte=0.5"]);
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(2), "{text}");
-    assert!(
-        output.stdout.is_empty(),
-        "printed a plan: {}",
-        String::from_utf8_lossy(&output.stdout)
-    );
+    assert!(output.stdout.is_empty(), "printed a plan: {}", String::from_utf8_lossy(&output.stdout));
     let got = reported(&path, &text);
     assert_eq!(got.len(), 1, "{text}");
     let (line, column, message) = &got[0];
@@ -414,11 +333,7 @@ fn set_of_an_unknown_var_is_rejected() {
         .expect("start runner");
     assert_never_panics(recipe.path(), &output);
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
-    assert_eq!(
-        sandbox.leftovers(),
-        Vec::<String>::new(),
-        "`run` left files behind"
-    );
+    assert_eq!(sandbox.leftovers(), Vec::<String>::new(), "`run` left files behind");
 }
 
 #[test]

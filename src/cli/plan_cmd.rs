@@ -57,7 +57,13 @@ fn text(compiled: &Compiled) -> String {
         let cells: Vec<String> = row
             .iter()
             .enumerate()
-            .map(|(c, cell)| if c == 3 || c == 5 { format!("{cell:>w$}", w = widths[c]) } else { format!("{cell:<w$}", w = widths[c]) })
+            .map(|(c, cell)| {
+                if c == 3 || c == 5 {
+                    format!("{cell:>w$}", w = widths[c])
+                } else {
+                    format!("{cell:<w$}", w = widths[c])
+                }
+            })
             .collect();
         out.push_str(cells.join("  ").trim_end());
         out.push('\n');
@@ -107,7 +113,8 @@ fn to_json(compiled: &Compiled) -> serde_json::Value {
             })
         })
         .collect();
-    let largest = plan.largest_task().map(|(step, bytes)| json!({"step": recipe.steps[step].name, "estimate_bytes": bytes}));
+    let largest =
+        plan.largest_task().map(|(step, bytes)| json!({"step": recipe.steps[step].name, "estimate_bytes": bytes}));
     json!({
         "recipe": recipe.name,
         "cycle": recipe.cycle,

@@ -14,12 +14,11 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let Some(compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
     let budget = match args.budget {
         Some(budget) => budget,
-        None => crate::budget::default_budget().map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?,
+        None => crate::budget::default_budget()
+            .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?,
     };
-    let workers = args
-        .workers
-        .map(usize::from)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let workers =
+        args.workers.map(usize::from).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let options = RunOptions { workers, budget, work_dir: work_dir() };
     let progress = Progress::default();
     let report = std::thread::scope(|scope| {

@@ -100,11 +100,7 @@ impl Block {
 fn charge(bytes: u64) -> u32 {
     tally::total_add(bytes);
     let tag = task_tag::current();
-    if tally::charge_task(tag, bytes) {
-        tag
-    } else {
-        NO_TASK
-    }
+    if tally::charge_task(tag, bytes) { tag } else { NO_TASK }
 }
 
 /// Uncounts a freed block of `bytes` whose header names `tag`.
@@ -165,10 +161,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let (Some(old), Some(new)) = (
-            Block::for_layout(layout),
-            Block::for_size(new_size, layout.align()),
-        ) else {
+        let (Some(old), Some(new)) = (Block::for_layout(layout), Block::for_size(new_size, layout.align())) else {
             return std::ptr::null_mut();
         };
         // SAFETY: `ptr` came from `alloc_with` with `layout`, so it has a tag and

@@ -34,12 +34,10 @@ mod tally;
 mod tests;
 
 pub use alloc::CountingAlloc;
-pub use system::{
-    JemallocStats, ProcessMemory, jemalloc_stats, process_memory, purge_free_pages, reset_peak_rss,
-};
+pub use system::{JemallocStats, ProcessMemory, jemalloc_stats, process_memory, purge_free_pages, reset_peak_rss};
 pub use tally::{
-    SLOTS, TaskMemory, begin_new_task, begin_task, end_task, live_bytes, peak_live_bytes,
-    reset_peak, retired_bytes, task_live, task_peak,
+    SLOTS, TaskMemory, begin_new_task, begin_task, end_task, live_bytes, peak_live_bytes, reset_peak, retired_bytes,
+    task_live, task_peak,
 };
 
 /// The allocator of every binary and test linking this crate.
@@ -81,10 +79,7 @@ pub enum MeasureError {
     },
     /// An OS file lacked a field, or it did not parse.
     #[error("{path}: no readable `{field}` line")]
-    OsField {
-        path: &'static str,
-        field: &'static str,
-    },
+    OsField { path: &'static str, field: &'static str },
 }
 
 impl From<tikv_jemalloc_ctl::Error> for MeasureError {

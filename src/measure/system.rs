@@ -67,37 +67,25 @@ pub fn purge_free_pages() -> Result<(), MeasureError> {
     if code == 0 {
         Ok(())
     } else {
-        Err(MeasureError::JemallocCall {
-            name: "arena.<all>.purge",
-            source: std::io::Error::from_raw_os_error(code),
-        })
+        Err(MeasureError::JemallocCall { name: "arena.<all>.purge", source: std::io::Error::from_raw_os_error(code) })
     }
 }
 
 /// Reads the process's RSS, peak RSS and anonymous RSS from `/proc/self/status` (Linux).
 pub fn process_memory() -> Result<ProcessMemory, MeasureError> {
-    let text = fs::read_to_string(STATUS).map_err(|source| MeasureError::Os {
-        path: STATUS,
-        source,
-    })?;
+    let text = fs::read_to_string(STATUS).map_err(|source| MeasureError::Os { path: STATUS, source })?;
     parse_status(&text)
 }
 
 /// Restarts the kernel's peak RSS (`VmHWM`) from the current RSS (Linux 4.0+).
 pub fn reset_peak_rss() -> Result<(), MeasureError> {
     // "5" is the clear_refs command that resets the peak RSS and nothing else.
-    fs::write(CLEAR_REFS, "5").map_err(|source| MeasureError::Os {
-        path: CLEAR_REFS,
-        source,
-    })
+    fs::write(CLEAR_REFS, "5").map_err(|source| MeasureError::Os { path: CLEAR_REFS, source })
 }
 
 /// Parses the memory fields of a `/proc/<pid>/status` text.
 pub(super) fn parse_status(text: &str) -> Result<ProcessMemory, MeasureError> {
-    let missing = |field| MeasureError::OsField {
-        path: STATUS,
-        field,
-    };
+    let missing = |field| MeasureError::OsField { path: STATUS, field };
     Ok(ProcessMemory {
         rss_bytes: status_field(text, "VmRSS").ok_or_else(|| missing("VmRSS"))?,
         peak_rss_bytes: status_field(text, "VmHWM").ok_or_else(|| missing("VmHWM"))?,
@@ -107,9 +95,7 @@ pub(super) fn parse_status(text: &str) -> Result<ProcessMemory, MeasureError> {
 
 /// The value in bytes of a `Name:   1234 kB` line.
 fn status_field(text: &str, name: &str) -> Option<u64> {
-    let value = text
-        .lines()
-        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))?;
+    let value = text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))?;
     let kib = value.trim().strip_suffix("kB")?.trim_end().parse::<u64>().ok()?;
     kib.checked_mul(1024)
 }

@@ -46,10 +46,7 @@ struct Slot {
 
 impl Slot {
     const fn new() -> Self {
-        Self {
-            state: AtomicU64::new(0),
-            peak: AtomicU64::new(0),
-        }
+        Self { state: AtomicU64::new(0), peak: AtomicU64::new(0) }
     }
 }
 
@@ -63,10 +60,7 @@ struct Total {
 /// All zeros, so the table costs address space only until slots are used.
 static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
 
-static TOTAL: Total = Total {
-    live: AtomicU64::new(0),
-    peak: AtomicU64::new(0),
-};
+static TOTAL: Total = Total { live: AtomicU64::new(0), peak: AtomicU64::new(0) };
 
 /// Live bytes of blocks whose task has ended (outputs, mostly). Signed because a free racing
 /// with `end_task` may subtract before `end_task` adds.
@@ -143,10 +137,7 @@ pub(super) fn charge_task(tag: u32, bytes: u64) -> bool {
         if !owned_by(state, tag) || live > LIVE_MASK {
             return false;
         }
-        match slot
-            .state
-            .compare_exchange_weak(state, state + bytes, Relaxed, Relaxed)
-        {
+        match slot.state.compare_exchange_weak(state, state + bytes, Relaxed, Relaxed) {
             Ok(_) => {
                 raise(&slot.peak, live);
                 return true;
@@ -173,10 +164,7 @@ pub(super) fn release_task(tag: u32, bytes: u64) {
         // A block charged to this task is counted in its live bytes, so this never clamps;
         // clamping anyway keeps a misuse (a tag reused for two tasks) from touching the owner bits.
         let freed = bytes.min(state & LIVE_MASK);
-        match slot
-            .state
-            .compare_exchange_weak(state, state - freed, Relaxed, Relaxed)
-        {
+        match slot.state.compare_exchange_weak(state, state - freed, Relaxed, Relaxed) {
             Ok(_) => return,
             Err(now) => state = now,
         }
@@ -195,10 +183,7 @@ pub fn begin_task(tag: u32) -> Result<(), MeasureError> {
     let slot = &TABLE[index];
     slot.state
         .compare_exchange(0, owner_bits(tag), Relaxed, Relaxed)
-        .map_err(|state| MeasureError::SlotBusy {
-            tag,
-            holder: holder(state, index),
-        })?;
+        .map_err(|state| MeasureError::SlotBusy { tag, holder: holder(state, index) })?;
     // Reset only once the slot is ours: the previous owner's peak is no longer read by anyone.
     slot.peak.store(0, Relaxed);
     Ok(())
@@ -249,20 +234,14 @@ pub fn end_task(tag: u32) -> Result<TaskMemory, MeasureError> {
         if tag == NO_TASK || !owned_by(state, tag) {
             return Err(MeasureError::NotRunning { tag });
         }
-        match slot
-            .state
-            .compare_exchange_weak(state, 0, Relaxed, Relaxed)
-        {
+        match slot.state.compare_exchange_weak(state, 0, Relaxed, Relaxed) {
             Ok(_) => break,
             Err(now) => state = now,
         }
     }
     let retained = state & LIVE_MASK;
     RETIRED.fetch_add(retained as i64, Relaxed);
-    Ok(TaskMemory {
-        peak_bytes: peak.max(retained),
-        retained_bytes: retained,
-    })
+    Ok(TaskMemory { peak_bytes: peak.max(retained), retained_bytes: retained })
 }
 
 /// Bytes held by every live block in the process, tagged or not (including tag headers).

@@ -85,17 +85,13 @@ fn a_free_on_another_thread_is_credited_to_the_allocating_task() {
 
     let buffer = task_tag::with(a, || vec![7u8; size]);
     assert_eq!(task_live(a), counted(size));
-    std::thread::spawn(move || task_tag::with(b, || drop(buffer)))
-        .join()
-        .expect("freeing thread");
+    std::thread::spawn(move || task_tag::with(b, || drop(buffer))).join().expect("freeing thread");
     assert_eq!(task_live(a), 0);
     assert_eq!((task_live(b), task_peak(b)), (0, 0), "B only freed");
 
     // An untagged thread freeing it is the same.
     let buffer = task_tag::with(a, || vec![7u8; size]);
-    std::thread::spawn(move || drop(buffer))
-        .join()
-        .expect("freeing thread");
+    std::thread::spawn(move || drop(buffer)).join().expect("freeing thread");
     assert_eq!(task_live(a), 0);
     assert_close(task_peak(a), size as u64, 0.01, "A's peak");
     end_task(a).expect("A running");
@@ -106,10 +102,7 @@ fn a_free_on_another_thread_is_credited_to_the_allocating_task() {
 fn nested_parallel_work_counts_towards_the_task() {
     let _heavy = heavy();
     let workers = 8;
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(workers)
-        .build()
-        .expect("rayon pool");
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(workers).build().expect("rayon pool");
     // Every closure holds its buffer until all are allocated, so they are live together; the
     // pool has a thread per closure, so the barrier cannot deadlock.
     let barrier = Barrier::new(workers);
@@ -159,13 +152,7 @@ fn an_output_outlives_its_task_without_touching_the_next_owner_of_its_slot() {
     });
     assert_eq!(task_live(c), 0);
     assert_eq!(task_peak(c), counted(MIB));
-    assert_eq!(
-        end_task(c).expect("C running"),
-        TaskMemory {
-            peak_bytes: counted(MIB),
-            retained_bytes: 0
-        }
-    );
+    assert_eq!(end_task(c).expect("C running"), TaskMemory { peak_bytes: counted(MIB), retained_bytes: 0 });
 }
 
 #[test]
@@ -222,10 +209,7 @@ fn realloc_growth_is_counted_including_the_copy() {
     // Doubling growth: the last step held the old half and the new block together, unless
     // jemalloc grew the block in place.
     let peak = task_peak(tag);
-    assert!(
-        (bytes + HEADER..=bytes + bytes / 2 + 2 * HEADER).contains(&peak),
-        "peak {peak} for {bytes} bytes"
-    );
+    assert!((bytes + HEADER..=bytes + bytes / 2 + 2 * HEADER).contains(&peak), "peak {peak} for {bytes} bytes");
     assert_eq!(task_live(tag), 0);
 
     // Shrinking is a realloc too.

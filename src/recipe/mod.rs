@@ -169,8 +169,10 @@ pub fn parse(path: &Path, text: String, options: &CompileOptions, registry: &Reg
     let source = Arc::new(Source { path: path.to_path_buf(), text });
     let fail = |diagnostics: Vec<Diagnostic>| RecipeError::new(source.clone(), diagnostics);
     if source.text.trim().is_empty() {
-        return Err(fail(vec![Diagnostic::new(Loc::default(), "the recipe file is empty")
-            .expected("a mapping with at least `recipe:` and `steps:`")]));
+        return Err(fail(vec![
+            Diagnostic::new(Loc::default(), "the recipe file is empty")
+                .expected("a mapping with at least `recipe:` and `steps:`"),
+        ]));
     }
     let raw: Spanned<RawRecipe> =
         serde_saphyr::from_str(&source.text).map_err(|e| fail(vec![yaml_diagnostic(&e, &source.text)]))?;
@@ -236,7 +238,10 @@ fn yaml_diagnostic(error: &serde_saphyr::Error, text: &str) -> Diagnostic {
     } else if message.starts_with("cannot deserialize null into string") {
         ("empty value".to_string(), Some("a string".to_string()))
     } else if message.starts_with("multiple YAML documents") {
-        ("more than one YAML document in the file".to_string(), Some("one recipe per file (no `---` separator)".to_string()))
+        (
+            "more than one YAML document in the file".to_string(),
+            Some("one recipe per file (no `---` separator)".to_string()),
+        )
     } else if let (Some(what), None) = (message.strip_prefix("expected "), &expected) {
         let wanted = match what {
             "mapping start" => "a mapping (`key: value` entries)",
@@ -266,7 +271,8 @@ fn yaml_diagnostic(error: &serde_saphyr::Error, text: &str) -> Diagnostic {
         }
         _ => expected,
     };
-    let diagnostic = if message.is_empty() { Diagnostic::new(loc, "invalid YAML") } else { Diagnostic::new(loc, message) };
+    let diagnostic =
+        if message.is_empty() { Diagnostic::new(loc, "invalid YAML") } else { Diagnostic::new(loc, message) };
     match expected {
         Some(expected) => diagnostic.expected(expected),
         None => diagnostic,
@@ -364,12 +370,18 @@ impl Compiler<'_> {
         let name = match &raw.recipe {
             Some(recipe) => recipe.value.trim().to_string(),
             None => {
-                self.error(Diagnostic::new(top, "the recipe has no `recipe:` name").expected("a `recipe: NAME` entry, e.g. `recipe: precip-probability` (history is keyed by it)"));
+                self.error(
+                    Diagnostic::new(top, "the recipe has no `recipe:` name")
+                        .expected("a `recipe: NAME` entry, e.g. `recipe: precip-probability` (history is keyed by it)"),
+                );
                 "?".to_string()
             }
         };
         if let Some(recipe) = raw.recipe.as_ref().filter(|_| name.is_empty()) {
-            self.error(Diagnostic::new(recipe.referenced, "the recipe name is empty").expected("a name such as `precip-probability`"));
+            self.error(
+                Diagnostic::new(recipe.referenced, "the recipe name is empty")
+                    .expected("a name such as `precip-probability`"),
+            );
         }
         if let Some(vars) = raw.vars {
             self.vars = vars.value.0.into_iter().map(|(k, v)| (k.value, v.value)).collect();
@@ -379,12 +391,18 @@ impl Compiler<'_> {
             self.compile_dims(dims.value);
         }
         let Some(raw_steps) = raw.steps else {
-            self.error(Diagnostic::new(top, "the recipe has no `steps:`").expected("a `steps:` mapping of step names to steps, each with at least `plugin:`"));
+            self.error(
+                Diagnostic::new(top, "the recipe has no `steps:`")
+                    .expected("a `steps:` mapping of step names to steps, each with at least `plugin:`"),
+            );
             return None;
         };
         let step_names: Vec<String> = raw_steps.value.0.iter().map(|(k, _)| k.value.clone()).collect();
         if step_names.is_empty() {
-            self.error(Diagnostic::new(raw_steps.referenced, "the recipe has no steps").expected("at least one step under `steps:`"));
+            self.error(
+                Diagnostic::new(raw_steps.referenced, "the recipe has no steps")
+                    .expected("at least one step under `steps:`"),
+            );
         }
         let mut steps = Vec::new();
         for (key, step) in raw_steps.value.0 {
@@ -421,13 +439,19 @@ impl Compiler<'_> {
         for (key, dim) in &raw.0 {
             let name = key.value.clone();
             if name == "cycle" || self.vars.iter().any(|(v, _)| *v == name) {
-                self.error(Diagnostic::new(key.referenced, format!("dim `{name}` has the name of a var or of `cycle`")).expected("dim names distinct from var names and from `cycle`"));
+                self.error(
+                    Diagnostic::new(key.referenced, format!("dim `{name}` has the name of a var or of `cycle`"))
+                        .expected("dim names distinct from var names and from `cycle`"),
+                );
             }
             let loc: Loc = dim.referenced.into();
             let values = match &dim.value {
                 RawDim::Count(n) if *n >= 1 => DimValues::Range { start: 0, step: 1, len: *n as u64 },
                 RawDim::Count(n) => {
-                    self.error(Diagnostic::new(loc, format!("dim `{name}` has a count of {n}")).expected("a count of at least 1"));
+                    self.error(
+                        Diagnostic::new(loc, format!("dim `{name}` has a count of {n}"))
+                            .expected("a count of at least 1"),
+                    );
                     continue;
                 }
                 RawDim::List(values) => match self.list_dim(&name, loc, values) {
@@ -439,16 +463,28 @@ impl Compiler<'_> {
                     let (start, stop) = (range.start.value, range.stop.value);
                     if step < 1 {
                         let at = range.step.as_ref().map_or(loc, |s| s.referenced.into());
-                        self.error(Diagnostic::new(at, format!("dim `{name}` has step {step}")).expected("a step of at least 1"));
+                        self.error(
+                            Diagnostic::new(at, format!("dim `{name}` has step {step}"))
+                                .expected("a step of at least 1"),
+                        );
                         continue;
                     }
                     if stop < start {
-                        self.error(Diagnostic::new(range.stop.referenced, format!("dim `{name}` stops ({stop}) before it starts ({start})")).expected("`stop` ≥ `start` (the range is inclusive)"));
+                        self.error(
+                            Diagnostic::new(
+                                range.stop.referenced,
+                                format!("dim `{name}` stops ({stop}) before it starts ({start})"),
+                            )
+                            .expected("`stop` ≥ `start` (the range is inclusive)"),
+                        );
                         continue;
                     }
                     let len = (i128::from(stop) - i128::from(start)) / i128::from(step) + 1;
                     let Ok(len) = u64::try_from(len) else {
-                        self.error(Diagnostic::new(loc, format!("dim `{name}` has {len} values")).expected(format!("at most {}", u64::MAX)));
+                        self.error(
+                            Diagnostic::new(loc, format!("dim `{name}` has {len} values"))
+                                .expected(format!("at most {}", u64::MAX)),
+                        );
                         continue;
                     };
                     DimValues::Range { start, step, len }
@@ -456,16 +492,32 @@ impl Compiler<'_> {
                 RawDim::Group(group) => {
                     let size = group.size.value;
                     if size < 1 {
-                        self.error(Diagnostic::new(group.size.referenced, format!("group dim `{name}` has size {size}")).expected("a size of at least 1"));
+                        self.error(
+                            Diagnostic::new(group.size.referenced, format!("group dim `{name}` has size {size}"))
+                                .expected("a size of at least 1"),
+                        );
                         continue;
                     }
                     let Some(of) = names.iter().position(|n| *n == group.group.value) else {
-                        let expected = suggestion(&group.group.value, names.iter().map(String::as_str).filter(|n| *n != name));
-                        self.error(Diagnostic::new(group.group.referenced, format!("group dim `{name}` groups unknown dim `{}`", group.group.value)).expected(format!("a dim, {expected}")));
+                        let expected =
+                            suggestion(&group.group.value, names.iter().map(String::as_str).filter(|n| *n != name));
+                        self.error(
+                            Diagnostic::new(
+                                group.group.referenced,
+                                format!("group dim `{name}` groups unknown dim `{}`", group.group.value),
+                            )
+                            .expected(format!("a dim, {expected}")),
+                        );
                         continue;
                     };
                     if matches!(raw.0[of].1.value, RawDim::Group(_)) {
-                        self.error(Diagnostic::new(group.group.referenced, format!("group dim `{name}` groups `{}`, which is itself a group", group.group.value)).expected("a group of a count, list or range dim"));
+                        self.error(
+                            Diagnostic::new(
+                                group.group.referenced,
+                                format!("group dim `{name}` groups `{}`, which is itself a group", group.group.value),
+                            )
+                            .expected("a group of a count, list or range dim"),
+                        );
                         continue;
                     }
                     // The grouped dim's id and length are known once it is compiled; fixed up below.
@@ -491,7 +543,10 @@ impl Compiler<'_> {
                 Scalar::Str(s) => DimValue::Str(Arc::from(s.as_str())),
             };
             if out.contains(&v) {
-                self.error(Diagnostic::new(value.referenced, format!("dim `{name}` lists `{v}` twice")).expected("distinct values"));
+                self.error(
+                    Diagnostic::new(value.referenced, format!("dim `{name}` lists `{v}` twice"))
+                        .expected("distinct values"),
+                );
                 return None;
             }
             out.push(v);
@@ -506,7 +561,8 @@ impl Compiler<'_> {
         let base_of = |name: &str| groups.iter().find(|(g, _)| g == name).map(|(_, base)| base.as_str());
         let compiled: Vec<String> = self.dims.iter().map(|d| d.name.clone()).collect();
         self.dims.retain(|d| base_of(&d.name).is_none_or(|base| compiled.iter().any(|c| c == base)));
-        let found: Vec<(String, DimId, u64)> = self.dims.iter().enumerate().map(|(id, d)| (d.name.clone(), id, d.len())).collect();
+        let found: Vec<(String, DimId, u64)> =
+            self.dims.iter().enumerate().map(|(id, d)| (d.name.clone(), id, d.len())).collect();
         for Dim { name, values } in &mut self.dims {
             if let DimValues::Group { of, size, len } = values
                 && let Some((_, id, base_len)) = base_of(name).and_then(|base| found.iter().find(|(n, _, _)| n == base))
@@ -526,13 +582,22 @@ impl Compiler<'_> {
                 Some(plugin) => Some(plugin.clone()),
                 None => {
                     let expected = suggestion(&wanted.value, self.registry.names());
-                    self.error(Diagnostic::new(wanted.referenced, format!("unknown plugin `{}` in step `{name}`", wanted.value)).expected(format!("a plugin, {expected}")));
+                    self.error(
+                        Diagnostic::new(
+                            wanted.referenced,
+                            format!("unknown plugin `{}` in step `{name}`", wanted.value),
+                        )
+                        .expected(format!("a plugin, {expected}")),
+                    );
                     None
                 }
             },
             None => {
                 let names = self.registry.names().join(", ");
-                self.error(Diagnostic::new(loc, format!("step `{name}` has no `plugin`")).expected(format!("`plugin: NAME` with one of: {names}")));
+                self.error(
+                    Diagnostic::new(loc, format!("step `{name}` has no `plugin`"))
+                        .expected(format!("`plugin: NAME` with one of: {names}")),
+                );
                 None
             }
         };
@@ -549,13 +614,25 @@ impl Compiler<'_> {
         for dim in over.map(|o| o.value.0.as_slice()).unwrap_or_default() {
             match self.dims.iter().position(|d| d.name == dim.value) {
                 Some(id) if ids.contains(&id) => {
-                    self.error(Diagnostic::new(dim.referenced, format!("step `{step}` lists dim `{}` twice in `over`", dim.value)).expected("each dim once"));
+                    self.error(
+                        Diagnostic::new(
+                            dim.referenced,
+                            format!("step `{step}` lists dim `{}` twice in `over`", dim.value),
+                        )
+                        .expected("each dim once"),
+                    );
                 }
                 Some(id) => ids.push(id),
                 None if self.rejected_dims.contains(&dim.value) => {}
                 None => {
                     let expected = suggestion(&dim.value, self.dims.iter().map(|d| d.name.as_str()));
-                    self.error(Diagnostic::new(dim.referenced, format!("unknown dim `{}` in `over` of step `{step}`", dim.value)).expected(format!("a dim of the recipe, {expected}")));
+                    self.error(
+                        Diagnostic::new(
+                            dim.referenced,
+                            format!("unknown dim `{}` in `over` of step `{step}`", dim.value),
+                        )
+                        .expected(format!("a dim of the recipe, {expected}")),
+                    );
                 }
             }
         }
@@ -565,23 +642,40 @@ impl Compiler<'_> {
             {
                 let at = over.map_or(Loc::default(), |o| o.referenced.into());
                 let (group, base) = (self.dims[id].name.clone(), self.dims[base].name.clone());
-                self.error(Diagnostic::new(at, format!("step `{step}` runs over both `{group}` and `{base}`, which `{group}` groups")).expected(format!("either the group `{group}` or `{base}`, not both")));
+                self.error(
+                    Diagnostic::new(
+                        at,
+                        format!("step `{step}` runs over both `{group}` and `{base}`, which `{group}` groups"),
+                    )
+                    .expected(format!("either the group `{group}` or `{base}`, not both")),
+                );
             }
         }
         if ids.len() > crate::graph::MAX_DIMS {
             let at = over.map_or(Loc::default(), |o| o.referenced.into());
-            self.error(Diagnostic::new(at, format!("step `{step}` runs over {} dims", ids.len())).expected(format!("at most {}", crate::graph::MAX_DIMS)));
+            self.error(
+                Diagnostic::new(at, format!("step `{step}` runs over {} dims", ids.len()))
+                    .expected(format!("at most {}", crate::graph::MAX_DIMS)),
+            );
         }
         let tasks = ids.iter().try_fold(1u64, |n, &d| n.checked_mul(self.dims[d].len()));
         if tasks.is_none_or(|n| n > crate::graph::MAX_TASKS) {
             let at = over.map_or(Loc::default(), |o| o.referenced.into());
             let product: f64 = ids.iter().map(|&d| self.dims[d].len() as f64).product();
-            self.error(Diagnostic::new(at, format!("step `{step}` would run {product:.3e} tasks")).expected(format!("at most {} tasks per step (2^48)", crate::graph::MAX_TASKS)));
+            self.error(
+                Diagnostic::new(at, format!("step `{step}` would run {product:.3e} tasks"))
+                    .expected(format!("at most {} tasks per step (2^48)", crate::graph::MAX_TASKS)),
+            );
         }
         ids
     }
 
-    fn compile_inputs(&mut self, step: &str, inputs: Option<Spanned<RawInputs>>, step_names: &[String]) -> Vec<InputSpec> {
+    fn compile_inputs(
+        &mut self,
+        step: &str,
+        inputs: Option<Spanned<RawInputs>>,
+        step_names: &[String],
+    ) -> Vec<InputSpec> {
         let Some(inputs) = inputs else { return Vec::new() };
         // (name, its place, producer, its place, select)
         type Entry = (String, Loc, String, Loc, Option<Spanned<OrderedMap<Spanned<Scalar>>>>);
@@ -597,7 +691,9 @@ impl Compiler<'_> {
                     let at: Loc = input.referenced.into();
                     match input.value {
                         RawInput::Step(producer) => (key.value, key.referenced.into(), producer, at, None),
-                        RawInput::Select { step, select } => (key.value, key.referenced.into(), step.value, step.referenced.into(), select),
+                        RawInput::Select { step, select } => {
+                            (key.value, key.referenced.into(), step.value, step.referenced.into(), select)
+                        }
                     }
                 })
                 .collect(),
@@ -605,12 +701,21 @@ impl Compiler<'_> {
         let mut specs: Vec<InputSpec> = Vec::new();
         for (name, name_loc, producer, producer_loc, select) in entries {
             if specs.iter().any(|s| s.name == name) {
-                self.error(Diagnostic::new(name_loc, format!("step `{step}` has two inputs named `{name}`")).expected("distinct input names (use the map form to rename)"));
+                self.error(
+                    Diagnostic::new(name_loc, format!("step `{step}` has two inputs named `{name}`"))
+                        .expected("distinct input names (use the map form to rename)"),
+                );
                 continue;
             }
             let Some(producer_id) = step_names.iter().position(|s| *s == producer) else {
                 let expected = suggestion(&producer, step_names.iter().map(String::as_str));
-                self.error(Diagnostic::new(producer_loc, format!("input `{name}` of step `{step}` names unknown step `{producer}`")).expected(format!("a step of the recipe, {expected}")));
+                self.error(
+                    Diagnostic::new(
+                        producer_loc,
+                        format!("input `{name}` of step `{step}` names unknown step `{producer}`"),
+                    )
+                    .expected(format!("a step of the recipe, {expected}")),
+                );
                 continue;
             };
             let select = select.map(|s| self.compile_select(step, &name, s)).unwrap_or_default();
@@ -619,7 +724,12 @@ impl Compiler<'_> {
         specs
     }
 
-    fn compile_select(&mut self, step: &str, input: &str, select: Spanned<OrderedMap<Spanned<Scalar>>>) -> Vec<(DimId, u64, Loc)> {
+    fn compile_select(
+        &mut self,
+        step: &str,
+        input: &str,
+        select: Spanned<OrderedMap<Spanned<Scalar>>>,
+    ) -> Vec<(DimId, u64, Loc)> {
         let mut pins = Vec::new();
         for (dim_name, value) in select.value.0 {
             let Some(dim_id) = self.dims.iter().position(|d| d.name == dim_name.value) else {
@@ -627,7 +737,13 @@ impl Compiler<'_> {
                     continue;
                 }
                 let expected = suggestion(&dim_name.value, self.dims.iter().map(|d| d.name.as_str()));
-                self.error(Diagnostic::new(dim_name.referenced, format!("`select` of input `{input}` of step `{step}` names unknown dim `{}`", dim_name.value)).expected(format!("a dim, {expected}")));
+                self.error(
+                    Diagnostic::new(
+                        dim_name.referenced,
+                        format!("`select` of input `{input}` of step `{step}` names unknown dim `{}`", dim_name.value),
+                    )
+                    .expected(format!("a dim, {expected}")),
+                );
                 continue;
             };
             let wanted = match &value.value {
@@ -640,7 +756,13 @@ impl Compiler<'_> {
                     let dim = &self.dims[dim_id];
                     let sample: Vec<String> = (0..dim.len().min(8)).map(|i| dim.value(i).to_string()).collect();
                     let more = if dim.len() > 8 { ", ..." } else { "" };
-                    self.error(Diagnostic::new(value.referenced, format!("`select` pins dim `{}` to `{wanted}`, which is not one of its values", dim.name)).expected(format!("one of: {}{more}", sample.join(", "))));
+                    self.error(
+                        Diagnostic::new(
+                            value.referenced,
+                            format!("`select` pins dim `{}` to `{wanted}`, which is not one of its values", dim.name),
+                        )
+                        .expected(format!("one of: {}{more}", sample.join(", "))),
+                    );
                 }
             }
         }
@@ -650,7 +772,9 @@ impl Compiler<'_> {
     fn memory_hint(&mut self, step: &str, memory: Spanned<Scalar>) -> Option<u64> {
         let parsed = match &memory.value {
             Scalar::Int(i) if *i >= 0 => Ok(*i as u64),
-            Scalar::Int(i) => Err(format!("invalid size `{i}`: a size cannot be negative; expected a number of bytes or a size such as `600MiB`")),
+            Scalar::Int(i) => Err(format!(
+                "invalid size `{i}`: a size cannot be negative; expected a number of bytes or a size such as `600MiB`"
+            )),
             Scalar::Str(s) => parse_size(s),
         };
         parsed
@@ -677,15 +801,28 @@ impl Compiler<'_> {
                 let expected = if specs.is_empty() {
                     format!("no args: plugin `{}` takes none", plugin.name())
                 } else {
-                    format!("an arg of plugin `{}`, {}", plugin.name(), suggestion(&key.value, specs.iter().map(|s| s.name)))
+                    format!(
+                        "an arg of plugin `{}`, {}",
+                        plugin.name(),
+                        suggestion(&key.value, specs.iter().map(|s| s.name))
+                    )
                 };
-                self.error(Diagnostic::new(key.referenced, format!("unknown arg `{}` in step `{step}`", key.value)).expected(expected));
+                self.error(
+                    Diagnostic::new(key.referenced, format!("unknown arg `{}` in step `{step}`", key.value))
+                        .expected(expected),
+                );
                 ok = false;
             }
         }
         for spec in specs.iter().filter(|s| s.is_required() && !misspelt.contains(&s.name)) {
             if !entries.iter().any(|(k, _)| k.value == spec.name) {
-                self.error(Diagnostic::new(step_loc, format!("step `{step}` lacks required arg `{}` of plugin `{}`", spec.name, plugin.name())).expected(format!("`{}`: {}", spec.name, spec.about)));
+                self.error(
+                    Diagnostic::new(
+                        step_loc,
+                        format!("step `{step}` lacks required arg `{}` of plugin `{}`", spec.name, plugin.name()),
+                    )
+                    .expected(format!("`{}`: {}", spec.name, spec.about)),
+                );
                 ok = false;
             }
         }
@@ -700,7 +837,10 @@ impl Compiler<'_> {
                 }
                 Ok(template) => templated.push((key.value, template)),
                 Err(message) => {
-                    self.error(with_expectation(value.referenced, format!("arg `{}` of step `{step}`: {message}", key.value)));
+                    self.error(with_expectation(
+                        value.referenced,
+                        format!("arg `{}` of step `{step}`: {message}", key.value),
+                    ));
                     ok = false;
                 }
             }
@@ -708,7 +848,11 @@ impl Compiler<'_> {
         if !ok {
             return None;
         }
-        let args = if templated.is_empty() { StepArgs::Fixed(Args::new(fixed)) } else { StepArgs::PerTask { fixed, templated } };
+        let args = if templated.is_empty() {
+            StepArgs::Fixed(Args::new(fixed))
+        } else {
+            StepArgs::PerTask { fixed, templated }
+        };
         // Plugins check one representative task: every dim at its first value.
         let first = |name: &str| self.dims.iter().find(|d| d.name == name).map(|d| d.value(0));
         let sample = args.for_task(&first).into_owned();
@@ -719,7 +863,10 @@ impl Compiler<'_> {
                 .and_then(|a| locations.iter().find(|(k, _)| k == a).map(|(_, l)| *l))
                 .unwrap_or(step_loc);
             let what = if args.is_per_task() { " (checked with each dim at its first value)" } else { "" };
-            self.error(Diagnostic::new(at, format!("plugin `{}` rejects the args of step `{step}`{what}: {}", plugin.name(), e.message)));
+            self.error(Diagnostic::new(
+                at,
+                format!("plugin `{}` rejects the args of step `{step}`{what}: {}", plugin.name(), e.message),
+            ));
             return None;
         }
         Some((args, locations))
@@ -738,7 +885,9 @@ impl Compiler<'_> {
                     }
                     match over.iter().find(|&&d| self.dims[d].name == name) {
                         Some(&d) if spec.needs_number() && !self.dims[d].is_integer() => {
-                            return Err(format!("`{{{name}}}` has a numeric format but dim `{name}` has string values; expected `{{{name}}}` or a width alone, e.g. `{{{name}:8}}`"));
+                            return Err(format!(
+                                "`{{{name}}}` has a numeric format but dim `{name}` has string values; expected `{{{name}}}` or a width alone, e.g. `{{{name}:8}}`"
+                            ));
                         }
                         Some(_) => {}
                         // Already reported where the dim is defined.
@@ -751,8 +900,16 @@ impl Compiler<'_> {
                             ));
                         }
                         None => {
-                            let candidates = self.vars.iter().map(|(v, _)| v.as_str()).chain(over.iter().map(|&d| self.dims[d].name.as_str())).chain(["cycle"]);
-                            return Err(format!("unknown name `{{{name}}}` in a template; expected a dim of the step, a var or `cycle`: {}", suggestion(name, candidates)));
+                            let candidates = self
+                                .vars
+                                .iter()
+                                .map(|(v, _)| v.as_str())
+                                .chain(over.iter().map(|&d| self.dims[d].name.as_str()))
+                                .chain(["cycle"]);
+                            return Err(format!(
+                                "unknown name `{{{name}}}` in a template; expected a dim of the step, a var or `cycle`: {}",
+                                suggestion(name, candidates)
+                            ));
                         }
                     }
                 }
@@ -770,15 +927,39 @@ impl Compiler<'_> {
             Json::Array(items) => {
                 let items = items.iter().map(|i| self.arg_template(step, i, over)).collect::<Result<Vec<_>, _>>()?;
                 if items.iter().all(|i| matches!(i, ArgTemplate::Json(_))) {
-                    Ok(ArgTemplate::Json(Json::Array(items.into_iter().map(|i| match i { ArgTemplate::Json(j) => j, _ => Json::Null }).collect())))
+                    Ok(ArgTemplate::Json(Json::Array(
+                        items
+                            .into_iter()
+                            .map(|i| match i {
+                                ArgTemplate::Json(j) => j,
+                                _ => Json::Null,
+                            })
+                            .collect(),
+                    )))
                 } else {
                     Ok(ArgTemplate::List(items))
                 }
             }
             Json::Object(map) => {
-                let entries = map.iter().map(|(k, v)| Ok((k.clone(), self.arg_template(step, v, over)?))).collect::<Result<Vec<_>, String>>()?;
+                let entries = map
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), self.arg_template(step, v, over)?)))
+                    .collect::<Result<Vec<_>, String>>()?;
                 if entries.iter().all(|(_, v)| matches!(v, ArgTemplate::Json(_))) {
-                    Ok(ArgTemplate::Json(Json::Object(entries.into_iter().map(|(k, v)| (k, match v { ArgTemplate::Json(j) => j, _ => Json::Null })).collect())))
+                    Ok(ArgTemplate::Json(Json::Object(
+                        entries
+                            .into_iter()
+                            .map(|(k, v)| {
+                                (
+                                    k,
+                                    match v {
+                                        ArgTemplate::Json(j) => j,
+                                        _ => Json::Null,
+                                    },
+                                )
+                            })
+                            .collect(),
+                    )))
                 } else {
                     Ok(ArgTemplate::Object(entries))
                 }

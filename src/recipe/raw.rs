@@ -4,8 +4,8 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 
 /// Visitor methods that reject a scalar of the wrong kind with a custom error: the parser points
@@ -197,13 +197,17 @@ fn dim_from_entries(entries: OrderedMap<Spanned<serde_json::Value>>, is_group: b
         }
     }
     if is_group {
-        let size = int_field("size")?.ok_or("a group dim without `size`; expected `{group: DIM, size: N}`, e.g. `{group: hour, size: 6}`")?;
+        let size = int_field("size")?
+            .ok_or("a group dim without `size`; expected `{group: DIM, size: N}`, e.g. `{group: hour, size: 6}`")?;
         let (_, group) = entries.0.iter().find(|(k, _)| k.value == "group").expect("is_group");
-        let name = group.value.as_str().ok_or_else(|| format!("`group` is {}; expected the name of a dim", group.value))?;
+        let name =
+            group.value.as_str().ok_or_else(|| format!("`group` is {}; expected the name of a dim", group.value))?;
         Ok(RawDim::Group(RawGroup { group: Spanned::new(name.to_string(), group.referenced, group.defined), size }))
     } else {
-        let start = int_field("start")?.ok_or("a range dim without `start`; expected `{start: N, stop: M}`, e.g. `{start: 0, stop: 23}`")?;
-        let stop = int_field("stop")?.ok_or("a range dim without `stop`; expected `{start: N, stop: M}`, e.g. `{start: 0, stop: 23}`")?;
+        let start = int_field("start")?
+            .ok_or("a range dim without `start`; expected `{start: N, stop: M}`, e.g. `{start: 0, stop: 23}`")?;
+        let stop = int_field("stop")?
+            .ok_or("a range dim without `stop`; expected `{start: N, stop: M}`, e.g. `{start: 0, stop: 23}`")?;
         Ok(RawDim::Range(RawRange { start, stop, step: int_field("step")? }))
     }
 }

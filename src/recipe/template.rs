@@ -243,10 +243,7 @@ impl Template {
 
     /// Fills in the names `lookup` knows; the others stay as references. A string that is one
     /// reference without a format becomes the value itself (so `"{thresholds}"` can be a list).
-    pub fn fill<'v>(
-        &self,
-        lookup: &dyn Fn(&str) -> Option<TemplateValue<'v>>,
-    ) -> Result<Filled, String> {
+    pub fn fill<'v>(&self, lookup: &dyn Fn(&str) -> Option<TemplateValue<'v>>) -> Result<Filled, String> {
         if let [Segment::Ref { name, has_spec: false, .. }] = self.segments.as_slice()
             && let Some(value) = lookup(name)
         {

@@ -22,8 +22,8 @@ use crate::graph::Graph;
 use crate::measure::{self, TaskMemory};
 use crate::plan::Plan;
 use crate::recipe::{Recipe, StepId};
-pub use state::{Ledger, Outcome, TaskRef};
 use state::State;
+pub use state::{Ledger, Outcome, TaskRef};
 use stats::StepStats;
 
 /// How to run.
@@ -182,8 +182,7 @@ impl<'s, 'r> Worker<'s, 'r> {
 
     fn run(mut self) -> WorkerResult {
         let mut finished: Option<(Assignment, Finished)> = None;
-        loop {
-            let Some(assignment) = self.next(finished.take()) else { break };
+        while let Some(assignment) = self.next(finished.take()) {
             let result = self.execute(&assignment);
             finished = Some((assignment, result));
         }
@@ -281,8 +280,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         };
         let host = TaskHost { work_dir: &shared.options.work_dir, step: &step.name, key: &self.key };
         let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
-        let result =
-            task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, &inputs))));
+        let result = task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, &inputs))));
         let memory = if measured { measure::end_task(tag).ok() } else { None };
         (result, memory)
     }

@@ -94,7 +94,12 @@ impl<'g> State<'g> {
         let steps = graph
             .steps
             .iter()
-            .map(|s| StepState { pending: Vec::new(), next_source: 0, ready: VecDeque::new(), is_source: s.inputs.is_empty() })
+            .map(|s| StepState {
+                pending: Vec::new(),
+                next_source: 0,
+                ready: VecDeque::new(),
+                is_source: s.inputs.is_empty(),
+            })
             .collect();
         let mut priority: Vec<StepId> = (0..graph.steps.len()).collect();
         priority.sort_by_key(|&s| (graph.steps[s].inputs.is_empty(), std::cmp::Reverse(graph.steps[s].depth), s));
@@ -217,7 +222,8 @@ impl<'g> State<'g> {
         let resident_bytes = output.buffer_bytes();
         self.ledger.resident += resident_bytes;
         self.ledger.note_peak();
-        self.outputs.insert(task, LiveOutput { value: Arc::new(output), remaining_consumers: consumers, resident_bytes });
+        self.outputs
+            .insert(task, LiveOutput { value: Arc::new(output), remaining_consumers: consumers, resident_bytes });
     }
 
     /// Counts `task` as finished for each consumer; appends consumers now free to go.

@@ -59,8 +59,7 @@ impl Args {
     }
 
     fn required(&self, name: &str) -> Result<&Json, ArgError> {
-        self.get(name)
-            .ok_or_else(|| ArgError::new(name, format!("missing required argument `{name}`")))
+        self.get(name).ok_or_else(|| ArgError::new(name, format!("missing required argument `{name}`")))
     }
 
     /// A number (or a string holding one).

@@ -113,9 +113,7 @@ impl<'a> TaskContext<'a> {
     {
         use rayon::prelude::*;
         let tag = self.tag;
-        data.par_chunks_mut(chunk_len.max(1))
-            .enumerate()
-            .for_each(|(i, chunk)| task_tag::with(tag, || f(i, chunk)));
+        data.par_chunks_mut(chunk_len.max(1)).enumerate().for_each(|(i, chunk)| task_tag::with(tag, || f(i, chunk)));
     }
 
     /// Maps `f` over `0..n` in parallel and collects the results in order; all the work is

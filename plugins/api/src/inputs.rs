@@ -143,10 +143,9 @@ impl InputsForEstimate<'_> {
     /// Metadata of one item of input `name` (the first, for a gathered list) and the count.
     pub fn meta(&self, name: &str) -> Option<(ValueMeta, usize)> {
         match self {
-            InputsForEstimate::Plan(metas) => metas
-                .iter()
-                .find(|m| m.name == name)
-                .map(|m| (m.item.clone(), m.gathered.unwrap_or(1))),
+            InputsForEstimate::Plan(metas) => {
+                metas.iter().find(|m| m.name == name).map(|m| (m.item.clone(), m.gathered.unwrap_or(1)))
+            }
             InputsForEstimate::Dispatch(inputs) => {
                 let input = inputs.get(name).ok()?;
                 let first = input.values().next()?;

@@ -5,9 +5,7 @@
 /// The error says what was expected.
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
+    let split = trimmed.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(trimmed.len());
     let (number, unit) = trimmed.split_at(split);
     let unit = unit.trim();
     let multiplier: u64 = match unit {

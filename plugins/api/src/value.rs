@@ -217,8 +217,7 @@ impl Array {
         if T::DTYPE != self.dtype {
             return Err(format!("expected an array of {}, got {}", T::DTYPE, self.dtype));
         }
-        let data = T::slice_of(&self.storage)
-            .ok_or_else(|| format!("array of {} is stored unaligned", self.dtype))?;
+        let data = T::slice_of(&self.storage).ok_or_else(|| format!("array of {} is stored unaligned", self.dtype))?;
         ArrayViewD::from_shape(IxDyn(&self.shape), data).map_err(|e| e.to_string())
     }
 }
@@ -302,8 +301,13 @@ pub enum ValueMeta {
     #[default]
     Unknown,
     None,
-    Array { dtype: DType, shape: Vec<usize> },
-    Bytes { len: u64 },
+    Array {
+        dtype: DType,
+        shape: Vec<usize>,
+    },
+    Bytes {
+        len: u64,
+    },
     Json,
     Path,
 }

@@ -11,8 +11,8 @@ use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use runner_plugin::{
-    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin,
-    TaskContext, TaskError, Value, ValueMeta,
+    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError, Value,
+    ValueMeta,
 };
 
 use crate::support::fnv1a64;
@@ -22,17 +22,9 @@ const PAGE: usize = 4096;
 
 const ARGS: &[ArgSpec] = &[
     ArgSpec::required("bytes", "bytes to allocate and touch, e.g. 400MiB"),
-    ArgSpec::optional(
-        "hold_ms",
-        "0",
-        "milliseconds to hold the allocation before freeing it",
-    ),
+    ArgSpec::optional("hold_ms", "0", "milliseconds to hold the allocation before freeing it"),
     ArgSpec::optional("output_bytes", "0", "length of the returned u8 array"),
-    ArgSpec::optional(
-        "estimate",
-        "bytes + output_bytes",
-        "what the plugin's estimate reports",
-    ),
+    ArgSpec::optional("estimate", "bytes + output_bytes", "what the plugin's estimate reports"),
 ];
 
 pub struct Alloc;
@@ -51,27 +43,16 @@ impl Plan {
         let hold_ms = args.u64_or("hold_ms", 0)?;
         let output_bytes = args.size_or("output_bytes", 0)?;
         let default_estimate = bytes.checked_add(output_bytes).ok_or_else(|| {
-            ArgError::new(
-                "output_bytes",
-                "`bytes` + `output_bytes` is larger than any machine's memory",
-            )
+            ArgError::new("output_bytes", "`bytes` + `output_bytes` is larger than any machine's memory")
         })?;
         let estimate = args.size_or("estimate", default_estimate)?;
         // Sizes must fit this machine's address space before anything tries to allocate them.
         for (name, value) in [("bytes", bytes), ("output_bytes", output_bytes)] {
             if usize::try_from(value).is_err() {
-                return Err(ArgError::new(
-                    name,
-                    format!("`{name}` of {value} bytes does not fit in memory"),
-                ));
+                return Err(ArgError::new(name, format!("`{name}` of {value} bytes does not fit in memory")));
             }
         }
-        Ok(Plan {
-            bytes,
-            hold_ms,
-            output_bytes,
-            estimate,
-        })
+        Ok(Plan { bytes, hold_ms, output_bytes, estimate })
     }
 }
 
@@ -100,10 +81,7 @@ impl Plugin for Alloc {
 
     fn output(&self, args: &Args, _inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
         let plan = Plan::from_args(args)?;
-        Ok(ValueMeta::Array {
-            dtype: DType::U8,
-            shape: vec![plan.output_bytes as usize],
-        })
+        Ok(ValueMeta::Array { dtype: DType::U8, shape: vec![plan.output_bytes as usize] })
     }
 
     fn estimate(&self, args: &Args, _inputs: InputsForEstimate<'_>, _output: &ValueMeta) -> u64 {
@@ -113,15 +91,10 @@ impl Plugin for Alloc {
 
     fn run(&self, ctx: &TaskContext, args: &Args, _inputs: &Inputs) -> Result<Value, TaskError> {
         let plan = Plan::from_args(args).map_err(|e| TaskError::msg(e.message))?;
-        hold_touched(
-            ctx,
-            plan.bytes as usize,
-            Duration::from_millis(plan.hold_ms),
-        )?;
+        hold_touched(ctx, plan.bytes as usize, Duration::from_millis(plan.hold_ms))?;
         let len = plan.output_bytes as usize;
         ctx.will_allocate(len as u64);
-        let array =
-            Array::from_vec(vec![len], alloc_pattern(ctx.key(), len)).map_err(TaskError::msg)?;
+        let array = Array::from_vec(vec![len], alloc_pattern(ctx.key(), len)).map_err(TaskError::msg)?;
         Ok(Value::Array(array))
     }
 }
@@ -131,9 +104,7 @@ fn hold_touched(ctx: &TaskContext, bytes: usize, hold: Duration) -> Result<(), T
     ctx.will_allocate(bytes as u64);
     let mut buffer: Vec<u8> = Vec::new();
     // A failed reservation becomes a task error instead of aborting the whole process.
-    buffer
-        .try_reserve_exact(bytes)
-        .map_err(|e| TaskError::msg(format!("cannot allocate {bytes} bytes: {e}")))?;
+    buffer.try_reserve_exact(bytes).map_err(|e| TaskError::msg(format!("cannot allocate {bytes} bytes: {e}")))?;
     // Writing to the spare capacity touches the pages without a memset of the whole buffer.
     let pages: &mut [MaybeUninit<u8>] = &mut buffer.spare_capacity_mut()[..bytes];
     for page in pages.chunks_mut(PAGE) {
@@ -159,29 +130,17 @@ mod tests {
             hash ^= byte as u64;
             hash = hash.wrapping_mul(0x100000001b3);
         }
-        (0..len as u64)
-            .map(|i| (hash.wrapping_add(i) % 256) as u8)
-            .collect()
+        (0..len as u64).map(|i| (hash.wrapping_add(i) % 256) as u8).collect()
     }
 
     #[test]
     fn output_follows_the_documented_pattern_of_the_key() {
         for key in ["", "member=3,lead=12", "a"] {
-            let value = run_keyed(
-                &Alloc,
-                key,
-                json!({"bytes": "1MiB", "output_bytes": 1000}),
-                &[],
-            )
-            .unwrap();
+            let value = run_keyed(&Alloc, key, json!({"bytes": "1MiB", "output_bytes": 1000}), &[]).unwrap();
             let array = value.as_array().unwrap();
             assert_eq!(array.dtype(), DType::U8);
             assert_eq!(array.shape(), &[1000]);
-            assert_eq!(
-                array.bytes(),
-                expected_pattern(key, 1000).as_slice(),
-                "key {key:?}"
-            );
+            assert_eq!(array.bytes(), expected_pattern(key, 1000).as_slice(), "key {key:?}");
         }
         // FNV-1a("a") = 0xaf63dc4c8601ec8c, so the pattern of key "a" starts at 0x8c.
         assert_eq!(alloc_pattern("a", 3), vec![0x8c, 0x8d, 0x8e]);
@@ -203,18 +162,10 @@ mod tests {
 
     #[test]
     fn estimate_defaults_to_bytes_plus_output_and_can_be_overridden() {
-        let (meta, estimate) =
-            plan(&Alloc, json!({"bytes": "1MiB", "output_bytes": 100}), &[]).unwrap();
-        assert_eq!(
-            meta,
-            ValueMeta::Array {
-                dtype: DType::U8,
-                shape: vec![100]
-            }
-        );
+        let (meta, estimate) = plan(&Alloc, json!({"bytes": "1MiB", "output_bytes": 100}), &[]).unwrap();
+        assert_eq!(meta, ValueMeta::Array { dtype: DType::U8, shape: vec![100] });
         assert_eq!(estimate, (1 << 20) + 100);
-        let (_, estimate) =
-            plan(&Alloc, json!({"bytes": "1MiB", "estimate": "2KiB"}), &[]).unwrap();
+        let (_, estimate) = plan(&Alloc, json!({"bytes": "1MiB", "estimate": "2KiB"}), &[]).unwrap();
         assert_eq!(estimate, 2048);
     }
 
@@ -224,10 +175,7 @@ mod tests {
             (json!({"bytes": "lots"}), "bytes"),
             (json!({"bytes": -5}), "bytes"),
             (json!({"bytes": 1, "hold_ms": "soon"}), "hold_ms"),
-            (
-                json!({"bytes": 1, "output_bytes": "3 parsecs"}),
-                "output_bytes",
-            ),
+            (json!({"bytes": 1, "output_bytes": "3 parsecs"}), "output_bytes"),
             (json!({"bytes": 1, "estimate": [1]}), "estimate"),
             (json!({}), "bytes"),
         ] {

@@ -3,8 +3,8 @@
 //! the order the recipe lists them. The first value's attributes are kept (e.g. `thresholds`).
 
 use runner_plugin::{
-    ArgError, ArgSpec, Args, Array, DType, Element, InputMeta, Inputs, InputsForEstimate, Plugin,
-    TaskContext, TaskError, Value, ValueMeta,
+    ArgError, ArgSpec, Args, Array, DType, Element, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext,
+    TaskError, Value, ValueMeta,
 };
 
 use crate::support::{array_shape_of, expect_array};
@@ -31,17 +31,12 @@ impl Plugin for Mean {
 
     fn output(&self, _args: &Args, inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
         if inputs.is_empty() {
-            return Err(ArgError::general(
-                "`mean` needs an input: a gathered list of arrays",
-            ));
+            return Err(ArgError::general("`mean` needs an input: a gathered list of arrays"));
         }
         let mut known: Option<(&str, DType, Vec<usize>)> = None;
         for input in inputs {
             if input.gathered == Some(0) {
-                return Err(ArgError::general(format!(
-                    "input `{}` of `mean` gathers no values",
-                    input.name
-                )));
+                return Err(ArgError::general(format!("input `{}` of `mean` gathers no values", input.name)));
             }
             let Some((dtype, shape)) = array_shape_of(self.name(), input, DTYPES)? else {
                 continue;
@@ -53,10 +48,7 @@ impl Plugin for Mean {
                         return Err(ArgError::general(format!(
                             "`mean` needs arrays of one dtype and shape, but input `{first}` holds \
                              {} and input `{}` holds {}",
-                            ValueMeta::Array {
-                                dtype: *first_dtype,
-                                shape: first_shape.clone()
-                            },
+                            ValueMeta::Array { dtype: *first_dtype, shape: first_shape.clone() },
                             input.name,
                             ValueMeta::Array { dtype, shape },
                         )));
@@ -79,17 +71,10 @@ impl Plugin for Mean {
             return bytes;
         }
         match inputs {
-            InputsForEstimate::Dispatch(inputs) => inputs
-                .iter()
-                .flat_map(|i| i.values())
-                .map(Value::buffer_bytes)
-                .max()
-                .unwrap_or(0),
-            InputsForEstimate::Plan(metas) => metas
-                .iter()
-                .filter_map(|m| m.item.bytes())
-                .max()
-                .unwrap_or(0),
+            InputsForEstimate::Dispatch(inputs) => {
+                inputs.iter().flat_map(|i| i.values()).map(Value::buffer_bytes).max().unwrap_or(0)
+            }
+            InputsForEstimate::Plan(metas) => metas.iter().filter_map(|m| m.item.bytes()).max().unwrap_or(0),
         }
     }
 
@@ -102,10 +87,7 @@ impl Plugin for Mean {
                 } else {
                     input.name().to_string()
                 };
-                arrays.push((
-                    label.clone(),
-                    expect_array(self.name(), &label, value, DTYPES)?,
-                ));
+                arrays.push((label.clone(), expect_array(self.name(), &label, value, DTYPES)?));
             }
         }
         let Some((first_label, first)) = arrays.first() else {
@@ -149,17 +131,10 @@ impl Float for f64 {
 
 /// Sums the arrays in list order into the output, chunk by chunk in parallel, then divides.
 fn mean_of<T: Float>(ctx: &TaskContext, arrays: &[&Array]) -> Result<Array, TaskError> {
-    let views = arrays
-        .iter()
-        .map(|a| a.view::<T>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(TaskError::msg)?;
+    let views = arrays.iter().map(|a| a.view::<T>()).collect::<Result<Vec<_>, _>>().map_err(TaskError::msg)?;
     let slices: Vec<&[T]> = views
         .iter()
-        .map(|v| {
-            v.as_slice()
-                .ok_or_else(|| TaskError::msg("input array is not in C order"))
-        })
+        .map(|v| v.as_slice().ok_or_else(|| TaskError::msg("input array is not in C order")))
         .collect::<Result<_, _>>()?;
     let count = T::from_count(slices.len());
     let mut out = ctx.zeros::<T>(arrays[0].shape());
@@ -180,33 +155,19 @@ fn mean_of<T: Float>(ctx: &TaskContext, arrays: &[&Array]) -> Result<Array, Task
 
 /// An array's dtype and shape, shown in messages as `f32[2, 3]`.
 fn describe(array: &Array) -> ValueMeta {
-    ValueMeta::Array {
-        dtype: array.dtype(),
-        shape: array.shape().to_vec(),
-    }
+    ValueMeta::Array { dtype: array.dtype(), shape: array.shape().to_vec() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{
-        TestInput, TestRng, array, gathered, meta, ndarray_of, plan, run, single,
-    };
+    use crate::testing::{TestInput, TestRng, array, gathered, meta, ndarray_of, plan, run, single};
     use runner_plugin::serde_json::json;
 
-    fn members<T: Element>(
-        n: usize,
-        len: usize,
-        make: impl Fn(f32) -> T,
-    ) -> (Vec<Vec<T>>, TestInput) {
+    fn members<T: Element>(n: usize, len: usize, make: impl Fn(f32) -> T) -> (Vec<Vec<T>>, TestInput) {
         let mut rng = TestRng::new(7);
-        let data: Vec<Vec<T>> = (0..n)
-            .map(|_| (0..len).map(|_| make(rng.unit() * 10.0)).collect())
-            .collect();
-        let values = data
-            .iter()
-            .map(|d| array(&[len / 5, 5], d.clone()))
-            .collect();
+        let data: Vec<Vec<T>> = (0..n).map(|_| (0..len).map(|_| make(rng.unit() * 10.0)).collect()).collect();
+        let values = data.iter().map(|d| array(&[len / 5, 5], d.clone())).collect();
         (data, gathered("members", values))
     }
 
@@ -219,10 +180,7 @@ mod tests {
         assert_eq!(out.shape(), &[len / 5, 5]);
         for (i, &got) in out.iter().enumerate() {
             let expected = data.iter().map(|m| f64::from(m[i])).sum::<f64>() / data.len() as f64;
-            assert!(
-                (f64::from(got) - expected).abs() < 1e-5,
-                "element {i}: {got} vs {expected}"
-            );
+            assert!((f64::from(got) - expected).abs() < 1e-5, "element {i}: {got} vs {expected}");
         }
     }
 
@@ -238,43 +196,21 @@ mod tests {
 
     #[test]
     fn a_single_value_is_its_own_mean_and_attrs_are_kept() {
-        let field = Array::from_vec(vec![3], vec![1.0f32, 2.0, 4.5])
-            .unwrap()
-            .with_attr("thresholds", json!([1.0]));
+        let field = Array::from_vec(vec![3], vec![1.0f32, 2.0, 4.5]).unwrap().with_attr("thresholds", json!([1.0]));
         let out = run(&Mean, json!({}), &[single("x", Value::Array(field))]).unwrap();
-        assert_eq!(
-            ndarray_of::<f32>(&out).as_slice().unwrap(),
-            &[1.0, 2.0, 4.5]
-        );
+        assert_eq!(ndarray_of::<f32>(&out).as_slice().unwrap(), &[1.0, 2.0, 4.5]);
         assert_eq!(out.as_array().unwrap().attrs()["thresholds"], json!([1.0]));
     }
 
     #[test]
     fn unequal_shapes_fail_at_run_time_naming_both() {
-        let input = gathered(
-            "members",
-            vec![
-                array(&[2, 2], vec![0.0f32; 4]),
-                array(&[4], vec![0.0f32; 4]),
-            ],
-        );
+        let input = gathered("members", vec![array(&[2, 2], vec![0.0f32; 4]), array(&[4], vec![0.0f32; 4])]);
         let err = run(&Mean, json!({}), &[input]).unwrap_err();
-        assert!(
-            err.message().contains("members[0]") && err.message().contains("f32[4]"),
-            "{err}"
-        );
-        let mixed = gathered(
-            "members",
-            vec![array(&[1], vec![0.0f32]), array(&[1], vec![0.0f64])],
-        );
+        assert!(err.message().contains("members[0]") && err.message().contains("f32[4]"), "{err}");
+        let mixed = gathered("members", vec![array(&[1], vec![0.0f32]), array(&[1], vec![0.0f64])]);
         assert!(run(&Mean, json!({}), &[mixed]).is_err());
         let ints = gathered("members", vec![array(&[1], vec![1i32])]);
-        assert!(
-            run(&Mean, json!({}), &[ints])
-                .unwrap_err()
-                .message()
-                .contains("f32 or f64")
-        );
+        assert!(run(&Mean, json!({}), &[ints]).unwrap_err().message().contains("f32 or f64"));
     }
 
     #[test]
@@ -282,37 +218,15 @@ mod tests {
         let list = |name: &str, shape: Vec<usize>| InputMeta {
             name: name.into(),
             gathered: Some(12),
-            item: ValueMeta::Array {
-                dtype: DType::F32,
-                shape,
-            },
+            item: ValueMeta::Array { dtype: DType::F32, shape },
         };
         let (out, estimate) = plan(&Mean, json!({}), &[list("a", vec![970, 1042])]).unwrap();
-        assert_eq!(
-            out,
-            ValueMeta::Array {
-                dtype: DType::F32,
-                shape: vec![970, 1042]
-            }
-        );
+        assert_eq!(out, ValueMeta::Array { dtype: DType::F32, shape: vec![970, 1042] });
         assert_eq!(estimate, 970 * 1042 * 4);
-        let err = plan(
-            &Mean,
-            json!({}),
-            &[list("a", vec![2, 3]), list("b", vec![3, 2])],
-        )
-        .unwrap_err();
-        assert!(
-            err.message.contains("`a`") && err.message.contains("`b`"),
-            "{err}"
-        );
+        let err = plan(&Mean, json!({}), &[list("a", vec![2, 3]), list("b", vec![3, 2])]).unwrap_err();
+        assert!(err.message.contains("`a`") && err.message.contains("`b`"), "{err}");
         assert!(plan(&Mean, json!({}), &[meta("a", ValueMeta::Json)]).is_err());
         assert!(plan(&Mean, json!({}), &[]).is_err());
-        assert_eq!(
-            plan(&Mean, json!({}), &[meta("a", ValueMeta::Unknown)])
-                .unwrap()
-                .0,
-            ValueMeta::Unknown
-        );
+        assert_eq!(plan(&Mean, json!({}), &[meta("a", ValueMeta::Unknown)]).unwrap().0, ValueMeta::Unknown);
     }
 }

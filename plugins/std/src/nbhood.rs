@@ -24,19 +24,14 @@ use std::ops::Range;
 
 use runner_plugin::ndarray::{ArrayD, ArrayViewD};
 use runner_plugin::{
-    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin,
-    TaskContext, TaskError, Value, ValueMeta,
+    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError, Value,
+    ValueMeta,
 };
 
-use crate::support::{
-    array_shape_of, expect_array, one_input_meta, one_input_value, positive_whole, shown,
-};
+use crate::support::{array_shape_of, expect_array, one_input_meta, one_input_value, positive_whole, shown};
 
 const ARGS: &[ArgSpec] = &[
-    ArgSpec::required(
-        "radius",
-        "half-width of the window in cells, a positive whole number",
-    ),
+    ArgSpec::required("radius", "half-width of the window in cells, a positive whole number"),
     ArgSpec::optional("shape", "square", "window shape: square or circle"),
 ];
 
@@ -63,10 +58,7 @@ impl Settings {
     fn from_args(args: &Args) -> Result<Settings, ArgError> {
         let radius = positive_whole(args, "radius")?;
         if radius > MAX_RADIUS {
-            return Err(ArgError::new(
-                "radius",
-                format!("`radius` must be at most {MAX_RADIUS} cells, got {radius}"),
-            ));
+            return Err(ArgError::new("radius", format!("`radius` must be at most {MAX_RADIUS} cells, got {radius}")));
         }
         let shape = match args.str_or("shape", "square")?.as_str() {
             "square" => WindowShape::Square,
@@ -74,17 +66,11 @@ impl Settings {
             _ => {
                 return Err(ArgError::new(
                     "shape",
-                    format!(
-                        "`shape` must be \"square\" or \"circle\", got {}",
-                        shown(args.get("shape"))
-                    ),
+                    format!("`shape` must be \"square\" or \"circle\", got {}", shown(args.get("shape"))),
                 ));
             }
         };
-        Ok(Settings {
-            radius: radius as usize,
-            shape,
-        })
+        Ok(Settings { radius: radius as usize, shape })
     }
 }
 
@@ -147,12 +133,10 @@ impl Plugin for Nbhood {
             Some(view) => match view.as_slice() {
                 Some(data) => data
                     .chunks_exact(ny * nx)
-                    .map(
-                        |slice| match Content::of(slice, nx).work_area(&window, ny, nx) {
-                            Some((_, cols)) => cols.len(),
-                            None => 0,
-                        },
-                    )
+                    .map(|slice| match Content::of(slice, nx).work_area(&window, ny, nx) {
+                        Some((_, cols)) => cols.len(),
+                        None => 0,
+                    })
                     .max()
                     .unwrap_or(0),
                 None => nx,
@@ -205,11 +189,7 @@ pub(crate) fn neighbourhood_mean(
     let workers = rayon::current_num_threads().max(1);
     let slices = flat.len() / plane;
     let content_of = |slice: &[f32]| {
-        if trim {
-            Content::of(slice, nx)
-        } else {
-            Content::Everything
-        }
+        if trim { Content::of(slice, nx) } else { Content::Everything }
     };
 
     if slices >= workers {
@@ -220,10 +200,7 @@ pub(crate) fn neighbourhood_mean(
         });
     } else {
         // Few large slices: split each into bands of rows.
-        let band_rows = ny
-            .div_ceil(2 * workers)
-            .max(MIN_BAND_ROWS)
-            .max(4 * window.reach_y);
+        let band_rows = ny.div_ceil(2 * workers).max(MIN_BAND_ROWS).max(4 * window.reach_y);
         for (slice, out_slice) in data.chunks_exact(plane).zip(flat.chunks_exact_mut(plane)) {
             let content = content_of(slice);
             ctx.par_chunks_mut(out_slice, band_rows * nx, |b, out_band| {
@@ -264,20 +241,9 @@ impl Window {
         let mut distinct = half_widths.clone();
         distinct.sort_unstable();
         distinct.dedup();
-        let slots = half_widths
-            .iter()
-            .map(|w| {
-                distinct
-                    .binary_search(w)
-                    .expect("every half-width is listed")
-            })
-            .collect();
-        Window {
-            reach_y,
-            half_widths,
-            slots,
-            distinct,
-        }
+        let slots =
+            half_widths.iter().map(|w| distinct.binary_search(w).expect("every half-width is listed")).collect();
+        Window { reach_y, half_widths, slots, distinct }
     }
 
     /// Half-width of the widest row.
@@ -303,11 +269,7 @@ enum Content {
     /// Every cell is `value`, 0 or 1: so is every window mean.
     Uniform(f32),
     /// Cells other than `background` (0 or 1) lie within `rows` × `cols`.
-    Patch {
-        background: f32,
-        rows: Range<usize>,
-        cols: Range<usize>,
-    },
+    Patch { background: f32, rows: Range<usize>, cols: Range<usize> },
 }
 
 impl Content {
@@ -317,28 +279,15 @@ impl Content {
             (_, None) => Content::Uniform(1.0),
             (Some(zero), Some(one)) => {
                 let area = |(rows, cols): &(Range<usize>, Range<usize>)| rows.len() * cols.len();
-                let (background, (rows, cols)) = if area(&zero) <= area(&one) {
-                    (0.0, zero)
-                } else {
-                    (1.0, one)
-                };
-                Content::Patch {
-                    background,
-                    rows,
-                    cols,
-                }
+                let (background, (rows, cols)) = if area(&zero) <= area(&one) { (0.0, zero) } else { (1.0, one) };
+                Content::Patch { background, rows, cols }
             }
         }
     }
 
     /// The cells whose windows reach a non-background cell, and the background elsewhere;
     /// `None` when no cell needs work.
-    fn work_area(
-        &self,
-        window: &Window,
-        ny: usize,
-        nx: usize,
-    ) -> Option<(Range<usize>, Range<usize>)> {
+    fn work_area(&self, window: &Window, ny: usize, nx: usize) -> Option<(Range<usize>, Range<usize>)> {
         match self {
             Content::Everything => Some((0..ny, 0..nx)),
             Content::Uniform(_) => None,
@@ -368,10 +317,7 @@ fn bounding_box(slice: &[f32], nx: usize, background: f32) -> Option<(Range<usiz
         let last = last_other(row, background).unwrap_or(first);
         found = Some(match found {
             None => (y..y + 1, first..last + 1),
-            Some((rows, cols)) => (
-                rows.start..y + 1,
-                cols.start.min(first)..cols.end.max(last + 1),
-            ),
+            Some((rows, cols)) => (rows.start..y + 1, cols.start.min(first)..cols.end.max(last + 1)),
         });
     }
     found
@@ -387,13 +333,8 @@ fn first_other(row: &[f32], background: f32) -> Option<usize> {
     let chunks = row.chunks_exact(SCAN_CHUNK);
     let tail = chunks.remainder();
     let chunk = chunks.enumerate().find(|(_, chunk)| differs(chunk));
-    let (start, cells) = chunk.map_or((row.len() - tail.len(), tail), |(i, chunk)| {
-        (i * SCAN_CHUNK, chunk)
-    });
-    cells
-        .iter()
-        .position(|&v| v != background)
-        .map(|i| start + i)
+    let (start, cells) = chunk.map_or((row.len() - tail.len(), tail), |(i, chunk)| (i * SCAN_CHUNK, chunk));
+    cells.iter().position(|&v| v != background).map(|i| start + i)
 }
 
 /// Index of the last cell of `row` that is not `background`.
@@ -402,13 +343,8 @@ fn last_other(row: &[f32], background: f32) -> Option<usize> {
     let chunks = row.rchunks_exact(SCAN_CHUNK);
     let head = chunks.remainder();
     let chunk = chunks.enumerate().find(|(_, chunk)| differs(chunk));
-    let (start, cells) = chunk.map_or((0, head), |(i, chunk)| {
-        (row.len() - (i + 1) * SCAN_CHUNK, chunk)
-    });
-    cells
-        .iter()
-        .rposition(|&v| v != background)
-        .map(|i| start + i)
+    let (start, cells) = chunk.map_or((0, head), |(i, chunk)| (row.len() - (i + 1) * SCAN_CHUNK, chunk));
+    cells.iter().rposition(|&v| v != background).map(|i| start + i)
 }
 
 /// Computes output rows `band` of one slice into `out_band` (those rows, full width).
@@ -437,12 +373,7 @@ fn smooth_band(
     if rows.is_empty() {
         return;
     }
-    let mut out_rows = OutRows {
-        data: out_band,
-        first_row: band.start,
-        nx,
-        cols: cols.clone(),
-    };
+    let mut out_rows = OutRows { data: out_band, first_row: band.start, nx, cols: cols.clone() };
     sum_windows(slice, &mut out_rows, rows.clone(), window, ny, nx);
     divide_by_counts(&mut out_rows, rows, window, ny, nx);
 }
@@ -463,14 +394,7 @@ impl OutRows<'_> {
 }
 
 /// Adds to each cell of `rows` × `out.cols` the sum of its window, in the documented order.
-fn sum_windows(
-    slice: &[f32],
-    out: &mut OutRows<'_>,
-    rows: Range<usize>,
-    window: &Window,
-    ny: usize,
-    nx: usize,
-) {
+fn sum_windows(slice: &[f32], out: &mut OutRows<'_>, rows: Range<usize>, window: &Window, ny: usize, nx: usize) {
     let cols = out.cols.clone();
     let width = cols.len();
     let pad = window.reach_x();
@@ -483,8 +407,7 @@ fn sum_windows(
 
     let reach = window.reach_y;
     for source in rows.start.saturating_sub(reach)..(rows.end + reach).min(ny) {
-        padded[offset..offset + grid_cols.len()]
-            .copy_from_slice(&slice[source * nx..][grid_cols.clone()]);
+        padded[offset..offset + grid_cols.len()].copy_from_slice(&slice[source * nx..][grid_cols.clone()]);
         row_runs(&padded, pad, &window.distinct, &mut run, &mut runs);
         // Output rows whose windows include this source row, each receiving it in top-down order.
         for y in source.saturating_sub(reach).max(rows.start)..(source + reach + 1).min(rows.end) {
@@ -518,13 +441,7 @@ fn row_runs(padded: &[f32], pad: usize, distinct: &[usize], run: &mut [f32], run
 }
 
 /// Divides each window sum by the number of the window's cells that lie inside the grid.
-fn divide_by_counts(
-    out: &mut OutRows<'_>,
-    rows: Range<usize>,
-    window: &Window,
-    ny: usize,
-    nx: usize,
-) {
+fn divide_by_counts(out: &mut OutRows<'_>, rows: Range<usize>, window: &Window, ny: usize, nx: usize) {
     let cols = out.cols.clone();
     let mut counts = vec![0.0f32; cols.len()];
     let mut counted_offsets = None;
@@ -534,12 +451,7 @@ fn divide_by_counts(
         let reach = window.reach_y;
         let offsets = reach.saturating_sub(y)..(reach + ny - y).min(2 * reach + 1);
         if counted_offsets.as_ref() != Some(&offsets) {
-            fill_counts(
-                &mut counts,
-                &window.half_widths[offsets.clone()],
-                cols.clone(),
-                nx,
-            );
+            fill_counts(&mut counts, &window.half_widths[offsets.clone()], cols.clone(), nx);
             counted_offsets = Some(offsets);
         }
         for (cell, &count) in out.row(y).iter_mut().zip(&counts) {
@@ -556,10 +468,7 @@ fn fill_counts(counts: &mut [f32], half_widths: &[usize], cols: Range<usize>, nx
         let cells = if x >= widest && x + widest < nx {
             full
         } else {
-            half_widths
-                .iter()
-                .map(|&w| ((x + w).min(nx - 1) - x.saturating_sub(w) + 1) as u64)
-                .sum()
+            half_widths.iter().map(|&w| ((x + w).min(nx - 1) - x.saturating_sub(w) + 1) as u64).sum()
         };
         *count = cells as f32;
     }
@@ -569,8 +478,7 @@ fn fill_counts(counts: &mut [f32], half_widths: &[usize], cols: Range<usize>, nx
 mod tests {
     use super::*;
     use crate::testing::{
-        self, TestRng, array, estimate_at_dispatch, meta, ndarray_of, plan, run, single,
-        with_context,
+        self, TestRng, array, estimate_at_dispatch, meta, ndarray_of, plan, run, single, with_context,
     };
     use runner_plugin::ndarray::IxDyn;
     use runner_plugin::serde_json::json;
@@ -594,13 +502,8 @@ mod tests {
                                 WindowShape::Circle => dy * dy + dx * dx <= r * r,
                             };
                             let (yy, xx) = (y + dy, x + dx);
-                            if inside_window
-                                && (0..ny as i64).contains(&yy)
-                                && (0..nx as i64).contains(&xx)
-                            {
-                                sum += f64::from(
-                                    flat_in[p * ny * nx + yy as usize * nx + xx as usize],
-                                );
+                            if inside_window && (0..ny as i64).contains(&yy) && (0..nx as i64).contains(&xx) {
+                                sum += f64::from(flat_in[p * ny * nx + yy as usize * nx + xx as usize]);
                                 count += 1;
                             }
                         }
@@ -619,10 +522,7 @@ mod tests {
     fn assert_close(got: &ArrayD<f32>, expected: &ArrayD<f64>, what: &str) {
         assert_eq!(got.shape(), expected.shape(), "{what}");
         for (i, (&g, &e)) in got.iter().zip(expected.iter()).enumerate() {
-            assert!(
-                (f64::from(g) - e).abs() <= 1e-5,
-                "{what}: cell {i}: {g} vs {e}"
-            );
+            assert!((f64::from(g) - e).abs() <= 1e-5, "{what}: cell {i}: {g} vs {e}");
         }
     }
 
@@ -632,13 +532,7 @@ mod tests {
     }
 
     /// A field of `background` with a patch of random values in rows `rows` and columns `cols`.
-    fn patch_field(
-        ny: usize,
-        nx: usize,
-        background: f32,
-        rows: Range<usize>,
-        cols: Range<usize>,
-    ) -> ArrayD<f32> {
+    fn patch_field(ny: usize, nx: usize, background: f32, rows: Range<usize>, cols: Range<usize>) -> ArrayD<f32> {
         let mut rng = TestRng::new(11);
         let mut field = ArrayD::from_elem(IxDyn(&[ny, nx]), background);
         for y in rows {
@@ -675,11 +569,7 @@ mod tests {
         let field = TestRng::new(8).field(&[150, 40]);
         for shape in SHAPES {
             let expected = brute_force(&field, 4, shape);
-            assert_close(
-                &smoothed(&field, 4, shape, true),
-                &expected,
-                &format!("{shape:?}"),
-            );
+            assert_close(&smoothed(&field, 4, shape, true), &expected, &format!("{shape:?}"));
         }
     }
 
@@ -737,43 +627,16 @@ mod tests {
         let wet = patch_field(20, 30, 1.0, 15..20, 0..3);
         let (dry, wet) = (dry.as_slice().unwrap(), wet.as_slice().unwrap());
         // The random patch may start or end with a background value, so check containment.
-        let Content::Patch {
-            background,
-            rows,
-            cols,
-        } = Content::of(dry, 30)
-        else {
-            panic!("a patch")
-        };
+        let Content::Patch { background, rows, cols } = Content::of(dry, 30) else { panic!("a patch") };
         assert_eq!(background, 0.0);
-        assert!(
-            rows.start >= 4 && rows.end <= 7 && cols.start >= 10 && cols.end <= 12,
-            "{rows:?} {cols:?}"
-        );
-        let Content::Patch {
-            background,
-            rows,
-            cols,
-        } = Content::of(wet, 30)
-        else {
-            panic!("a patch")
-        };
+        assert!(rows.start >= 4 && rows.end <= 7 && cols.start >= 10 && cols.end <= 12, "{rows:?} {cols:?}");
+        let Content::Patch { background, rows, cols } = Content::of(wet, 30) else { panic!("a patch") };
         assert_eq!(background, 1.0);
-        assert!(
-            rows.start >= 15 && rows.end <= 20 && cols.end <= 3,
-            "{rows:?} {cols:?}"
-        );
+        assert!(rows.start >= 15 && rows.end <= 20 && cols.end <= 3, "{rows:?} {cols:?}");
         assert_eq!(Content::of(&[1.0; 6], 3), Content::Uniform(1.0));
         assert_eq!(Content::of(&[0.0, -0.0, 0.0], 3), Content::Uniform(0.0));
         let nan = Content::of(&[0.0, f32::NAN, 0.0, 0.0], 2);
-        assert_eq!(
-            nan,
-            Content::Patch {
-                background: 0.0,
-                rows: 0..1,
-                cols: 1..2
-            }
-        );
+        assert_eq!(nan, Content::Patch { background: 0.0, rows: 0..1, cols: 1..2 });
     }
 
     #[test]
@@ -790,17 +653,9 @@ mod tests {
             }
         }
         let row = [0.0, 2.0, 0.0, 0.0, 3.0, 0.0];
-        assert_eq!(
-            (first_other(&row, 0.0), last_other(&row, 0.0)),
-            (Some(1), Some(4))
-        );
-        let long: Vec<f32> = (0..100)
-            .map(|i| if i == 3 || i == 70 { f32::NAN } else { 0.0 })
-            .collect();
-        assert_eq!(
-            (first_other(&long, 0.0), last_other(&long, 0.0)),
-            (Some(3), Some(70))
-        );
+        assert_eq!((first_other(&row, 0.0), last_other(&row, 0.0)), (Some(1), Some(4)));
+        let long: Vec<f32> = (0..100).map(|i| if i == 3 || i == 70 { f32::NAN } else { 0.0 }).collect();
+        assert_eq!((first_other(&long, 0.0), last_other(&long, 0.0)), (Some(3), Some(70)));
     }
 
     #[test]
@@ -823,21 +678,13 @@ mod tests {
         assert!(square.iter().all(|&v| (f64::from(v) - mean).abs() < 1e-6));
         for radius in [6, 10, 1000] {
             let expected = brute_force(&field, radius.min(12), WindowShape::Circle);
-            assert_close(
-                &smoothed(&field, radius, WindowShape::Circle, true),
-                &expected,
-                &format!("{radius}"),
-            );
+            assert_close(&smoothed(&field, radius, WindowShape::Circle, true), &expected, &format!("{radius}"));
         }
         // A single cell, and a single row.
         let one = ArrayD::from_elem(IxDyn(&[1, 1]), 0.25f32);
         assert_eq!(smoothed(&one, 3, WindowShape::Circle, true)[[0, 0]], 0.25);
         let row = TestRng::new(4).field(&[1, 9]);
-        assert_close(
-            &smoothed(&row, 2, WindowShape::Square, true),
-            &brute_force(&row, 2, WindowShape::Square),
-            "row",
-        );
+        assert_close(&smoothed(&row, 2, WindowShape::Square, true), &brute_force(&row, 2, WindowShape::Square), "row");
     }
 
     #[test]
@@ -845,12 +692,8 @@ mod tests {
         let field = Array::from_vec(vec![2, 3], vec![0.0f32, 0.0, 1.0, 0.0, 0.0, 0.0])
             .unwrap()
             .with_attr("thresholds", json!([0.5]));
-        let out = run(
-            &Nbhood,
-            json!({"radius": "1", "shape": "square"}),
-            &[single("field", Value::Array(field))],
-        )
-        .unwrap();
+        let out =
+            run(&Nbhood, json!({"radius": "1", "shape": "square"}), &[single("field", Value::Array(field))]).unwrap();
         let values = ndarray_of::<f32>(&out);
         // Corner (0, 2) sees 4 cells, one of them wet; (1, 0) sees 4 dry cells.
         assert_eq!(values[[0, 2]], 0.25);
@@ -866,22 +709,10 @@ mod tests {
         let (meta_out, planned) = plan(
             &Nbhood,
             json!({"radius": 5}),
-            &[meta(
-                "p",
-                ValueMeta::Array {
-                    dtype: DType::F32,
-                    shape: shape.clone(),
-                },
-            )],
+            &[meta("p", ValueMeta::Array { dtype: DType::F32, shape: shape.clone() })],
         )
         .unwrap();
-        assert_eq!(
-            meta_out,
-            ValueMeta::Array {
-                dtype: DType::F32,
-                shape: shape.clone()
-            }
-        );
+        assert_eq!(meta_out, ValueMeta::Array { dtype: DType::F32, shape: shape.clone() });
         assert!(planned > output_bytes, "{planned}");
 
         let estimate_for = |field: ArrayD<f32>| {
@@ -892,10 +723,7 @@ mod tests {
         let small = estimate_for(patch_field(970, 1042, 0.0, 100..120, 200..230));
         let large = estimate_for(patch_field(970, 1042, 0.0, 100..900, 50..1000));
         assert_eq!(dry, output_bytes);
-        assert!(
-            output_bytes < small && small < large && large <= planned,
-            "{small} {large} {planned}"
-        );
+        assert!(output_bytes < small && small < large && large <= planned, "{small} {large} {planned}");
     }
 
     #[test]
@@ -911,41 +739,14 @@ mod tests {
             assert_eq!(err.arg.as_deref(), Some(arg), "{bad}");
             assert!(err.message.contains(&format!("`{arg}`")), "{err}");
         }
-        let err = Nbhood
-            .check(&testing::args(json!({"radius": -1})))
-            .unwrap_err();
-        assert_eq!(
-            err.message,
-            "`radius` must be a positive whole number, got -1"
-        );
+        let err = Nbhood.check(&testing::args(json!({"radius": -1}))).unwrap_err();
+        assert_eq!(err.message, "`radius` must be a positive whole number, got -1");
 
-        let one_dim = meta(
-            "p",
-            ValueMeta::Array {
-                dtype: DType::F32,
-                shape: vec![10],
-            },
-        );
-        assert!(
-            plan(&Nbhood, json!({"radius": 1}), &[one_dim])
-                .unwrap_err()
-                .message
-                .contains("2 dimensions")
-        );
-        let doubles = meta(
-            "p",
-            ValueMeta::Array {
-                dtype: DType::F64,
-                shape: vec![3, 3],
-            },
-        );
+        let one_dim = meta("p", ValueMeta::Array { dtype: DType::F32, shape: vec![10] });
+        assert!(plan(&Nbhood, json!({"radius": 1}), &[one_dim]).unwrap_err().message.contains("2 dimensions"));
+        let doubles = meta("p", ValueMeta::Array { dtype: DType::F64, shape: vec![3, 3] });
         assert!(plan(&Nbhood, json!({"radius": 1}), &[doubles]).is_err());
-        let err = run(
-            &Nbhood,
-            json!({"radius": 1}),
-            &[single("p", array(&[4], vec![0.0f32; 4]))],
-        )
-        .unwrap_err();
+        let err = run(&Nbhood, json!({"radius": 1}), &[single("p", array(&[4], vec![0.0f32; 4]))]).unwrap_err();
         assert!(err.message().contains("2 dimensions"), "{err}");
     }
 }

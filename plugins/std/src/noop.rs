@@ -2,8 +2,7 @@
 //! measure the engine's own overhead per task.
 
 use runner_plugin::{
-    ArgError, ArgSpec, Args, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError,
-    Value, ValueMeta,
+    ArgError, ArgSpec, Args, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError, Value, ValueMeta,
 };
 
 pub struct Noop;
@@ -42,12 +41,7 @@ mod tests {
 
     #[test]
     fn returns_nothing_and_estimates_nothing_whatever_the_inputs() {
-        let value = run(
-            &Noop,
-            json!({}),
-            &[single("x", array(&[2], vec![1.0f32, 2.0]))],
-        )
-        .unwrap();
+        let value = run(&Noop, json!({}), &[single("x", array(&[2], vec![1.0f32, 2.0]))]).unwrap();
         assert!(matches!(value, Value::None));
         assert_eq!(plan(&Noop, json!({}), &[]).unwrap(), (ValueMeta::None, 0));
     }

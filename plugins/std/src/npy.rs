@@ -19,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use runner_plugin::{
-    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin,
-    TaskContext, TaskError, Value, ValueMeta,
+    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError, Value,
+    ValueMeta,
 };
 
 use crate::support::{array_shape_of, expect_array, one_input_meta, one_input_value};
@@ -36,10 +36,7 @@ const MAX_HEADER_LEN: usize = 1 << 20;
 /// Buffer of the file reader and writer; the only memory besides the array itself.
 const IO_BUFFER: usize = 64 << 10;
 
-const ARGS: &[ArgSpec] = &[ArgSpec::required(
-    "path",
-    "the .npy file, relative to the directory runner started in",
-)];
+const ARGS: &[ArgSpec] = &[ArgSpec::required("path", "the .npy file, relative to the directory runner started in")];
 
 /// What the header of a `.npy` file says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,11 +50,7 @@ pub struct NpyHeader {
 impl NpyHeader {
     /// Bytes of data the header promises.
     pub fn data_bytes(&self) -> Option<u64> {
-        self.shape
-            .iter()
-            .try_fold(self.dtype.size() as u64, |bytes, &dim| {
-                bytes.checked_mul(dim as u64)
-            })
+        self.shape.iter().try_fold(self.dtype.size() as u64, |bytes, &dim| bytes.checked_mul(dim as u64))
     }
 }
 
@@ -66,19 +59,9 @@ pub fn header_bytes(dtype: DType, shape: &[usize]) -> Vec<u8> {
     let shape_text = match shape {
         [] => "()".to_string(),
         [only] => format!("({only},)"),
-        _ => format!(
-            "({})",
-            shape
-                .iter()
-                .map(usize::to_string)
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        _ => format!("({})", shape.iter().map(usize::to_string).collect::<Vec<_>>().join(", ")),
     };
-    let mut dict = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape_text}, }}",
-        descr(dtype)
-    );
+    let mut dict = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {shape_text}, }}", descr(dtype));
     if let Some(first) = shape.first() {
         let digits = first.to_string().len();
         dict.push_str(&" ".repeat(GROWTH_AXIS_MAX_DIGITS.saturating_sub(digits)));
@@ -113,9 +96,7 @@ fn dtype_of_descr(descr: &str) -> Result<DType, String> {
         "<i4" => Ok(DType::I32),
         // Byte order means nothing for one byte; NumPy writes `|u1`, other tools `u1` or `<u1`.
         "|u1" | "<u1" | ">u1" | "=u1" | "u1" => Ok(DType::U8),
-        other => Err(format!(
-            "unsupported dtype '{other}' (supported: '<f4', '<f8', '<i4', '|u1')"
-        )),
+        other => Err(format!("unsupported dtype '{other}' (supported: '<f4', '<f8', '<i4', '|u1')")),
     }
 }
 
@@ -128,25 +109,15 @@ pub fn read_array(path: &Path) -> Result<Array, String> {
 /// Writes `array` to `path` atomically, creating parent directories. Errors name the file.
 pub fn write_array(path: &Path, array: &Array) -> Result<(), String> {
     let fail = |what: String| format!("writing {}: {what}", path.display());
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| fail("the path does not name a file".into()))?;
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)
-        .map_err(|e| fail(format!("cannot create directory {}: {e}", dir.display())))?;
+    let file_name = path.file_name().ok_or_else(|| fail("the path does not name a file".into()))?;
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create directory {}: {e}", dir.display())))?;
 
     // Unique per process and call, hidden, and in the same directory so the rename is atomic.
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut temp_name = std::ffi::OsString::from(".");
     temp_name.push(file_name);
-    temp_name.push(format!(
-        ".{}-{}.tmp",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    temp_name.push(format!(".{}-{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
     let temp = dir.join(temp_name);
 
     let written = write_file(&temp, array).and_then(|()| std::fs::rename(&temp, path));
@@ -183,16 +154,10 @@ fn open(path: &Path) -> Result<(NpyHeader, BufReader<File>), String> {
     let file_len = file.metadata().map_err(|e| fail(e.to_string()))?.len();
     let mut reader = BufReader::with_capacity(IO_BUFFER, file);
     let header = read_header(&mut reader).map_err(fail)?;
-    let data_bytes = header
-        .data_bytes()
-        .ok_or_else(|| fail(format!("shape {:?} is too large", header.shape)))?;
+    let data_bytes = header.data_bytes().ok_or_else(|| fail(format!("shape {:?} is too large", header.shape)))?;
     let found = file_len.saturating_sub(header.data_offset);
     if found != data_bytes {
-        let problem = if found < data_bytes {
-            "is truncated"
-        } else {
-            "has trailing bytes"
-        };
+        let problem = if found < data_bytes { "is truncated" } else { "has trailing bytes" };
         return Err(fail(format!(
             "{problem}: the header promises {data_bytes} bytes of {} data for shape {:?}, but the file holds {found}",
             header.dtype, header.shape
@@ -208,9 +173,7 @@ pub fn peek_header(path: &Path) -> Result<NpyHeader, String> {
 
 fn read_header(reader: &mut impl Read) -> Result<NpyHeader, String> {
     let mut start = [0u8; 8];
-    reader
-        .read_exact(&mut start)
-        .map_err(|_| "not a .npy file: too short to hold the magic string".to_string())?;
+    reader.read_exact(&mut start).map_err(|_| "not a .npy file: too short to hold the magic string".to_string())?;
     if &start[..6] != MAGIC {
         return Err("not a .npy file: it does not start with \\x93NUMPY".into());
     }
@@ -218,45 +181,33 @@ fn read_header(reader: &mut impl Read) -> Result<NpyHeader, String> {
     let header_len = match major {
         1 => {
             let mut len = [0u8; 2];
-            reader
-                .read_exact(&mut len)
-                .map_err(|_| "truncated header length".to_string())?;
+            reader.read_exact(&mut len).map_err(|_| "truncated header length".to_string())?;
             u16::from_le_bytes(len) as usize
         }
         2 | 3 => {
             let mut len = [0u8; 4];
-            reader
-                .read_exact(&mut len)
-                .map_err(|_| "truncated header length".to_string())?;
+            reader.read_exact(&mut len).map_err(|_| "truncated header length".to_string())?;
             u32::from_le_bytes(len) as usize
         }
         _ => {
-            return Err(format!(
-                "unsupported .npy format version {major}.{minor} (supported: 1.0, 2.0, 3.0)"
-            ));
+            return Err(format!("unsupported .npy format version {major}.{minor} (supported: 1.0, 2.0, 3.0)"));
         }
     };
     if header_len > MAX_HEADER_LEN {
         return Err(format!("header length {header_len} is implausibly large"));
     }
     let mut raw = vec![0u8; header_len];
-    reader
-        .read_exact(&mut raw)
-        .map_err(|_| format!("truncated header: expected {header_len} bytes"))?;
+    reader.read_exact(&mut raw).map_err(|_| format!("truncated header: expected {header_len} bytes"))?;
     // Versions 1 and 2 are latin-1, version 3 is UTF-8.
     let text: String = if major == 3 {
         String::from_utf8(raw).map_err(|_| "header is not valid UTF-8".to_string())?
     } else {
         raw.iter().map(|&b| char::from(b)).collect()
     };
-    let (dtype, shape) = parse_header_dict(&text)
-        .map_err(|e| format!("malformed header {:?}: {e}", text.trim_end()))?;
+    let (dtype, shape) =
+        parse_header_dict(&text).map_err(|e| format!("malformed header {:?}: {e}", text.trim_end()))?;
     let length_field = if major == 1 { 2 } else { 4 };
-    Ok(NpyHeader {
-        dtype,
-        shape,
-        data_offset: (8 + length_field + header_len) as u64,
-    })
+    Ok(NpyHeader { dtype, shape, data_offset: (8 + length_field + header_len) as u64 })
 }
 
 /// A Python literal in a `.npy` header dict.
@@ -269,11 +220,7 @@ enum Literal {
 
 /// Parses `{'descr': ..., 'fortran_order': ..., 'shape': (...), }` and what it describes.
 fn parse_header_dict(text: &str) -> Result<(DType, Vec<usize>), String> {
-    let entries = DictParser {
-        chars: text.chars().collect(),
-        at: 0,
-    }
-    .parse()?;
+    let entries = DictParser { chars: text.chars().collect(), at: 0 }.parse()?;
     let (mut dtype, mut fortran, mut shape) = (None, None, None);
     for (key, value) in entries {
         match (key.as_str(), value) {
@@ -322,10 +269,7 @@ impl DictParser {
         }
         self.skip_space();
         if self.at != self.chars.len() {
-            return Err(format!(
-                "unexpected text after the dict at offset {}",
-                self.at
-            ));
+            return Err(format!("unexpected text after the dict at offset {}", self.at));
         }
         Ok(entries)
     }
@@ -379,17 +323,12 @@ impl DictParser {
         let digits: String = self.chars[start..self.at].iter().collect();
         // Python 2 wrote longs as `3L`.
         self.eat('L');
-        digits
-            .parse()
-            .map_err(|_| format!("expected a dimension at offset {start}"))
+        digits.parse().map_err(|_| format!("expected a dimension at offset {start}"))
     }
 
     fn word(&mut self, word: &str) -> bool {
         let len = word.chars().count();
-        let matches = self
-            .chars
-            .get(self.at..self.at + len)
-            .is_some_and(|s| s.iter().copied().eq(word.chars()));
+        let matches = self.chars.get(self.at..self.at + len).is_some_and(|s| s.iter().copied().eq(word.chars()));
         if matches {
             self.at += len;
         }
@@ -413,11 +352,7 @@ impl DictParser {
     }
 
     fn expect(&mut self, c: char) -> Result<(), String> {
-        if self.eat(c) {
-            Ok(())
-        } else {
-            Err(format!("expected '{c}' at offset {}", self.at))
-        }
+        if self.eat(c) { Ok(()) } else { Err(format!("expected '{c}' at offset {}", self.at)) }
     }
 }
 
@@ -428,18 +363,9 @@ fn read_data(path: &Path, header: &NpyHeader, mut reader: impl Read) -> Result<A
     let fail = |what: String| format!("reading {}: {what}", path.display());
     let io = |e: std::io::Error| fail(e.to_string());
     let array = match header.dtype {
-        DType::F32 => Array::from_vec(
-            shape,
-            read_elements(&mut reader, count, f32::from_le_bytes).map_err(io)?,
-        ),
-        DType::F64 => Array::from_vec(
-            shape,
-            read_elements(&mut reader, count, f64::from_le_bytes).map_err(io)?,
-        ),
-        DType::I32 => Array::from_vec(
-            shape,
-            read_elements(&mut reader, count, i32::from_le_bytes).map_err(io)?,
-        ),
+        DType::F32 => Array::from_vec(shape, read_elements(&mut reader, count, f32::from_le_bytes).map_err(io)?),
+        DType::F64 => Array::from_vec(shape, read_elements(&mut reader, count, f64::from_le_bytes).map_err(io)?),
+        DType::I32 => Array::from_vec(shape, read_elements(&mut reader, count, i32::from_le_bytes).map_err(io)?),
         DType::U8 => {
             let mut data = vec![0u8; count];
             reader.read_exact(&mut data).map_err(io)?;
@@ -461,11 +387,7 @@ fn read_elements<T, const N: usize>(
     while remaining > 0 {
         let chunk = &mut buffer[..remaining.min(IO_BUFFER / N * N)];
         reader.read_exact(chunk)?;
-        data.extend(
-            chunk
-                .chunks_exact(N)
-                .map(|bytes| decode(bytes.try_into().expect("chunks of N bytes"))),
-        );
+        data.extend(chunk.chunks_exact(N).map(|bytes| decode(bytes.try_into().expect("chunks of N bytes"))));
         remaining -= chunk.len();
     }
     Ok(data)
@@ -474,10 +396,7 @@ fn read_elements<T, const N: usize>(
 fn path_arg(args: &Args) -> Result<PathBuf, ArgError> {
     let path = args.str("path")?;
     if path.trim().is_empty() {
-        return Err(ArgError::new(
-            "path",
-            "`path` must name a file, got an empty string",
-        ));
+        return Err(ArgError::new("path", "`path` must name a file, got an empty string"));
     }
     Ok(PathBuf::from(path))
 }
@@ -505,10 +424,7 @@ impl Plugin for ReadNpy {
     fn output(&self, args: &Args, _inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
         let path = path_arg(args)?;
         Ok(match peek_header(&path) {
-            Ok(header) => ValueMeta::Array {
-                dtype: header.dtype,
-                shape: header.shape,
-            },
+            Ok(header) => ValueMeta::Array { dtype: header.dtype, shape: header.shape },
             Err(_) => ValueMeta::Unknown,
         })
     }
@@ -526,9 +442,7 @@ impl Plugin for ReadNpy {
         let path = path_arg(args).map_err(|e| TaskError::msg(e.message))?;
         let (header, reader) = open(&path).map_err(TaskError::msg)?;
         ctx.will_allocate(header.data_bytes().unwrap_or(0));
-        Ok(Value::Array(
-            read_data(&path, &header, reader).map_err(TaskError::msg)?,
-        ))
+        Ok(Value::Array(read_data(&path, &header, reader).map_err(TaskError::msg)?))
     }
 }
 
@@ -597,32 +511,20 @@ mod tests {
 
     /// Files as `np.save` writes them, with their arrays.
     fn numpy_files() -> Vec<(&'static str, Vec<u8>, Value)> {
-        let mut f32_2x3 = numpy_v1_header(
-            "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }",
-            128,
-        );
+        let mut f32_2x3 = numpy_v1_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 128);
         #[rustfmt::skip]
         f32_2x3.extend_from_slice(&[
             0, 0, 0, 0,  0, 0, 0x80, 0x3f,  0, 0, 0, 0x40,
             0, 0, 0x40, 0x40,  0, 0, 0x80, 0x40,  0, 0, 0xa0, 0x40,
         ]);
-        let mut i32_5 = numpy_v1_header(
-            "{'descr': '<i4', 'fortran_order': False, 'shape': (5,), }",
-            128,
-        );
+        let mut i32_5 = numpy_v1_header("{'descr': '<i4', 'fortran_order': False, 'shape': (5,), }", 128);
         #[rustfmt::skip]
         i32_5.extend_from_slice(&[
             1, 0, 0, 0,  0xff, 0xff, 0xff, 0xff,  2, 0, 0, 0,  0, 0, 0, 0,  7, 0, 0, 0,
         ]);
-        let mut u8_scalar = numpy_v1_header(
-            "{'descr': '|u1', 'fortran_order': False, 'shape': (), }",
-            128,
-        );
+        let mut u8_scalar = numpy_v1_header("{'descr': '|u1', 'fortran_order': False, 'shape': (), }", 128);
         u8_scalar.push(7);
-        let mut f64_2x1x2 = numpy_v1_header(
-            "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 1, 2), }",
-            128,
-        );
+        let mut f64_2x1x2 = numpy_v1_header("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 1, 2), }", 128);
         #[rustfmt::skip]
         f64_2x1x2.extend_from_slice(&[
             0, 0, 0, 0, 0, 0, 0xe0, 0x3f,
@@ -637,18 +539,10 @@ mod tests {
         let mut f32_15d = numpy_v1_header(&dict, 192);
         f32_15d.extend_from_slice(&[0, 0, 0x20, 0x41]);
         vec![
-            (
-                "f32 (2, 3)",
-                f32_2x3,
-                array(&[2, 3], vec![0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0]),
-            ),
+            ("f32 (2, 3)", f32_2x3, array(&[2, 3], vec![0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0])),
             ("i32 (5,)", i32_5, array(&[5], vec![1i32, -1, 2, 0, 7])),
             ("u8 ()", u8_scalar, array(&[], vec![7u8])),
-            (
-                "f64 (2, 1, 2)",
-                f64_2x1x2,
-                array(&[2, 1, 2], vec![0.5f64, -2.0, 1.0, 3.0]),
-            ),
+            ("f64 (2, 1, 2)", f64_2x1x2, array(&[2, 1, 2], vec![0.5f64, -2.0, 1.0, 3.0])),
             ("f32 15-d", f32_15d, array(&[1; 15], vec![10.0f32])),
         ]
     }
@@ -663,8 +557,7 @@ mod tests {
         let dir = temp_dir();
         for (name, expected, value) in numpy_files() {
             let path = dir.path().join("out.npy");
-            let returned =
-                run(&WriteNpy, json!({"path": path}), &[single("array", value)]).unwrap();
+            let returned = run(&WriteNpy, json!({"path": path}), &[single("array", value)]).unwrap();
             assert!(matches!(&returned, Value::Path(p) if *p == path), "{name}");
             assert_eq!(std::fs::read(&path).unwrap(), expected, "{name}");
         }
@@ -683,10 +576,7 @@ mod tests {
 
     #[test]
     fn header_of_a_uk_field_is_128_bytes() {
-        let expected = numpy_v1_header(
-            "{'descr': '<f4', 'fortran_order': False, 'shape': (970, 1042), }",
-            128,
-        );
+        let expected = numpy_v1_header("{'descr': '<f4', 'fortran_order': False, 'shape': (970, 1042), }", 128);
         assert_eq!(header_bytes(DType::F32, &[970, 1042]), expected);
     }
 
@@ -696,14 +586,8 @@ mod tests {
         let values = [
             array(&[], vec![-3.25f32]),
             array(&[4], vec![1.5f64, -0.0, f64::MAX, f64::MIN_POSITIVE]),
-            array(
-                &[2, 3, 2],
-                (0..12).map(|i| i * 1_000_003 - 7).collect::<Vec<i32>>(),
-            ),
-            array(
-                &[3, 1, 5],
-                (0..15u8).map(|i| i.wrapping_mul(37)).collect::<Vec<u8>>(),
-            ),
+            array(&[2, 3, 2], (0..12).map(|i| i * 1_000_003 - 7).collect::<Vec<i32>>()),
+            array(&[3, 1, 5], (0..15u8).map(|i| i.wrapping_mul(37)).collect::<Vec<u8>>()),
             array(&[0, 4], Vec::<f32>::new()),
         ];
         for (i, value) in values.into_iter().enumerate() {
@@ -756,60 +640,21 @@ mod tests {
         let f32_2 = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }";
         let cases: Vec<(Vec<u8>, &str)> = vec![
             (Vec::new(), "too short"),
-            (
-                b"PK\x03\x04 this is a zip file, not an array".to_vec(),
-                "does not start with",
-            ),
+            (b"PK\x03\x04 this is a zip file, not an array".to_vec(), "does not start with"),
             (b"\x93NUMPY\x09\x00\x10\x00".to_vec(), "version 9.0"),
             (good(f32_2, &[0; 7]), "truncated"),
             (good(f32_2, &[0; 12]), "trailing bytes"),
-            (
-                good(
-                    "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }",
-                    &[0; 8],
-                ),
-                "Fortran",
-            ),
-            (
-                good(
-                    "{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }",
-                    &[0; 8],
-                ),
-                "unsupported dtype '>f4'",
-            ),
-            (
-                good(
-                    "{'descr': '<f4', 'fortran_order': False, 'shape': (2, }",
-                    &[0; 8],
-                ),
-                "malformed header",
-            ),
-            (
-                good("{'descr': '<f4', 'shape': (2,), }", &[0; 8]),
-                "required",
-            ),
-            (
-                good(
-                    "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}",
-                    &[0; 8],
-                ),
-                "malformed",
-            ),
-            (
-                good(
-                    "{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }",
-                    &[0; 8],
-                ),
-                "malformed",
-            ),
+            (good("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", &[0; 8]), "Fortran"),
+            (good("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }", &[0; 8]), "unsupported dtype '>f4'"),
+            (good("{'descr': '<f4', 'fortran_order': False, 'shape': (2, }", &[0; 8]), "malformed header"),
+            (good("{'descr': '<f4', 'shape': (2,), }", &[0; 8]), "required"),
+            (good("{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}", &[0; 8]), "malformed"),
+            (good("{'descr': '<f4', 'fortran_order': 0, 'shape': (2,), }", &[0; 8]), "malformed"),
         ];
         for (bytes, complaint) in cases {
             std::fs::write(&path, &bytes).unwrap();
             let err = run(&ReadNpy, json!({"path": path}), &[]).unwrap_err();
-            assert!(
-                err.message().contains(complaint),
-                "expected {complaint:?} in: {err}"
-            );
+            assert!(err.message().contains(complaint), "expected {complaint:?} in: {err}");
             assert!(err.message().contains("bad.npy"), "{err}");
         }
         let missing = dir.path().join("missing.npy");
@@ -824,17 +669,9 @@ mod tests {
         let target = dir.path().join("taken.npy");
         std::fs::create_dir(&target).unwrap();
         std::fs::write(target.join("keep"), b"x").unwrap();
-        let err = run(
-            &WriteNpy,
-            json!({"path": target}),
-            &[single("a", array(&[2], vec![1.0f32, 2.0]))],
-        )
-        .unwrap_err();
+        let err = run(&WriteNpy, json!({"path": target}), &[single("a", array(&[2], vec![1.0f32, 2.0]))]).unwrap_err();
         assert!(err.message().contains("taken.npy"), "{err}");
-        let names: Vec<_> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, vec![std::ffi::OsString::from("taken.npy")]);
     }
 
@@ -842,42 +679,15 @@ mod tests {
     fn plan_metadata_and_checks() {
         let dir = temp_dir();
         let path = dir.path().join("x.npy");
-        assert_eq!(
-            plan(&ReadNpy, json!({"path": path}), &[]).unwrap().0,
-            ValueMeta::Unknown
-        );
+        assert_eq!(plan(&ReadNpy, json!({"path": path}), &[]).unwrap().0, ValueMeta::Unknown);
         write_array(&path, array(&[3, 4], vec![0.0f64; 12]).as_array().unwrap()).unwrap();
         let (meta_out, estimate) = plan(&ReadNpy, json!({"path": path}), &[]).unwrap();
-        assert_eq!(
-            meta_out,
-            ValueMeta::Array {
-                dtype: DType::F64,
-                shape: vec![3, 4]
-            }
-        );
+        assert_eq!(meta_out, ValueMeta::Array { dtype: DType::F64, shape: vec![3, 4] });
         assert_eq!(estimate, 96 + 2 * IO_BUFFER as u64);
 
-        let input = meta(
-            "a",
-            ValueMeta::Array {
-                dtype: DType::I32,
-                shape: vec![2],
-            },
-        );
-        assert_eq!(
-            plan(&WriteNpy, json!({"path": "o.npy"}), &[input])
-                .unwrap()
-                .0,
-            ValueMeta::Path
-        );
-        assert!(
-            plan(
-                &WriteNpy,
-                json!({"path": "o.npy"}),
-                &[meta("a", ValueMeta::Json)]
-            )
-            .is_err()
-        );
+        let input = meta("a", ValueMeta::Array { dtype: DType::I32, shape: vec![2] });
+        assert_eq!(plan(&WriteNpy, json!({"path": "o.npy"}), &[input]).unwrap().0, ValueMeta::Path);
+        assert!(plan(&WriteNpy, json!({"path": "o.npy"}), &[meta("a", ValueMeta::Json)]).is_err());
         assert!(plan(&WriteNpy, json!({"path": "o.npy"}), &[]).is_err());
         let err = plan(&WriteNpy, json!({"path": ""}), &[]).unwrap_err();
         assert_eq!(err.arg.as_deref(), Some("path"));

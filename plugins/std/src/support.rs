@@ -2,24 +2,18 @@
 //! the argument, and checks of the inputs' kind and shape at plan time and at run time.
 
 use runner_plugin::serde_json::Value as Json;
-use runner_plugin::{
-    ArgError, Array, DType, Input, InputMeta, Inputs, TaskError, Value, ValueMeta,
-};
+use runner_plugin::{ArgError, Array, DType, Input, InputMeta, Inputs, TaskError, Value, ValueMeta};
 
 /// FNV-1a, 64 bits: a tiny, well-known, stable hash for turning task keys and seeds into numbers.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(PRIME)
-    })
+    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(PRIME))
 }
 
 /// How an argument value reads in an error message: `-1`, `"abc"`, or `nothing`.
 pub(crate) fn shown(value: Option<&Json>) -> String {
-    value
-        .map(Json::to_string)
-        .unwrap_or_else(|| "nothing".into())
+    value.map(Json::to_string).unwrap_or_else(|| "nothing".into())
 }
 
 /// A whole number ≥ 1, e.g. a radius or a grid size.
@@ -30,21 +24,14 @@ pub(crate) fn positive_whole(args: &runner_plugin::Args, name: &str) -> Result<u
     }
     match args.u64(name) {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(ArgError::new(
-            name,
-            format!(
-                "`{name}` must be a positive whole number, got {}",
-                shown(args.get(name))
-            ),
-        )),
+        _ => {
+            Err(ArgError::new(name, format!("`{name}` must be a positive whole number, got {}", shown(args.get(name)))))
+        }
     }
 }
 
 /// The single, non-gathered input of a plugin that transforms one value, from plan metadata.
-pub(crate) fn one_input_meta<'m>(
-    plugin: &str,
-    inputs: &'m [InputMeta],
-) -> Result<&'m InputMeta, ArgError> {
+pub(crate) fn one_input_meta<'m>(plugin: &str, inputs: &'m [InputMeta]) -> Result<&'m InputMeta, ArgError> {
     match inputs {
         [only] => match only.gathered {
             None => Ok(only),
@@ -70,9 +57,7 @@ pub(crate) fn array_shape_of(
 ) -> Result<Option<(DType, Vec<usize>)>, ArgError> {
     match &input.item {
         ValueMeta::Unknown => Ok(None),
-        ValueMeta::Array { dtype, shape } if dtypes.contains(dtype) => {
-            Ok(Some((*dtype, shape.clone())))
-        }
+        ValueMeta::Array { dtype, shape } if dtypes.contains(dtype) => Ok(Some((*dtype, shape.clone()))),
         other => Err(ArgError::general(format!(
             "`{plugin}` needs {}, but input `{}` is {other}",
             array_kinds(dtypes),
@@ -82,10 +67,7 @@ pub(crate) fn array_shape_of(
 }
 
 /// The single, non-gathered input value of a running task.
-pub(crate) fn one_input_value<'a>(
-    plugin: &str,
-    inputs: &Inputs<'a>,
-) -> Result<(&'a str, &'a Value), TaskError> {
+pub(crate) fn one_input_value<'a>(plugin: &str, inputs: &Inputs<'a>) -> Result<(&'a str, &'a Value), TaskError> {
     let all: Vec<&Input<'a>> = inputs.iter().collect();
     match all.as_slice() {
         [only] => Ok((only.name(), only.one()?)),
@@ -121,11 +103,7 @@ fn array_kinds(dtypes: &[DType]) -> String {
 
 fn listed<'n>(names: impl Iterator<Item = &'n str>) -> String {
     let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
-    if names.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", names.join(", "))
-    }
+    if names.is_empty() { String::new() } else { format!(" ({})", names.join(", ")) }
 }
 
 #[cfg(test)]

@@ -19,8 +19,8 @@
 
 use runner_plugin::serde_json::json;
 use runner_plugin::{
-    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin,
-    TaskContext, TaskError, Value, ValueMeta,
+    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError, Value,
+    ValueMeta,
 };
 
 use crate::support::{fnv1a64, positive_whole, shown};
@@ -29,11 +29,7 @@ const ARGS: &[ArgSpec] = &[
     ArgSpec::required("ny", "rows of the field"),
     ArgSpec::required("nx", "columns of the field"),
     ArgSpec::required("wet_fraction", "fraction of cells with rain, 0 to 1"),
-    ArgSpec::optional(
-        "seed",
-        "0",
-        "any text; the same seed gives the same weather",
-    ),
+    ArgSpec::optional("seed", "0", "any text; the same seed gives the same weather"),
 ];
 
 /// Blobs making up the smooth random field.
@@ -69,10 +65,7 @@ impl Settings {
             _ => {
                 return Err(ArgError::new(
                     "nx",
-                    format!(
-                        "`ny` × `nx` = {ny} × {nx} cells is too many (at most {})",
-                        u32::MAX
-                    ),
+                    format!("`ny` × `nx` = {ny} × {nx} cells is too many (at most {})", u32::MAX),
                 ));
             }
         }
@@ -80,19 +73,11 @@ impl Settings {
         if !(0.0..=1.0).contains(&wet_fraction) {
             return Err(ArgError::new(
                 "wet_fraction",
-                format!(
-                    "`wet_fraction` must be between 0 and 1, got {}",
-                    shown(args.get("wet_fraction"))
-                ),
+                format!("`wet_fraction` must be between 0 and 1, got {}", shown(args.get("wet_fraction"))),
             ));
         }
         let seed = args.str_or("seed", "0")?;
-        Ok(Settings {
-            ny: ny as usize,
-            nx: nx as usize,
-            wet_fraction,
-            seed,
-        })
+        Ok(Settings { ny: ny as usize, nx: nx as usize, wet_fraction, seed })
     }
 
     fn cells(&self) -> usize {
@@ -119,10 +104,7 @@ impl Plugin for Synth {
 
     fn output(&self, args: &Args, _inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
         let settings = Settings::from_args(args)?;
-        Ok(ValueMeta::Array {
-            dtype: DType::F32,
-            shape: vec![settings.ny, settings.nx],
-        })
+        Ok(ValueMeta::Array { dtype: DType::F32, shape: vec![settings.ny, settings.nx] })
     }
 
     /// The field is built in the output itself; the two radix histograms are the only extra.
@@ -139,13 +121,7 @@ impl Plugin for Synth {
         let settings = Settings::from_args(args).map_err(|e| TaskError::msg(e.message))?;
         let mut field = ctx.zeros::<f32>(&[settings.ny, settings.nx]);
         let cells = field.as_slice_mut().expect("a new array is in C order");
-        synthesise(
-            cells,
-            settings.ny,
-            settings.nx,
-            settings.wet_fraction,
-            &settings.seed,
-        );
+        synthesise(cells, settings.ny, settings.nx, settings.wet_fraction, &settings.seed);
         let array = Array::from_ndarray(field)
             .with_attr("units", "mm/h")
             .with_attr("wet_fraction", json!(settings.wet_fraction))
@@ -169,11 +145,7 @@ pub(crate) fn synthesise(out: &mut [f32], ny: usize, nx: usize, wet_fraction: f6
     }
     apply_envelope(out, nx, &shape);
     // Exactly `wet_cells` values lie above the value ranked just below them (ties aside).
-    let threshold = if wet_cells == cells {
-        -1.0
-    } else {
-        select(out, cells - wet_cells - 1)
-    };
+    let threshold = if wet_cells == cells { -1.0 } else { select(out, cells - wet_cells - 1) };
     to_rain_rate(out, threshold, storm.peak_rate);
 }
 
@@ -239,14 +211,7 @@ impl Storm {
                 }
             })
             .collect();
-        Storm {
-            centre_y,
-            centre_x,
-            angle,
-            aspect,
-            peak_rate,
-            blobs,
-        }
+        Storm { centre_y, centre_x, angle, aspect, peak_rate, blobs }
     }
 
     /// The storm laid out on a grid, sized for `wet_fraction`.
@@ -305,9 +270,7 @@ fn add_blob(out: &mut [f32], ny: usize, nx: usize, blob: &PlacedBlob) {
     let edge = (-0.5 * BLOB_SUPPORT_SIGMAS * BLOB_SUPPORT_SIGMAS).exp();
     let profile = |centre: f64, range: std::ops::Range<usize>| -> Vec<f32> {
         let scale = -0.5 / (blob.sigma * blob.sigma);
-        range
-            .map(|i| (((i as f64 - centre).powi(2) * scale).exp() - edge).max(0.0) as f32)
-            .collect()
+        range.map(|i| (((i as f64 - centre).powi(2) * scale).exp() - edge).max(0.0) as f32).collect()
     };
     let across_rows = profile(blob.y, rows.clone());
     let across_cols = profile(blob.x, cols.clone());
@@ -393,11 +356,7 @@ fn to_rain_rate(field: &mut [f32], threshold: f32, peak_rate: f32) {
     let span = peak_rate - EDGE_RATE;
     for cell in field.iter_mut() {
         let height = (*cell - threshold) * scale;
-        *cell = if *cell > threshold {
-            EDGE_RATE + span * height * height
-        } else {
-            0.0
-        };
+        *cell = if *cell > threshold { EDGE_RATE + span * height * height } else { 0.0 };
     }
 }
 
@@ -408,12 +367,7 @@ mod tests {
     use runner_plugin::serde_json::json;
 
     fn field(ny: usize, nx: usize, wet: f64, seed: &str) -> Vec<f32> {
-        let value = run(
-            &Synth,
-            json!({"ny": ny, "nx": nx, "wet_fraction": wet, "seed": seed}),
-            &[],
-        )
-        .unwrap();
+        let value = run(&Synth, json!({"ny": ny, "nx": nx, "wet_fraction": wet, "seed": seed}), &[]).unwrap();
         let array = ndarray_of::<f32>(&value);
         assert_eq!(array.shape(), &[ny, nx]);
         array.iter().copied().collect()
@@ -449,10 +403,7 @@ mod tests {
             for wet in [0.02, 0.1, 0.3, 0.6, 1.0] {
                 let cells = field(150, 170, wet, seed);
                 let got = wet_fraction_of(&cells);
-                assert!(
-                    (got - wet).abs() <= 0.05,
-                    "seed {seed}: asked {wet}, got {got}"
-                );
+                assert!((got - wet).abs() <= 0.05, "seed {seed}: asked {wet}, got {got}");
                 assert!(cells.iter().all(|&v| v >= 0.0 && v.is_finite()));
                 // Rain starts at a light rate: no cell is "almost" dry.
                 assert!(cells.iter().all(|&v| v == 0.0 || v >= EDGE_RATE * 0.999));
@@ -471,10 +422,7 @@ mod tests {
                     (y1 - y0 + 1) * (x1 - x0 + 1)
                 })
                 .collect();
-            assert!(
-                areas.windows(2).all(|w| w[0] < w[1] || w[0] == 120 * 130),
-                "seed {seed}: {areas:?}"
-            );
+            assert!(areas.windows(2).all(|w| w[0] < w[1] || w[0] == 120 * 130), "seed {seed}: {areas:?}");
             // One system: the smallest wet region is compact, not spread over the whole grid.
             assert!(areas[0] < 120 * 130 / 4, "seed {seed}: {areas:?}");
         }
@@ -503,51 +451,24 @@ mod tests {
 
     #[test]
     fn metadata_and_arguments() {
-        let (meta, estimate) = plan(
-            &Synth,
-            json!({"ny": 970, "nx": "1042", "wet_fraction": "0.3"}),
-            &[],
-        )
-        .unwrap();
-        assert_eq!(
-            meta,
-            ValueMeta::Array {
-                dtype: DType::F32,
-                shape: vec![970, 1042]
-            }
-        );
+        let (meta, estimate) = plan(&Synth, json!({"ny": 970, "nx": "1042", "wet_fraction": "0.3"}), &[]).unwrap();
+        assert_eq!(meta, ValueMeta::Array { dtype: DType::F32, shape: vec![970, 1042] });
         let field_bytes = 970 * 1042 * 4;
-        assert!(
-            (field_bytes..field_bytes + (1 << 20)).contains(&estimate),
-            "{estimate}"
-        );
+        assert!((field_bytes..field_bytes + (1 << 20)).contains(&estimate), "{estimate}");
         for (bad, arg) in [
             (json!({"ny": -1, "nx": 3, "wet_fraction": 0.1}), "ny"),
             (json!({"ny": 0, "nx": 3, "wet_fraction": 0.1}), "ny"),
             (json!({"ny": 3, "nx": "wide", "wet_fraction": 0.1}), "nx"),
-            (
-                json!({"ny": 3, "nx": 3, "wet_fraction": 1.5}),
-                "wet_fraction",
-            ),
-            (
-                json!({"ny": 3, "nx": 3, "wet_fraction": "-0.1"}),
-                "wet_fraction",
-            ),
+            (json!({"ny": 3, "nx": 3, "wet_fraction": 1.5}), "wet_fraction"),
+            (json!({"ny": 3, "nx": 3, "wet_fraction": "-0.1"}), "wet_fraction"),
             (json!({"ny": 3, "nx": 3}), "wet_fraction"),
-            (
-                json!({"ny": 100000, "nx": 100000, "wet_fraction": 0.1}),
-                "nx",
-            ),
+            (json!({"ny": 100000, "nx": 100000, "wet_fraction": 0.1}), "nx"),
         ] {
             let err = Synth.check(&testing::args(bad.clone())).unwrap_err();
             assert_eq!(err.arg.as_deref(), Some(arg), "{bad}: {err}");
             assert!(err.message.contains(&format!("`{arg}`")), "{err}");
         }
-        let err = Synth
-            .check(&testing::args(
-                json!({"ny": -1, "nx": 3, "wet_fraction": 0}),
-            ))
-            .unwrap_err();
+        let err = Synth.check(&testing::args(json!({"ny": -1, "nx": 3, "wet_fraction": 0}))).unwrap_err();
         assert_eq!(err.message, "`ny` must be a positive whole number, got -1");
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use runner_plugin::ndarray::{ArrayD, IxDyn};
 use runner_plugin::serde_json::Value as Json;
 use runner_plugin::{
-    ArgError, Args, DimValue, Element, Host, Input, InputMeta, Inputs, InputsForEstimate, Plugin,
-    TaskContext, TaskError, Value, ValueMeta,
+    ArgError, Args, DimValue, Element, Host, Input, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext,
+    TaskError, Value, ValueMeta,
 };
 
 /// A host whose scratch dir is a fresh temporary directory and whose ledger ignores announcements.
@@ -18,9 +18,7 @@ pub struct TestHost {
 
 impl TestHost {
     pub fn new() -> TestHost {
-        TestHost {
-            dir: tempfile::tempdir().expect("temporary directory"),
-        }
+        TestHost { dir: tempfile::tempdir().expect("temporary directory") }
     }
 }
 
@@ -34,11 +32,7 @@ impl Host for TestHost {
 
 /// Arguments from a JSON object literal.
 pub fn args(json: Json) -> Args {
-    Args::new(
-        json.as_object()
-            .expect("arguments are a JSON object")
-            .clone(),
-    )
+    Args::new(json.as_object().expect("arguments are a JSON object").clone())
 }
 
 /// One named input for [`run`]: a single value, or a gathered list.
@@ -49,28 +43,15 @@ pub struct TestInput {
 }
 
 pub fn single(name: &'static str, value: Value) -> TestInput {
-    TestInput {
-        name,
-        gathered: false,
-        values: vec![Arc::new(value)],
-    }
+    TestInput { name, gathered: false, values: vec![Arc::new(value)] }
 }
 
 pub fn gathered(name: &'static str, values: Vec<Value>) -> TestInput {
-    TestInput {
-        name,
-        gathered: true,
-        values: values.into_iter().map(Arc::new).collect(),
-    }
+    TestInput { name, gathered: true, values: values.into_iter().map(Arc::new).collect() }
 }
 
 /// Runs `plugin` once as the task with key `key`, after checking its arguments like the engine.
-pub fn run_keyed(
-    plugin: &dyn Plugin,
-    key: &str,
-    args_json: Json,
-    inputs: &[TestInput],
-) -> Result<Value, TaskError> {
+pub fn run_keyed(plugin: &dyn Plugin, key: &str, args_json: Json, inputs: &[TestInput]) -> Result<Value, TaskError> {
     let args = args(args_json);
     plugin.check(&args).map_err(|e| TaskError::msg(e.message))?;
     let host = TestHost::new();
@@ -83,14 +64,7 @@ pub fn run_keyed(
 pub fn with_context<R>(f: impl FnOnce(&TaskContext) -> R) -> R {
     let host = TestHost::new();
     let index: Vec<(&str, DimValue)> = Vec::new();
-    f(&TaskContext::new(
-        "test-step",
-        "",
-        "test-cycle",
-        &index,
-        0,
-        &host,
-    ))
+    f(&TaskContext::new("test-step", "", "test-cycle", &index, 0, &host))
 }
 
 /// Runs `plugin` once with an empty task key.
@@ -103,17 +77,11 @@ pub fn estimate_at_dispatch(plugin: &dyn Plugin, args_json: Json, inputs: &[Test
     let args = args(args_json);
     let metas: Vec<InputMeta> = inputs.iter().map(meta_of).collect();
     let output = plugin.output(&args, &metas).expect("output metadata");
-    with_inputs(inputs, |inputs| {
-        plugin.estimate(&args, InputsForEstimate::Dispatch(inputs), &output)
-    })
+    with_inputs(inputs, |inputs| plugin.estimate(&args, InputsForEstimate::Dispatch(inputs), &output))
 }
 
 /// The plugin's output metadata and estimate at plan time, from the inputs' metadata only.
-pub fn plan(
-    plugin: &dyn Plugin,
-    args_json: Json,
-    metas: &[InputMeta],
-) -> Result<(ValueMeta, u64), ArgError> {
+pub fn plan(plugin: &dyn Plugin, args_json: Json, metas: &[InputMeta]) -> Result<(ValueMeta, u64), ArgError> {
     let args = args(args_json);
     plugin.check(&args)?;
     let output = plugin.output(&args, metas)?;
@@ -123,11 +91,7 @@ pub fn plan(
 
 /// Metadata of a single (non-gathered) input.
 pub fn meta(name: &str, item: ValueMeta) -> InputMeta {
-    InputMeta {
-        name: name.into(),
-        gathered: None,
-        item,
-    }
+    InputMeta { name: name.into(), gathered: None, item }
 }
 
 fn meta_of(input: &TestInput) -> InputMeta {
@@ -139,10 +103,7 @@ fn meta_of(input: &TestInput) -> InputMeta {
 }
 
 fn with_inputs<R>(inputs: &[TestInput], f: impl FnOnce(Inputs<'_>) -> R) -> R {
-    let list: Vec<Input<'_>> = inputs
-        .iter()
-        .map(|i| Input::new(i.name, i.gathered, &i.values))
-        .collect();
+    let list: Vec<Input<'_>> = inputs.iter().map(|i| Input::new(i.name, i.gathered, &i.values)).collect();
     f(Inputs::new(&list))
 }
 
@@ -153,12 +114,7 @@ pub fn array<T: Element>(shape: &[usize], data: Vec<T>) -> Value {
 
 /// The array inside a value, as an owned ndarray of `T`.
 pub fn ndarray_of<T: Element>(value: &Value) -> ArrayD<T> {
-    value
-        .as_array()
-        .expect("an array")
-        .view::<T>()
-        .expect("the expected dtype")
-        .to_owned()
+    value.as_array().expect("an array").view::<T>().expect("the expected dtype").to_owned()
 }
 
 /// xorshift64*: deterministic pseudo-random numbers for test data.

@@ -11,22 +11,15 @@
 
 use runner_plugin::serde_json::{Value as Json, json};
 use runner_plugin::{
-    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin,
-    TaskContext, TaskError, Value, ValueMeta,
+    ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError, Value,
+    ValueMeta,
 };
 
 use crate::support::{array_shape_of, expect_array, one_input_meta, one_input_value, shown};
 
 const ARGS: &[ArgSpec] = &[
-    ArgSpec::required(
-        "thresholds",
-        "a number or a list of numbers to compare the field with",
-    ),
-    ArgSpec::optional(
-        "fuzzy_factor",
-        "none",
-        "width of a linear band around each threshold, in (0, 1)",
-    ),
+    ArgSpec::required("thresholds", "a number or a list of numbers to compare the field with"),
+    ArgSpec::optional("fuzzy_factor", "none", "width of a linear band around each threshold, in (0, 1)"),
 ];
 
 pub struct Threshold;
@@ -41,10 +34,7 @@ impl Settings {
     fn from_args(args: &Args) -> Result<Settings, ArgError> {
         let thresholds = args.f64_list("thresholds")?;
         if thresholds.is_empty() {
-            return Err(ArgError::new(
-                "thresholds",
-                "`thresholds` must list at least one number, got []",
-            ));
+            return Err(ArgError::new("thresholds", "`thresholds` must list at least one number, got []"));
         }
         let fuzzy_factor = match args.get("fuzzy_factor") {
             // "none" is how `runner plugins` shows the default, so it may be written back.
@@ -64,17 +54,11 @@ impl Settings {
                 Some(factor)
             }
         };
-        Ok(Settings {
-            thresholds,
-            fuzzy_factor,
-        })
+        Ok(Settings { thresholds, fuzzy_factor })
     }
 
     fn rules(&self) -> Vec<Rule> {
-        self.thresholds
-            .iter()
-            .map(|&t| Rule::new(t, self.fuzzy_factor))
-            .collect()
+        self.thresholds.iter().map(|&t| Rule::new(t, self.fuzzy_factor)).collect()
     }
 }
 
@@ -84,37 +68,20 @@ enum Rule {
     /// 1 above `threshold`, else 0.
     Step { threshold: f32 },
     /// 0 at or below `lower`, 1 at or above `upper`, linear through 0.5 at `threshold` between.
-    Ramp {
-        lower: f32,
-        threshold: f32,
-        upper: f32,
-    },
+    Ramp { lower: f32, threshold: f32, upper: f32 },
 }
 
 impl Rule {
     fn new(threshold: f64, fuzzy_factor: Option<f64>) -> Rule {
-        let step = Rule::Step {
-            threshold: threshold as f32,
-        };
+        let step = Rule::Step { threshold: threshold as f32 };
         let Some(factor) = fuzzy_factor else {
             return step;
         };
-        let (a, b) = (
-            (threshold * factor) as f32,
-            (threshold * (2.0 - factor)) as f32,
-        );
+        let (a, b) = ((threshold * factor) as f32, (threshold * (2.0 - factor)) as f32);
         let (lower, upper) = if a <= b { (a, b) } else { (b, a) };
         let threshold = threshold as f32;
         // A zero threshold, or a band that rounding to f32 collapsed, has no room for a ramp.
-        if lower < threshold && threshold < upper {
-            Rule::Ramp {
-                lower,
-                threshold,
-                upper,
-            }
-        } else {
-            step
-        }
+        if lower < threshold && threshold < upper { Rule::Ramp { lower, threshold, upper } } else { step }
     }
 
     /// Writes the probability of each value into `out` (same length).
@@ -125,21 +92,13 @@ impl Rule {
                     *p = if v > threshold { 1.0 } else { 0.0 };
                 }
             }
-            Rule::Ramp {
-                lower,
-                threshold,
-                upper,
-            } => {
+            Rule::Ramp { lower, threshold, upper } => {
                 // Two half-ramps like IMPROVER's, so 0.5 falls exactly on the threshold even if
                 // rounding made the band a little asymmetric; the edges are exact by selection.
                 let below = 0.5 / (threshold - lower);
                 let above = 0.5 / (upper - threshold);
                 for (p, &v) in out.iter_mut().zip(values) {
-                    let ramp = if v < threshold {
-                        (v - lower) * below
-                    } else {
-                        0.5 + (v - threshold) * above
-                    };
+                    let ramp = if v < threshold { (v - lower) * below } else { 0.5 + (v - threshold) * above };
                     // NaN fails both comparisons and lands on 0.
                     *p = if v > lower && v < upper {
                         ramp.clamp(0.0, 1.0)
@@ -175,10 +134,7 @@ impl Plugin for Threshold {
         let settings = Settings::from_args(args)?;
         let input = one_input_meta(self.name(), inputs)?;
         Ok(match array_shape_of(self.name(), input, &[DType::F32])? {
-            Some((_, shape)) => ValueMeta::Array {
-                dtype: DType::F32,
-                shape: output_shape(&settings, &shape),
-            },
+            Some((_, shape)) => ValueMeta::Array { dtype: DType::F32, shape: output_shape(&settings, &shape) },
             None => ValueMeta::Unknown,
         })
     }
@@ -188,9 +144,7 @@ impl Plugin for Threshold {
         if let Some(bytes) = output.bytes() {
             return bytes;
         }
-        let thresholds = Settings::from_args(args)
-            .map(|s| s.thresholds.len() as u64)
-            .unwrap_or(1);
+        let thresholds = Settings::from_args(args).map(|s| s.thresholds.len() as u64).unwrap_or(1);
         thresholds * inputs.buffer_bytes().unwrap_or(0)
     }
 
@@ -199,9 +153,7 @@ impl Plugin for Threshold {
         let (name, value) = one_input_value(self.name(), inputs)?;
         let input = expect_array(self.name(), name, value, &[DType::F32])?;
         let view = input.view::<f32>().map_err(TaskError::msg)?;
-        let values = view
-            .as_slice()
-            .ok_or_else(|| TaskError::msg("input array is not in C order"))?;
+        let values = view.as_slice().ok_or_else(|| TaskError::msg("input array is not in C order"))?;
 
         let mut out = ctx.zeros::<f32>(&output_shape(&settings, input.shape()));
         let rules = settings.rules();
@@ -210,8 +162,7 @@ impl Plugin for Threshold {
             ctx.par_chunks_mut(flat, values.len(), |i, chunk| rules[i].apply(values, chunk));
         }
 
-        let mut array =
-            Array::from_ndarray(out).with_attr("thresholds", json!(settings.thresholds));
+        let mut array = Array::from_ndarray(out).with_attr("thresholds", json!(settings.thresholds));
         if let Some(factor) = settings.fuzzy_factor {
             array = array.with_attr("fuzzy_factor", json!(factor));
         }
@@ -223,9 +174,7 @@ impl Plugin for Threshold {
 }
 
 fn output_shape(settings: &Settings, input_shape: &[usize]) -> Vec<usize> {
-    std::iter::once(settings.thresholds.len())
-        .chain(input_shape.iter().copied())
-        .collect()
+    std::iter::once(settings.thresholds.len()).chain(input_shape.iter().copied()).collect()
 }
 
 #[cfg(test)]
@@ -243,12 +192,7 @@ mod tests {
     #[test]
     fn step_is_one_strictly_above_each_threshold() {
         let values = vec![-1.0, 0.0, 0.3, 0.30001, 2.0, 8.0, 9.5, f32::NAN];
-        let out = run(
-            &Threshold,
-            json!({"thresholds": [0.3, 8.0]}),
-            &[single("f", array(&[2, 4], values))],
-        )
-        .unwrap();
+        let out = run(&Threshold, json!({"thresholds": [0.3, 8.0]}), &[single("f", array(&[2, 4], values))]).unwrap();
         let out = ndarray_of::<f32>(&out);
         assert_eq!(out.shape(), &[2, 2, 4]);
         let flat: Vec<f32> = out.iter().copied().collect();
@@ -266,15 +210,7 @@ mod tests {
         let lower = (t * f) as f32; // 0.8
         let upper = (t * (2.0 - f)) as f32; // 3.2
         let t32 = t as f32;
-        let values = vec![
-            lower - 0.5,
-            lower,
-            (lower + t32) / 2.0,
-            t32,
-            (t32 + upper) / 2.0,
-            upper,
-            upper + 0.5,
-        ];
+        let values = vec![lower - 0.5, lower, (lower + t32) / 2.0, t32, (t32 + upper) / 2.0, upper, upper + 0.5];
         let out = probabilities(json!({"thresholds": 2.0, "fuzzy_factor": "0.4"}), values);
         assert_eq!(out[0], 0.0);
         assert_eq!(out[1], 0.0);
@@ -288,10 +224,8 @@ mod tests {
     #[test]
     fn fuzzy_band_of_a_negative_threshold_still_rises_with_the_value() {
         // t = -2, f = 0.5: bounds -1 and -3, so the band runs from -3 (0) to -1 (1).
-        let out = probabilities(
-            json!({"thresholds": -2, "fuzzy_factor": 0.5}),
-            vec![-4.0, -3.0, -2.5, -2.0, -1.0, 0.0],
-        );
+        let out =
+            probabilities(json!({"thresholds": -2, "fuzzy_factor": 0.5}), vec![-4.0, -3.0, -2.5, -2.0, -1.0, 0.0]);
         assert_eq!(out[0], 0.0);
         assert_eq!(out[1], 0.0);
         assert!((out[2] - 0.25).abs() < 1e-6);
@@ -302,57 +236,28 @@ mod tests {
 
     #[test]
     fn nan_never_exceeds_and_none_means_no_band() {
-        let out = probabilities(
-            json!({"thresholds": 1.0, "fuzzy_factor": 0.5}),
-            vec![f32::NAN, 0.9],
-        );
+        let out = probabilities(json!({"thresholds": 1.0, "fuzzy_factor": 0.5}), vec![f32::NAN, 0.9]);
         assert_eq!(out[0], 0.0);
         assert!((out[1] - 0.4).abs() < 1e-6, "{}", out[1]);
-        let out = probabilities(
-            json!({"thresholds": 1.0, "fuzzy_factor": "none"}),
-            vec![0.9, 1.1],
-        );
+        let out = probabilities(json!({"thresholds": 1.0, "fuzzy_factor": "none"}), vec![0.9, 1.1]);
         assert_eq!(out, vec![0.0, 1.0]);
     }
 
     #[test]
     fn zero_threshold_has_no_fuzzy_band() {
-        let out = probabilities(
-            json!({"thresholds": [0], "fuzzy_factor": 0.5}),
-            vec![-0.1, 0.0, 1e-6],
-        );
+        let out = probabilities(json!({"thresholds": [0], "fuzzy_factor": 0.5}), vec![-0.1, 0.0, 1e-6]);
         assert_eq!(out, vec![0.0, 0.0, 1.0]);
     }
 
     #[test]
     fn output_metadata_and_attrs() {
-        let input = meta(
-            "field",
-            ValueMeta::Array {
-                dtype: DType::F32,
-                shape: vec![3, 4],
-            },
-        );
-        let (meta_out, estimate) =
-            plan(&Threshold, json!({"thresholds": [1, 2, 3]}), &[input]).unwrap();
-        assert_eq!(
-            meta_out,
-            ValueMeta::Array {
-                dtype: DType::F32,
-                shape: vec![3, 3, 4]
-            }
-        );
+        let input = meta("field", ValueMeta::Array { dtype: DType::F32, shape: vec![3, 4] });
+        let (meta_out, estimate) = plan(&Threshold, json!({"thresholds": [1, 2, 3]}), &[input]).unwrap();
+        assert_eq!(meta_out, ValueMeta::Array { dtype: DType::F32, shape: vec![3, 3, 4] });
         assert_eq!(estimate, 3 * 12 * 4);
 
-        let field = runner_plugin::Array::from_vec(vec![2], vec![0.0f32, 5.0])
-            .unwrap()
-            .with_attr("units", "mm/h");
-        let out = run(
-            &Threshold,
-            json!({"thresholds": [1, 2]}),
-            &[single("f", Value::Array(field))],
-        )
-        .unwrap();
+        let field = runner_plugin::Array::from_vec(vec![2], vec![0.0f32, 5.0]).unwrap().with_attr("units", "mm/h");
+        let out = run(&Threshold, json!({"thresholds": [1, 2]}), &[single("f", Value::Array(field))]).unwrap();
         let attrs = out.as_array().unwrap().attrs();
         assert_eq!(attrs["thresholds"], json!([1.0, 2.0]));
         assert_eq!(attrs["threshold_units"], json!("mm/h"));
@@ -363,15 +268,9 @@ mod tests {
         for (bad, arg) in [
             (json!({"thresholds": []}), "thresholds"),
             (json!({"thresholds": ["x"]}), "thresholds"),
-            (
-                json!({"thresholds": 1, "fuzzy_factor": 1.5}),
-                "fuzzy_factor",
-            ),
+            (json!({"thresholds": 1, "fuzzy_factor": 1.5}), "fuzzy_factor"),
             (json!({"thresholds": 1, "fuzzy_factor": 0}), "fuzzy_factor"),
-            (
-                json!({"thresholds": 1, "fuzzy_factor": "1"}),
-                "fuzzy_factor",
-            ),
+            (json!({"thresholds": 1, "fuzzy_factor": "1"}), "fuzzy_factor"),
         ] {
             let err = Threshold.check(&testing::args(bad.clone())).unwrap_err();
             assert_eq!(err.arg.as_deref(), Some(arg), "{bad}");
@@ -381,34 +280,15 @@ mod tests {
 
     #[test]
     fn rejects_inputs_of_the_wrong_kind() {
-        let f64_input = meta(
-            "field",
-            ValueMeta::Array {
-                dtype: DType::F64,
-                shape: vec![3],
-            },
-        );
+        let f64_input = meta("field", ValueMeta::Array { dtype: DType::F64, shape: vec![3] });
         let err = plan(&Threshold, json!({"thresholds": 1}), &[f64_input]).unwrap_err();
-        assert!(
-            err.message.contains("f32") && err.message.contains("`field`"),
-            "{err}"
-        );
+        assert!(err.message.contains("f32") && err.message.contains("`field`"), "{err}");
         let json_input = meta("field", ValueMeta::Json);
         assert!(plan(&Threshold, json!({"thresholds": 1}), &[json_input]).is_err());
         let two = [meta("a", ValueMeta::Unknown), meta("b", ValueMeta::Unknown)];
-        assert!(
-            plan(&Threshold, json!({"thresholds": 1}), &two)
-                .unwrap_err()
-                .message
-                .contains("exactly one")
-        );
+        assert!(plan(&Threshold, json!({"thresholds": 1}), &two).unwrap_err().message.contains("exactly one"));
 
-        let err = run(
-            &Threshold,
-            json!({"thresholds": 1}),
-            &[single("f", array(&[2], vec![1i32, 2]))],
-        )
-        .unwrap_err();
+        let err = run(&Threshold, json!({"thresholds": 1}), &[single("f", array(&[2], vec![1i32, 2]))]).unwrap_err();
         assert!(err.message().contains("i32"), "{err}");
     }
 }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use runner_plugin::serde_json::{Value as Json, json};
 use runner_plugin::{
-    Args, DType, DimValue, Host, Input, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext,
-    Value, ValueMeta,
+    Args, DType, DimValue, Host, Input, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, Value, ValueMeta,
 };
 
 struct TestHost(tempfile::TempDir);
@@ -21,10 +20,7 @@ impl Host for TestHost {
 }
 
 fn plugin(name: &str) -> Arc<dyn Plugin> {
-    runner_std_plugins::all()
-        .into_iter()
-        .find(|p| p.name() == name)
-        .unwrap_or_else(|| panic!("no plugin `{name}`"))
+    runner_std_plugins::all().into_iter().find(|p| p.name() == name).unwrap_or_else(|| panic!("no plugin `{name}`"))
 }
 
 fn args(json: Json) -> Args {
@@ -45,10 +41,8 @@ fn run_task(name: &str, arg_json: Json, inputs: &[(&str, bool, Vec<Arc<Value>>)]
         })
         .collect();
     let planned = plugin.output(&args, &metas).unwrap();
-    let list: Vec<Input<'_>> = inputs
-        .iter()
-        .map(|(name, gathered, values)| Input::new(name, *gathered, values))
-        .collect();
+    let list: Vec<Input<'_>> =
+        inputs.iter().map(|(name, gathered, values)| Input::new(name, *gathered, values)).collect();
     let inputs = Inputs::new(&list);
     let estimate = plugin.estimate(&args, InputsForEstimate::Dispatch(inputs), &planned);
     let host = TestHost(tempfile::tempdir().unwrap());
@@ -56,16 +50,9 @@ fn run_task(name: &str, arg_json: Json, inputs: &[(&str, bool, Vec<Arc<Value>>)]
     let ctx = TaskContext::new(name, "lead=3", "test", &index, 0, &host);
     let value = plugin.run(&ctx, &args, &inputs).unwrap();
     if planned != ValueMeta::Unknown {
-        assert_eq!(
-            value.meta(),
-            planned,
-            "{name}: output differs from its plan"
-        );
+        assert_eq!(value.meta(), planned, "{name}: output differs from its plan");
     }
-    assert!(
-        estimate >= value.buffer_bytes(),
-        "{name}: estimate below its output"
-    );
+    assert!(estimate >= value.buffer_bytes(), "{name}: estimate below its output");
     value
 }
 
@@ -76,19 +63,11 @@ type ArgDescription = (String, Option<String>);
 fn registry_holds_the_contracted_plugins_and_arguments() {
     let mut described: Vec<(String, Vec<ArgDescription>)> = Vec::new();
     for plugin in runner_std_plugins::all() {
-        assert!(
-            !plugin.about().is_empty() && !plugin.about().contains('\n'),
-            "{}",
-            plugin.name()
-        );
+        assert!(!plugin.about().is_empty() && !plugin.about().contains('\n'), "{}", plugin.name());
         for spec in plugin.args() {
             assert!(!spec.about.is_empty(), "{}.{}", plugin.name(), spec.name);
         }
-        let args = plugin
-            .args()
-            .iter()
-            .map(|a| (a.name.to_string(), a.default.map(str::to_string)))
-            .collect();
+        let args = plugin.args().iter().map(|a| (a.name.to_string(), a.default.map(str::to_string))).collect();
         described.push((plugin.name().to_string(), args));
     }
     let required = |name: &str| (name.to_string(), None);
@@ -104,23 +83,9 @@ fn registry_holds_the_contracted_plugins_and_arguments() {
                 optional("estimate", "bytes + output_bytes"),
             ],
         ),
-        (
-            "synth".into(),
-            vec![
-                required("ny"),
-                required("nx"),
-                required("wet_fraction"),
-                optional("seed", "0"),
-            ],
-        ),
-        (
-            "threshold".into(),
-            vec![required("thresholds"), optional("fuzzy_factor", "none")],
-        ),
-        (
-            "nbhood".into(),
-            vec![required("radius"), optional("shape", "square")],
-        ),
+        ("synth".into(), vec![required("ny"), required("nx"), required("wet_fraction"), optional("seed", "0")]),
+        ("threshold".into(), vec![required("thresholds"), optional("fuzzy_factor", "none")]),
+        ("nbhood".into(), vec![required("radius"), optional("shape", "square")]),
         ("mean".into(), vec![]),
         ("read_npy".into(), vec![required("path")]),
         ("write_npy".into(), vec![required("path")]),
@@ -154,10 +119,7 @@ fn precipitation_pipeline_end_to_end() {
         .collect();
     let probability = run_task("mean", json!({}), &[("members", true, members)]);
     let array = probability.as_array().unwrap();
-    assert_eq!(
-        (array.dtype(), array.shape()),
-        (DType::F32, &[2, 60, 80][..])
-    );
+    assert_eq!((array.dtype(), array.shape()), (DType::F32, &[2, 60, 80][..]));
     let view = array.view::<f32>().unwrap();
     assert!(view.iter().all(|&p| (0.0..=1.0).contains(&p)));
     // Probabilities of exceeding the higher threshold are nowhere larger.
@@ -169,23 +131,13 @@ fn precipitation_pipeline_end_to_end() {
     assert!(view.iter().any(|&p| p > 0.0) && view.iter().any(|&p| p == 0.0));
 
     let path = dir.path().join("out/prob_T003.npy");
-    let written = run_task(
-        "write_npy",
-        json!({"path": path}),
-        &[("array", false, vec![Arc::new(probability)])],
-    );
+    let written = run_task("write_npy", json!({"path": path}), &[("array", false, vec![Arc::new(probability)])]);
     assert!(matches!(&written, Value::Path(p) if *p == path));
     let read = run_task("read_npy", json!({"path": path}), &[]);
     let original = std::fs::read(&path).unwrap();
-    assert_eq!(
-        read.as_array().unwrap().bytes(),
-        &original[original.len() - 2 * 60 * 80 * 4..]
-    );
+    assert_eq!(read.as_array().unwrap().bytes(), &original[original.len() - 2 * 60 * 80 * 4..]);
 
     let held = run_task("alloc", json!({"bytes": "2MiB", "output_bytes": 16}), &[]);
-    assert_eq!(
-        held.as_bytes().unwrap(),
-        runner_std_plugins::alloc::alloc_pattern("lead=3", 16).as_slice()
-    );
+    assert_eq!(held.as_bytes().unwrap(), runner_std_plugins::alloc::alloc_pattern("lead=3", 16).as_slice());
     assert!(matches!(run_task("noop", json!({}), &[]), Value::None));
 }
