@@ -21,10 +21,9 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 
-use runner_plugin::task_tag::{self, NO_TASK};
 use tikv_jemallocator::Jemalloc;
 
-use super::tally;
+use super::batch::{charge, release};
 
 /// Header bytes before the user's pointer when the alignment is 16 or less; also where the tag
 /// sits, counted back from the user's pointer. 16 keeps the usual `malloc` alignment.
@@ -92,22 +91,6 @@ impl Block {
     fn bytes(self) -> u64 {
         self.layout.size() as u64
     }
-}
-
-/// Counts a new block of `bytes` for the task this thread works for; returns the tag to record
-/// in its header (`NO_TASK` when it was charged to no task).
-#[inline]
-fn charge(bytes: u64) -> u32 {
-    tally::total_add(bytes);
-    let tag = task_tag::current();
-    if tally::charge_task(tag, bytes) { tag } else { NO_TASK }
-}
-
-/// Uncounts a freed block of `bytes` whose header names `tag`.
-#[inline]
-fn release(tag: u32, bytes: u64) {
-    tally::total_sub(bytes);
-    tally::release_task(tag, bytes);
 }
 
 /// # Safety

@@ -27,6 +27,7 @@
 //! `stats.allocated` counts it.
 
 mod alloc;
+mod batch;
 mod system;
 mod tally;
 
@@ -34,6 +35,7 @@ mod tally;
 mod tests;
 
 pub use alloc::CountingAlloc;
+pub use batch::flush_thread;
 pub use system::{JemallocStats, ProcessMemory, jemalloc_stats, process_memory, purge_free_pages, reset_peak_rss};
 pub use tally::{
     SLOTS, TaskMemory, begin_new_task, begin_task, end_task, live_bytes, peak_live_bytes, reset_peak, retired_bytes,

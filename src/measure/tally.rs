@@ -1,15 +1,18 @@
-//! The byte counters: one slot per running task, plus process-wide totals.
+//! The shared byte counters: one slot per running task, plus process-wide totals, and the
+//! public API over them.
 //!
-//! The allocator updates these on every allocation and free, so everything here is atomics in
-//! statics: no allocation, no locks, no thread-locals. Orderings are `Relaxed` throughout: each
-//! counter is one atomic, so its own modification order is all that matters for its value, and
-//! the engine's own synchronisation (spawning the task, joining it) orders `begin_task` before
-//! the task's allocations and those before `end_task`.
+//! The allocator updates these (through each thread's batch, see `batch.rs`), so everything here
+//! is atomics in statics: no allocation, no locks, no thread-locals. Orderings are `Relaxed`
+//! throughout: each counter is one atomic, so its own modification order is all that matters for
+//! its value, and the engine's own synchronisation (spawning the task, joining it) orders
+//! `begin_task` before the task's allocations and those before `end_task`.
 //!
 //! A task's slot is `tag % SLOTS`. Its state is one `u64` — an "active" bit, the tag's high bits
 //! (which, with the slot index, name the owner exactly) and the live byte count — so checking
-//! the owner and changing the count is a single compare-and-swap. That keeps a late free from a
-//! task that has just ended from ever landing in the counts of the next task to use the slot.
+//! the owner and changing the count is one compare-and-swap. That keeps a late update from a task
+//! that has just ended from ever landing in the counts of the next task to use the slot. The
+//! count is biased so that it can dip below zero for a moment: one thread may publish the frees
+//! of blocks whose allocations another thread has not published yet.
 
 use std::sync::atomic::AtomicI64;
 use std::sync::atomic::AtomicU32;
@@ -18,7 +21,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use runner_plugin::task_tag::NO_TASK;
 
-use super::MeasureError;
+use super::{MeasureError, batch};
 
 /// Number of task counter slots (at most this many tasks can be measured at once).
 pub const SLOTS: usize = 4096;
@@ -28,9 +31,11 @@ const _: () = assert!(SLOTS.is_power_of_two() && SLOTS > 1 && SLOTS <= 1 << 16);
 const SLOT_BITS: u32 = SLOTS.trailing_zeros();
 /// High tag bits kept in the state word to name the slot's owner.
 const KEY_BITS: u32 = u32::BITS - SLOT_BITS;
-/// Bits left for the live byte count: 43 with 4096 slots, i.e. up to 8 TiB per task.
+/// Bits left for the biased live byte count: 43 with 4096 slots, i.e. ±4 TiB per task.
 const LIVE_BITS: u32 = 63 - KEY_BITS;
 const LIVE_MASK: u64 = (1 << LIVE_BITS) - 1;
+/// The count field holds `BIAS + live`.
+const BIAS: i64 = 1 << (LIVE_BITS - 1);
 /// Set while a task owns the slot; a free slot's state is 0.
 const ACTIVE: u64 = 1 << 63;
 
@@ -38,32 +43,38 @@ const ACTIVE: u64 = 1 << 63;
 /// other down through false sharing.
 #[repr(align(64))]
 struct Slot {
-    /// `ACTIVE | key << LIVE_BITS | live`, or 0 when free.
+    /// `ACTIVE | key << LIVE_BITS | (BIAS + live)`, or 0 when free.
     state: AtomicU64,
-    /// Highest `live` since the task began.
+    /// Highest published `live` since the task began.
     peak: AtomicU64,
 }
 
 impl Slot {
     const fn new() -> Self {
-        Self { state: AtomicU64::new(0), peak: AtomicU64::new(0) }
+        Self {
+            state: AtomicU64::new(0),
+            peak: AtomicU64::new(0),
+        }
     }
 }
 
 /// Process-wide live bytes and their peak: touched together, so on one line.
 #[repr(align(64))]
 struct Total {
-    live: AtomicU64,
+    live: AtomicI64,
     peak: AtomicU64,
 }
 
 /// All zeros, so the table costs address space only until slots are used.
 static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
 
-static TOTAL: Total = Total { live: AtomicU64::new(0), peak: AtomicU64::new(0) };
+static TOTAL: Total = Total {
+    live: AtomicI64::new(0),
+    peak: AtomicU64::new(0),
+};
 
-/// Live bytes of blocks whose task has ended (outputs, mostly). Signed because a free racing
-/// with `end_task` may subtract before `end_task` adds.
+/// Live bytes of blocks whose task has ended (outputs, mostly). Signed for the same reason as
+/// the slots' counts.
 static RETIRED: AtomicI64 = AtomicI64::new(0);
 
 /// Where `begin_new_task` looks for its next tag.
@@ -83,7 +94,7 @@ fn slot_of(tag: u32) -> &'static Slot {
     &TABLE[tag as usize & (SLOTS - 1)]
 }
 
-/// The state bits (all but `live`) of a slot owned by `tag`.
+/// The state (all but the count) of a slot owned by `tag`, with a zero count.
 #[inline]
 fn owner_bits(tag: u32) -> u64 {
     ACTIVE | (u64::from(tag >> SLOT_BITS) << LIVE_BITS)
@@ -94,52 +105,70 @@ fn owned_by(state: u64, tag: u32) -> bool {
     state & !LIVE_MASK == owner_bits(tag)
 }
 
+#[inline]
+fn live_of(state: u64) -> i64 {
+    (state & LIVE_MASK) as i64 - BIAS
+}
+
 /// The tag owning slot `index`, given its state.
 fn holder(state: u64, index: usize) -> u32 {
     let key = ((state & !ACTIVE) >> LIVE_BITS) as u32;
     (key << SLOT_BITS) | index as u32
 }
 
-/// Raises `peak` to `value`; the plain load first skips the locked operation in the common case
+/// Raises `peak` to `live`; the plain load first skips the locked operation in the common case
 /// where the peak is not being raised.
 #[inline]
-fn raise(peak: &AtomicU64, value: u64) {
-    if value > peak.load(Relaxed) {
-        peak.fetch_max(value, Relaxed);
+fn raise(peak: &AtomicU64, live: i64) {
+    let live = live.max(0) as u64;
+    if live > peak.load(Relaxed) {
+        peak.fetch_max(live, Relaxed);
     }
 }
 
-/// Counts a new block of `bytes` in the process total.
+/// Whether task `tag` is running. A plain load: cheap enough for every allocation.
 #[inline]
-pub(super) fn total_add(bytes: u64) {
-    let live = TOTAL.live.fetch_add(bytes, Relaxed).wrapping_add(bytes);
-    raise(&TOTAL.peak, live);
+pub(super) fn is_running(tag: u32) -> bool {
+    tag != NO_TASK && owned_by(slot_of(tag).state.load(Relaxed), tag)
 }
 
-/// Counts a freed block of `bytes` in the process total.
+/// Adds `delta` bytes to the process total.
 #[inline]
-pub(super) fn total_sub(bytes: u64) {
-    TOTAL.live.fetch_sub(bytes, Relaxed);
+pub(super) fn add_to_total(delta: i64) {
+    let live = TOTAL.live.fetch_add(delta, Relaxed).wrapping_add(delta);
+    if delta > 0 {
+        raise(&TOTAL.peak, live);
+    }
 }
 
-/// Charges `bytes` to task `tag` if it is running; returns whether it was charged. An
-/// allocation that is not charged is recorded as `NO_TASK`, so its free is not credited either.
+/// Adds `delta` bytes to task `tag`'s count if it is running; returns whether it did.
 #[inline]
-pub(super) fn charge_task(tag: u32, bytes: u64) -> bool {
+pub(super) fn add_to_task(tag: u32, delta: i64) -> bool {
     if tag == NO_TASK {
         return false;
     }
     let slot = slot_of(tag);
     let mut state = slot.state.load(Relaxed);
     loop {
-        // No overflow: live < 2^43 and bytes < 2^63.
-        let live = (state & LIVE_MASK) + bytes;
-        if !owned_by(state, tag) || live > LIVE_MASK {
+        if !owned_by(state, tag) {
             return false;
         }
-        match slot.state.compare_exchange_weak(state, state + bytes, Relaxed, Relaxed) {
+        // Out of range only past ±4 TiB: refuse rather than spill into the owner bits.
+        let Some(count) = ((state & LIVE_MASK) as i64)
+            .checked_add(delta)
+            .filter(|count| (0..=LIVE_MASK as i64).contains(count))
+        else {
+            return false;
+        };
+        let new = (state & !LIVE_MASK) | count as u64;
+        match slot
+            .state
+            .compare_exchange_weak(state, new, Relaxed, Relaxed)
+        {
             Ok(_) => {
-                raise(&slot.peak, live);
+                if delta > 0 {
+                    raise(&slot.peak, count - BIAS);
+                }
                 return true;
             }
             Err(now) => state = now,
@@ -147,27 +176,12 @@ pub(super) fn charge_task(tag: u32, bytes: u64) -> bool {
     }
 }
 
-/// Credits a freed block of `bytes` to the task `tag` that made it; to the retired bucket when
-/// that task has ended (whether or not its slot has a new owner).
+/// Settles `delta` bytes of blocks made by task `tag`: on the task while it runs, else on the
+/// retired bucket (its blocks outlive it there).
 #[inline]
-pub(super) fn release_task(tag: u32, bytes: u64) {
-    if tag == NO_TASK {
-        return;
-    }
-    let slot = slot_of(tag);
-    let mut state = slot.state.load(Relaxed);
-    loop {
-        if !owned_by(state, tag) {
-            RETIRED.fetch_sub(bytes as i64, Relaxed);
-            return;
-        }
-        // A block charged to this task is counted in its live bytes, so this never clamps;
-        // clamping anyway keeps a misuse (a tag reused for two tasks) from touching the owner bits.
-        let freed = bytes.min(state & LIVE_MASK);
-        match slot.state.compare_exchange_weak(state, state - freed, Relaxed, Relaxed) {
-            Ok(_) => return,
-            Err(now) => state = now,
-        }
+pub(super) fn settle(tag: u32, delta: i64) {
+    if tag != NO_TASK && !add_to_task(tag, delta) {
+        RETIRED.fetch_add(delta, Relaxed);
     }
 }
 
@@ -182,8 +196,11 @@ pub fn begin_task(tag: u32) -> Result<(), MeasureError> {
     let index = tag as usize & (SLOTS - 1);
     let slot = &TABLE[index];
     slot.state
-        .compare_exchange(0, owner_bits(tag), Relaxed, Relaxed)
-        .map_err(|state| MeasureError::SlotBusy { tag, holder: holder(state, index) })?;
+        .compare_exchange(0, owner_bits(tag) | BIAS as u64, Relaxed, Relaxed)
+        .map_err(|state| MeasureError::SlotBusy {
+            tag,
+            holder: holder(state, index),
+        })?;
     // Reset only once the slot is ours: the previous owner's peak is no longer read by anyone.
     slot.peak.store(0, Relaxed);
     Ok(())
@@ -204,29 +221,37 @@ pub fn begin_new_task() -> Result<u32, MeasureError> {
     Err(MeasureError::NoFreeSlot)
 }
 
-/// Task `tag`'s live bytes, if it is running.
-#[inline]
-fn running_live(tag: u32) -> Option<u64> {
+/// Task `tag`'s live bytes as published, plus this thread's unpublished batch for it.
+fn running_live(tag: u32) -> Option<i64> {
     let state = slot_of(tag).state.load(Relaxed);
-    (tag != NO_TASK && owned_by(state, tag)).then_some(state & LIVE_MASK)
+    (tag != NO_TASK && owned_by(state, tag)).then(|| live_of(state) + batch::pending_for(tag))
 }
 
-/// Bytes task `tag`'s blocks hold now; 0 if it is not running.
+/// Bytes task `tag`'s blocks hold now; 0 if it is not running. Counts published by other
+/// threads, and this thread's own; other threads may hold back up to `batch::LIMIT` each.
 pub fn task_live(tag: u32) -> u64 {
-    running_live(tag).unwrap_or(0)
+    running_live(tag).map_or(0, |live| live.max(0) as u64)
 }
 
-/// The most bytes task `tag`'s blocks have held at once so far; 0 if it is not running.
+/// The most bytes task `tag`'s blocks have held at once so far; 0 if it is not running. Exact
+/// for blocks of 16 KiB and more; smaller ones are seen a batch (64 KiB) at a time.
 pub fn task_peak(tag: u32) -> u64 {
-    // The peak is raised just after the live count, so it may trail it for an instant.
-    running_live(tag).map_or(0, |live| slot_of(tag).peak.load(Relaxed).max(live))
+    running_live(tag).map_or(0, |live| {
+        slot_of(tag).peak.load(Relaxed).max(live.max(0) as u64)
+    })
 }
 
 /// Stops measuring task `tag` and frees its slot. Its blocks still alive (its output) move to
-/// the retired bucket, which later frees of them are credited to. Call it after the task and all
-/// the work it handed out have returned: an allocation racing with the end may still raise the
-/// slot's peak after it is handed to the next task.
+/// the retired bucket, which later frees of them are credited to.
+///
+/// Publishes this thread's batch first; call it after the task and all the work it handed out
+/// have returned, and after the threads that ran that work called [`flush_thread`] (other
+/// threads' unpublished batches, up to 64 KiB each, are missed here and reach the retired
+/// bucket later).
+///
+/// [`flush_thread`]: super::flush_thread
 pub fn end_task(tag: u32) -> Result<TaskMemory, MeasureError> {
+    batch::flush_thread();
     let slot = slot_of(tag);
     let peak = slot.peak.load(Relaxed);
     let mut state = slot.state.load(Relaxed);
@@ -234,19 +259,27 @@ pub fn end_task(tag: u32) -> Result<TaskMemory, MeasureError> {
         if tag == NO_TASK || !owned_by(state, tag) {
             return Err(MeasureError::NotRunning { tag });
         }
-        match slot.state.compare_exchange_weak(state, 0, Relaxed, Relaxed) {
+        match slot
+            .state
+            .compare_exchange_weak(state, 0, Relaxed, Relaxed)
+        {
             Ok(_) => break,
             Err(now) => state = now,
         }
     }
-    let retained = state & LIVE_MASK;
-    RETIRED.fetch_add(retained as i64, Relaxed);
-    Ok(TaskMemory { peak_bytes: peak.max(retained), retained_bytes: retained })
+    let retained = live_of(state);
+    RETIRED.fetch_add(retained, Relaxed);
+    let retained = retained.max(0) as u64;
+    Ok(TaskMemory {
+        peak_bytes: peak.max(retained),
+        retained_bytes: retained,
+    })
 }
 
-/// Bytes held by every live block in the process, tagged or not (including tag headers).
+/// Bytes held by every live block in the process, tagged or not (including tag headers), as
+/// published: each thread may hold back up to 64 KiB of small blocks.
 pub fn live_bytes() -> u64 {
-    TOTAL.live.load(Relaxed)
+    TOTAL.live.load(Relaxed).max(0) as u64
 }
 
 /// The highest [`live_bytes`] since the start or the last [`reset_peak`].
