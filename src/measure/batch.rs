@@ -32,6 +32,9 @@ struct Batch {
     tag: Cell<u32>,
     /// Bytes of task `tag`'s blocks allocated minus freed on this thread, unpublished.
     task: Cell<i64>,
+    /// The highest `task` has been since the last publication, so that the task's peak
+    /// includes the batch's own high point.
+    task_high: Cell<i64>,
     /// Bytes of all small blocks allocated minus freed on this thread, unpublished.
     total: Cell<i64>,
 }
@@ -41,6 +44,7 @@ thread_local! {
         Batch {
             tag: Cell::new(NO_TASK),
             task: Cell::new(0),
+            task_high: Cell::new(0),
             total: Cell::new(0),
         }
     };
@@ -59,11 +63,7 @@ pub(super) fn charge(bytes: u64) -> u32 {
         return tag;
     }
     tally::add_to_total(delta);
-    if tally::add_to_task(tag, delta) {
-        tag
-    } else {
-        NO_TASK
-    }
+    if tally::add_to_task(tag, delta) { tag } else { NO_TASK }
 }
 
 /// Counts a freed block of `bytes` whose header names `tag`.
@@ -84,17 +84,26 @@ pub fn flush_thread() {
     let _ = BATCH.try_with(Batch::publish);
 }
 
-/// This thread's unpublished bytes for task `tag`.
-pub(super) fn pending_for(tag: u32) -> i64 {
+/// This thread's unpublished bytes for task `tag`, and their highest since last published.
+pub(super) fn pending_for(tag: u32) -> Pending {
     BATCH
         .try_with(|batch| {
             if batch.tag.get() == tag {
-                batch.task.get()
+                Pending { bytes: batch.task.get(), high: batch.task_high.get() }
             } else {
-                0
+                Pending::default()
             }
         })
-        .unwrap_or(0)
+        .unwrap_or_default()
+}
+
+/// A batch's unpublished bytes for one task.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Pending {
+    /// Allocated minus freed.
+    pub bytes: i64,
+    /// The highest `bytes` has been (at least 0).
+    pub high: i64,
 }
 
 impl Batch {
@@ -140,19 +149,18 @@ impl Batch {
 
     #[inline]
     fn add_task(&self, delta: i64) {
-        let pending = self.task.get() + delta;
-        if pending.abs() < LIMIT {
-            self.task.set(pending);
-        } else {
-            self.task.set(0);
-            tally::settle(self.tag.get(), pending);
+        let bytes = self.task.get() + delta;
+        self.task.set(bytes);
+        self.task_high.set(self.task_high.get().max(bytes));
+        if bytes.abs() >= LIMIT {
+            self.publish_task();
         }
     }
 
     fn publish_task(&self) {
-        let pending = self.task.replace(0);
-        if pending != 0 {
-            tally::settle(self.tag.get(), pending);
+        let pending = Pending { bytes: self.task.replace(0), high: self.task_high.replace(0) };
+        if pending.bytes != 0 || pending.high != 0 {
+            tally::settle_batch(self.tag.get(), pending);
         }
     }
 

@@ -21,7 +21,8 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use runner_plugin::task_tag::NO_TASK;
 
-use super::{MeasureError, batch};
+use super::MeasureError;
+use super::batch::{self, Pending};
 
 /// Number of task counter slots (at most this many tasks can be measured at once).
 pub const SLOTS: usize = 4096;
@@ -51,10 +52,7 @@ struct Slot {
 
 impl Slot {
     const fn new() -> Self {
-        Self {
-            state: AtomicU64::new(0),
-            peak: AtomicU64::new(0),
-        }
+        Self { state: AtomicU64::new(0), peak: AtomicU64::new(0) }
     }
 }
 
@@ -68,10 +66,7 @@ struct Total {
 /// All zeros, so the table costs address space only until slots are used.
 static TABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
 
-static TOTAL: Total = Total {
-    live: AtomicI64::new(0),
-    peak: AtomicU64::new(0),
-};
+static TOTAL: Total = Total { live: AtomicI64::new(0), peak: AtomicU64::new(0) };
 
 /// Live bytes of blocks whose task has ended (outputs, mostly). Signed for the same reason as
 /// the slots' counts.
@@ -144,32 +139,36 @@ pub(super) fn add_to_total(delta: i64) {
 /// Adds `delta` bytes to task `tag`'s count if it is running; returns whether it did.
 #[inline]
 pub(super) fn add_to_task(tag: u32, delta: i64) -> bool {
+    add_to_task_with_peak(tag, delta, delta).is_some()
+}
+
+/// Adds `delta` bytes to task `tag`'s count if it is running, and raises its peak to where the
+/// count was before plus `high` (the delta's own highest point); returns the new live bytes.
+#[inline]
+fn add_to_task_with_peak(tag: u32, delta: i64, high: i64) -> Option<i64> {
     if tag == NO_TASK {
-        return false;
+        return None;
     }
     let slot = slot_of(tag);
     let mut state = slot.state.load(Relaxed);
     loop {
         if !owned_by(state, tag) {
-            return false;
+            return None;
         }
         // Out of range only past ±4 TiB: refuse rather than spill into the owner bits.
-        let Some(count) = ((state & LIVE_MASK) as i64)
-            .checked_add(delta)
-            .filter(|count| (0..=LIVE_MASK as i64).contains(count))
+        let Some(count) =
+            ((state & LIVE_MASK) as i64).checked_add(delta).filter(|count| (0..=LIVE_MASK as i64).contains(count))
         else {
-            return false;
+            return None;
         };
         let new = (state & !LIVE_MASK) | count as u64;
-        match slot
-            .state
-            .compare_exchange_weak(state, new, Relaxed, Relaxed)
-        {
+        match slot.state.compare_exchange_weak(state, new, Relaxed, Relaxed) {
             Ok(_) => {
-                if delta > 0 {
-                    raise(&slot.peak, count - BIAS);
+                let live = count - BIAS;
+                if high > 0 {
+                    raise(&slot.peak, live - delta + high);
                 }
-                return true;
+                return Some(live);
             }
             Err(now) => state = now,
         }
@@ -180,8 +179,16 @@ pub(super) fn add_to_task(tag: u32, delta: i64) -> bool {
 /// retired bucket (its blocks outlive it there).
 #[inline]
 pub(super) fn settle(tag: u32, delta: i64) {
-    if tag != NO_TASK && !add_to_task(tag, delta) {
-        RETIRED.fetch_add(delta, Relaxed);
+    let high = delta.max(0);
+    settle_batch(tag, Pending { bytes: delta, high });
+}
+
+/// Settles a thread's batch for task `tag` as [`settle`] does, raising the task's peak to where
+/// its count was plus the batch's high point.
+#[inline]
+pub(super) fn settle_batch(tag: u32, pending: Pending) {
+    if tag != NO_TASK && add_to_task_with_peak(tag, pending.bytes, pending.high).is_none() {
+        RETIRED.fetch_add(pending.bytes, Relaxed);
     }
 }
 
@@ -197,10 +204,7 @@ pub fn begin_task(tag: u32) -> Result<(), MeasureError> {
     let slot = &TABLE[index];
     slot.state
         .compare_exchange(0, owner_bits(tag) | BIAS as u64, Relaxed, Relaxed)
-        .map_err(|state| MeasureError::SlotBusy {
-            tag,
-            holder: holder(state, index),
-        })?;
+        .map_err(|state| MeasureError::SlotBusy { tag, holder: holder(state, index) })?;
     // Reset only once the slot is ours: the previous owner's peak is no longer read by anyone.
     slot.peak.store(0, Relaxed);
     Ok(())
@@ -221,24 +225,32 @@ pub fn begin_new_task() -> Result<u32, MeasureError> {
     Err(MeasureError::NoFreeSlot)
 }
 
-/// Task `tag`'s live bytes as published, plus this thread's unpublished batch for it.
-fn running_live(tag: u32) -> Option<i64> {
-    let state = slot_of(tag).state.load(Relaxed);
-    (tag != NO_TASK && owned_by(state, tag)).then(|| live_of(state) + batch::pending_for(tag))
+/// Task `tag`'s (live, peak) bytes as published, with this thread's unpublished batch for it.
+fn running_counts(tag: u32) -> Option<(u64, u64)> {
+    let slot = slot_of(tag);
+    let state = slot.state.load(Relaxed);
+    if tag == NO_TASK || !owned_by(state, tag) {
+        return None;
+    }
+    let pending = batch::pending_for(tag);
+    let live = (live_of(state) + pending.bytes).max(0) as u64;
+    let batch_high = (live_of(state) + pending.high).max(0) as u64;
+    // The peak is raised just after the count changes, so it may trail it for an instant.
+    let peak = slot.peak.load(Relaxed).max(live).max(batch_high);
+    Some((live, peak))
 }
 
-/// Bytes task `tag`'s blocks hold now; 0 if it is not running. Counts published by other
-/// threads, and this thread's own; other threads may hold back up to `batch::LIMIT` each.
+/// Bytes task `tag`'s blocks hold now; 0 if it is not running. Includes this thread's batch;
+/// other threads' batches of small blocks may each hold back up to 64 KiB.
 pub fn task_live(tag: u32) -> u64 {
-    running_live(tag).map_or(0, |live| live.max(0) as u64)
+    running_counts(tag).map_or(0, |(live, _)| live)
 }
 
 /// The most bytes task `tag`'s blocks have held at once so far; 0 if it is not running. Exact
-/// for blocks of 16 KiB and more; smaller ones are seen a batch (64 KiB) at a time.
+/// for one thread and for large blocks; other threads' small blocks may be seen up to 64 KiB
+/// (per thread) late.
 pub fn task_peak(tag: u32) -> u64 {
-    running_live(tag).map_or(0, |live| {
-        slot_of(tag).peak.load(Relaxed).max(live.max(0) as u64)
-    })
+    running_counts(tag).map_or(0, |(_, peak)| peak)
 }
 
 /// Stops measuring task `tag` and frees its slot. Its blocks still alive (its output) move to
@@ -259,10 +271,7 @@ pub fn end_task(tag: u32) -> Result<TaskMemory, MeasureError> {
         if tag == NO_TASK || !owned_by(state, tag) {
             return Err(MeasureError::NotRunning { tag });
         }
-        match slot
-            .state
-            .compare_exchange_weak(state, 0, Relaxed, Relaxed)
-        {
+        match slot.state.compare_exchange_weak(state, 0, Relaxed, Relaxed) {
             Ok(_) => break,
             Err(now) => state = now,
         }
@@ -270,10 +279,7 @@ pub fn end_task(tag: u32) -> Result<TaskMemory, MeasureError> {
     let retained = live_of(state);
     RETIRED.fetch_add(retained, Relaxed);
     let retained = retained.max(0) as u64;
-    Ok(TaskMemory {
-        peak_bytes: peak.max(retained),
-        retained_bytes: retained,
-    })
+    Ok(TaskMemory { peak_bytes: peak.max(retained), retained_bytes: retained })
 }
 
 /// Bytes held by every live block in the process, tagged or not (including tag headers), as

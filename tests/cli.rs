@@ -1,0 +1,189 @@
+//! The command line as users meet it: exit codes, what is written, the summary JSON, plan
+//! formats, the plugin listing and the help.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value as Json;
+
+fn runner(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_runner")).args(args).current_dir(dir).output().expect("running runner")
+}
+
+fn recipe(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes").join(name).display().to_string()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn quickstart_writes_its_arrays_and_a_summary() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = runner(
+        dir.path(),
+        &["run", &recipe("quickstart.yaml"), "--cycle", "2026-11-01T00Z", "--workers", "2", "--summary", "s.json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for lead in [1, 2, 3, 6, 12] {
+        let path = dir.path().join(format!("out/2026-11-01T00Z/prob_T{lead:03}.npy"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(bytes.len(), 128 + 3 * 970 * 1042 * 4);
+        assert!(String::from_utf8_lossy(&bytes[..128]).contains("'shape': (3, 970, 1042)"));
+        let probabilities = bytes[128..].chunks(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()));
+        let (mut low, mut high) = (f32::MAX, f32::MIN);
+        for p in probabilities {
+            low = low.min(p);
+            high = high.max(p);
+        }
+        assert!(low >= 0.0 && high <= 1.0 && high > 0.0, "probabilities in [0, 1]: {low}..{high}");
+    }
+    let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    for field in [
+        "recipe",
+        "cycle",
+        "status",
+        "tasks_total",
+        "tasks_ok",
+        "tasks_failed",
+        "tasks_skipped",
+        "wall_s",
+        "budget_bytes",
+        "peak_rss_bytes",
+        "peak_reserved_bytes",
+        "spilled_bytes",
+        "underestimates",
+        "steps",
+    ] {
+        assert!(summary.get(field).is_some(), "summary lacks `{field}`: {summary}");
+    }
+    assert_eq!(summary["recipe"], "precip-probability");
+    assert_eq!(summary["status"], "ok");
+    assert_eq!(summary["tasks_total"], 190);
+    assert_eq!(summary["tasks_ok"], 190);
+    assert!(summary["peak_rss_bytes"].as_u64().unwrap() > 50 << 20, "peak RSS comes from the OS");
+    let steps = summary["steps"].as_array().unwrap();
+    let smooth = steps.iter().find(|s| s["step"] == "smooth").unwrap();
+    assert_eq!(smooth["tasks"], 60);
+    assert_eq!(smooth["estimate_bytes_p50"], 100 << 20, "the recipe's memory hint");
+    // The neighbourhood's output alone is 3 × 970 × 1042 f32.
+    assert!(smooth["peak_bytes_max"].as_u64().unwrap() >= 3 * 970 * 1042 * 4);
+    for step in steps {
+        for field in ["tasks", "estimate_bytes_p50", "peak_bytes_p50", "peak_bytes_max", "wall_s"] {
+            assert!(step.get(field).is_some(), "step summary lacks `{field}`");
+        }
+    }
+}
+
+#[test]
+fn a_failing_task_fails_alone_and_the_run_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("in")).unwrap();
+    // Member 1's input file is missing; member 0's exists.
+    let made = write(
+        dir.path(),
+        "make.yaml",
+        "recipe: make\nsteps:\n  rain:\n    plugin: synth\n    args: {ny: 4, nx: 5, wet_fraction: 0.5, seed: a}\n  save:\n    plugin: write_npy\n    inputs: [rain]\n    args: {path: in/m0.npy}\n",
+    );
+    assert_eq!(runner(dir.path(), &["run", made.to_str().unwrap()]).status.code(), Some(0));
+    let path = write(
+        dir.path(),
+        "fail.yaml",
+        r#"recipe: failing
+dims:
+  member: 2
+steps:
+  load:
+    plugin: read_npy
+    over: [member]
+    args: {path: "in/m{member}.npy"}
+  smooth:
+    plugin: nbhood
+    over: [member]
+    inputs: {field: load}
+    args: {radius: 1}
+  save:
+    plugin: write_npy
+    over: [member]
+    inputs: {array: smooth}
+    args: {path: "out/m{member}.npy"}
+  independent:
+    plugin: noop
+"#,
+    );
+    let out = runner(dir.path(), &["run", path.to_str().unwrap(), "--summary", "s.json"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("failed: load[member=1]:") && err.contains("in/m1.npy"), "{err}");
+    assert!(dir.path().join("out/m0.npy").exists(), "independent branch finished");
+    assert!(!dir.path().join("out/m1.npy").exists());
+    let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    assert_eq!(summary["status"], "failed");
+    assert_eq!((summary["tasks_ok"].as_u64(), summary["tasks_failed"].as_u64()), (Some(4), Some(1)));
+    assert_eq!(summary["tasks_skipped"], 2);
+    assert_eq!(summary["failures"][0]["key"], "member=1");
+}
+
+#[test]
+fn plan_shows_counts_estimates_and_sources_in_three_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = runner(dir.path(), &["plan", &recipe("quickstart.yaml"), "--cycle", "C"]);
+    assert_eq!(text.status.code(), Some(0), "{}", stderr(&text));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("190 tasks"), "{text}");
+    assert!(text.contains("smooth") && text.contains("100 MiB") && text.contains("hint"), "{text}");
+    assert!(text.contains("largest task: smooth"), "{text}");
+
+    let json = runner(dir.path(), &["plan", &recipe("many_inputs.yaml"), "--format", "json"]);
+    let json: Json = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(json["tasks_total"], 1_200_001);
+    assert_eq!(json["steps"][1]["inputs"][0]["gathered"], 5);
+    assert_eq!(json["steps"][0]["estimate_source"], "plugin");
+
+    let dot = runner(dir.path(), &["plan", &recipe("quickstart.yaml"), "--format", "dot"]);
+    let dot = String::from_utf8_lossy(&dot.stdout);
+    assert!(dot.starts_with("digraph") && dot.contains("s2 -> s3") && dot.contains("(gather)"), "{dot}");
+    assert!(dir.path().read_dir().unwrap().next().is_none(), "plan runs nothing and writes nothing");
+}
+
+#[test]
+fn plugins_are_listed_with_their_args() {
+    let out = runner(Path::new("."), &["plugins"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for plugin in ["noop", "alloc", "synth", "threshold", "nbhood", "mean", "read_npy", "write_npy"] {
+        assert!(text.lines().any(|l| l.starts_with(plugin)), "{plugin} missing from:\n{text}");
+    }
+    assert!(text.contains("wet_fraction") && text.contains("fuzzy_factor") && text.contains("hold_ms"));
+}
+
+#[test]
+fn help_teaches_by_example() {
+    for command in ["run", "plan"] {
+        let out = runner(Path::new("."), &[command, "--help"]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("Examples:") && text.contains(&format!("runner {command} recipes/")), "{text}");
+    }
+    let run_help = String::from_utf8_lossy(&runner(Path::new("."), &["run", "--help"]).stdout).into_owned();
+    assert!(run_help.contains("--budget") && run_help.contains("Exit codes"));
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = runner(dir.path(), &["run", "no-such.yaml"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(stderr(&missing).contains("no-such.yaml: cannot read the recipe"), "{}", stderr(&missing));
+    let budget = runner(dir.path(), &["run", &recipe("quickstart.yaml"), "--budget", "lots"]);
+    assert_eq!(budget.status.code(), Some(2));
+    assert!(stderr(&budget).contains("invalid size `lots`"), "{}", stderr(&budget));
+    let set = runner(dir.path(), &["plan", &recipe("quickstart.yaml"), "--set", "novalue"]);
+    assert_eq!(set.status.code(), Some(2));
+    assert!(stderr(&set).contains("expected KEY=VALUE"));
+}
