@@ -10,6 +10,7 @@ pub mod budget;
 pub mod cli;
 pub mod graph;
 pub mod measure;
+pub mod memory;
 pub mod plan;
 pub mod recipe;
 pub mod registry;

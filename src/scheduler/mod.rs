@@ -20,10 +20,11 @@ use smallvec::SmallVec;
 
 use crate::graph::Graph;
 use crate::measure::{self, TaskMemory};
+use crate::memory::Admission;
 use crate::plan::Plan;
 use crate::recipe::{Recipe, StepId};
-use state::State;
-pub use state::{Ledger, Outcome, TaskRef};
+pub use state::{Outcome, TaskRef};
+use state::{Picked, State};
 use stats::StepStats;
 
 /// How to run.
@@ -132,7 +133,7 @@ pub fn run(recipe: &Recipe, graph: &Graph, plan: &Plan, options: &RunOptions, pr
         steps,
         failures,
         wall: started.elapsed(),
-        peak_reserved: state.ledger.peak_reserved,
+        peak_reserved: state.ledger.peak_used(),
         workers,
         budget: options.budget,
     }
@@ -142,12 +143,6 @@ pub fn run(recipe: &Recipe, graph: &Graph, plan: &Plan, options: &RunOptions, pr
 struct WorkerResult {
     steps: Vec<StepStats>,
     failures: Vec<Failure>,
-}
-
-/// A task picked for running, with its inputs already collected.
-struct Assignment {
-    task: TaskRef,
-    reservation: u64,
 }
 
 /// One worker thread's loop and its reusable buffers.
@@ -181,7 +176,7 @@ impl<'s, 'r> Worker<'s, 'r> {
     }
 
     fn run(mut self) -> WorkerResult {
-        let mut finished: Option<(Assignment, Finished)> = None;
+        let mut finished: Option<(Picked, Finished)> = None;
         while let Some(assignment) = self.next(finished.take()) {
             let result = self.execute(&assignment);
             finished = Some((assignment, result));
@@ -190,11 +185,11 @@ impl<'s, 'r> Worker<'s, 'r> {
     }
 
     /// Under the lock: records the finished task, then waits for and claims the next one.
-    fn next(&mut self, finished: Option<(Assignment, Finished)>) -> Option<Assignment> {
+    fn next(&mut self, finished: Option<(Picked, Finished)>) -> Option<Picked> {
         let shared = self.shared;
         let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((assignment, result)) = finished {
-            state.finish(assignment.task, assignment.reservation, result.outcome, result.output);
+            state.finish(assignment.task, assignment.tag, result.outcome, result.output);
             self.count_skipped(&mut state);
             self.publish(&state);
             shared.wake.notify_all();
@@ -205,12 +200,13 @@ impl<'s, 'r> Worker<'s, 'r> {
                 return None;
             }
             let plan = shared.plan;
-            if let Some((task, reservation)) = state.pick(|step| plan.steps[step].estimate) {
+            let fresh_tag = || measure::begin_new_task().unwrap_or_else(|_| next_tag(&shared.next_tag));
+            if let Some(picked) = state.pick(|step| plan.steps[step].estimate, fresh_tag) {
                 self.values.clear();
                 self.counts.clear();
-                state.collect_inputs(task, &mut self.values, &mut self.counts);
+                state.collect_inputs(picked.task, &mut self.values, &mut self.counts);
                 self.publish(&state);
-                return Some(Assignment { task, reservation });
+                return Some(picked);
             }
             state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner());
         }
@@ -229,21 +225,21 @@ impl<'s, 'r> Worker<'s, 'r> {
     }
 
     /// Runs one task outside the lock and measures it.
-    fn execute(&mut self, assignment: &Assignment) -> Finished {
+    fn execute(&mut self, assignment: &Picked) -> Finished {
         let TaskRef { step, index } = assignment.task;
         self.describe_task(step, index);
         let started = Instant::now();
-        let (result, memory) = self.run_plugin(step);
+        let (result, memory) = self.run_plugin(step, assignment.tag);
         let wall = started.elapsed();
         let peak = memory.map_or(0, |m| m.peak_bytes);
         let stats = &mut self.stats[step];
         stats.wall += wall;
-        stats.estimate.record(assignment.reservation);
+        stats.estimate.record(assignment.estimate);
         stats.peak.record(peak);
-        if self.shared.plan.steps[step].estimate > self.shared.options.budget {
+        if assignment.admission == (Admission::Alone { oversized: true }) {
             stats.oversized += 1;
         }
-        if peak > assignment.reservation {
+        if peak > assignment.estimate {
             stats.underestimates += 1;
         }
         match result {
@@ -259,7 +255,11 @@ impl<'s, 'r> Worker<'s, 'r> {
 
     /// Calls the plugin with the collected inputs, under the task's allocation tag, catching
     /// panics; returns what it returned and what it allocated.
-    fn run_plugin(&self, step_id: StepId) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>) {
+    fn run_plugin(
+        &self,
+        step_id: StepId,
+        tag: u32,
+    ) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>) {
         let shared = self.shared;
         let step = &shared.recipe.steps[step_id];
         let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
@@ -272,16 +272,11 @@ impl<'s, 'r> Worker<'s, 'r> {
             start += count;
         }
         let inputs = Inputs::new(&inputs);
-        // A tag the measurement owns while the task runs; if every counter slot is busy the
-        // task still runs, charged to a fresh tag nobody measures.
-        let (tag, measured) = match measure::begin_new_task() {
-            Ok(tag) => (tag, true),
-            Err(_) => (next_tag(&shared.next_tag), false),
-        };
-        let host = TaskHost { work_dir: &shared.options.work_dir, step: &step.name, key: &self.key };
+        let host = TaskHost { shared, tag, step: &step.name, key: &self.key };
         let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
         let result = task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, &inputs))));
-        let memory = if measured { measure::end_task(tag).ok() } else { None };
+        // Fails only for a tag nobody measured (every counter slot was busy at dispatch).
+        let memory = measure::end_task(tag).ok();
         (result, memory)
     }
 
@@ -369,18 +364,30 @@ fn sanitize(key: &str) -> String {
 
 /// The engine services of one running task; built on the stack, so it costs nothing unless
 /// the task asks for something.
-struct TaskHost<'a> {
-    work_dir: &'a std::path::Path,
+struct TaskHost<'a, 'r> {
+    shared: &'a Shared<'r>,
+    tag: u32,
     step: &'a str,
     key: &'a str,
 }
 
-impl Host for TaskHost<'_> {
+impl Host for TaskHost<'_, '_> {
     fn scratch_dir(&self) -> std::io::Result<PathBuf> {
-        let dir = self.work_dir.join("scratch").join(self.step).join(sanitize(self.key));
+        let dir = self.shared.options.work_dir.join("scratch").join(self.step).join(sanitize(self.key));
         std::fs::create_dir_all(&dir)?;
         Ok(dir)
     }
 
-    fn will_allocate(&self, _bytes: u64) {}
+    /// Grows the task's reservation before a large allocation, waiting while the budget has
+    /// no room and some other task can still make some (the ledger decides).
+    fn will_allocate(&self, bytes: u64) {
+        let shared = self.shared;
+        let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+        while !state.ledger.try_grow(self.tag, bytes) {
+            // Woken when a task finishes; the timeout re-checks live bytes that fell without one.
+            state = shared.wake.wait_timeout(state, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        state.ledger.stop_growing(self.tag);
+        self.shared.progress.reserved.store(state.ledger.used(), Ordering::Relaxed);
+    }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use runner_plugin::Value;
 
 use crate::graph::Graph;
+use crate::memory::{Admission, Ledger};
 use crate::recipe::StepId;
 
 /// A task: its step and linear index.
@@ -50,23 +51,15 @@ pub enum Outcome {
     Skipped,
 }
 
-/// Reservations of running tasks plus resident buffers, against the budget.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Ledger {
-    pub budget: u64,
-    pub reserved: u64,
-    pub resident: u64,
-    pub peak_reserved: u64,
-}
-
-impl Ledger {
-    pub fn used(&self) -> u64 {
-        self.reserved + self.resident
-    }
-
-    fn note_peak(&mut self) {
-        self.peak_reserved = self.peak_reserved.max(self.used());
-    }
+/// A task chosen to run.
+#[derive(Debug, Clone, Copy)]
+pub struct Picked {
+    pub task: TaskRef,
+    /// Bytes reserved for it.
+    pub estimate: u64,
+    /// Its measurement tag.
+    pub tag: u32,
+    pub admission: Admission,
 }
 
 /// The whole mutable state of a run, guarded by one lock.
@@ -77,7 +70,6 @@ pub struct State<'g> {
     poisoned: HashSet<TaskRef>,
     /// Steps ordered by preference: deeper first (their tasks free memory), sources last.
     priority: Vec<StepId>,
-    pub running: usize,
     pub finished: u64,
     pub total: u64,
     pub ledger: Ledger,
@@ -109,10 +101,9 @@ impl<'g> State<'g> {
             outputs: HashMap::new(),
             poisoned: HashSet::new(),
             priority,
-            running: 0,
             finished: 0,
             total: graph.total_tasks(),
-            ledger: Ledger { budget, ..Ledger::default() },
+            ledger: Ledger::new(budget),
             skipped: Vec::new(),
             none: Arc::new(Value::None),
             work: Vec::new(),
@@ -124,24 +115,24 @@ impl<'g> State<'g> {
         self.finished == self.total
     }
 
-    /// Picks the most preferred ready task whose estimate fits the budget and reserves it.
-    /// A task that would not fit even alone runs when nothing else is running.
-    pub fn pick(&mut self, estimate_of: impl Fn(StepId) -> u64) -> Option<(TaskRef, u64)> {
+    /// Picks the most preferred ready task that the ledger admits, and reserves its estimate
+    /// under the measurement tag `tag_for()` gives it. A task that does not fit runs only when
+    /// nothing else is running (then alone).
+    pub fn pick(&mut self, estimate_of: impl Fn(StepId) -> u64, tag_for: impl FnOnce() -> u32) -> Option<Picked> {
         for i in 0..self.priority.len() {
             let step = self.priority[i];
             if !self.has_ready(step) {
                 continue;
             }
             let estimate = estimate_of(step);
-            let fits = self.ledger.used().saturating_add(estimate) <= self.ledger.budget;
-            if !fits && self.running > 0 {
+            let admission = self.ledger.admission(estimate);
+            if admission == Admission::Wait {
                 continue;
             }
             let index = self.pop_ready(step)?;
-            self.ledger.reserved += estimate;
-            self.ledger.note_peak();
-            self.running += 1;
-            return Some((TaskRef { step, index }, estimate));
+            let tag = tag_for();
+            self.ledger.start(tag, estimate);
+            return Some(Picked { task: TaskRef { step, index }, estimate, tag, admission });
         }
         None
     }
@@ -178,9 +169,8 @@ impl<'g> State<'g> {
 
     /// Records the end of a running task: frees its reservation and inputs, keeps its output
     /// for its consumers, and makes ready the consumers whose last input this was.
-    pub fn finish(&mut self, task: TaskRef, reservation: u64, outcome: Outcome, output: Value) {
-        self.running -= 1;
-        self.ledger.reserved -= reservation;
+    pub fn finish(&mut self, task: TaskRef, tag: u32, outcome: Outcome, output: Value) {
+        self.ledger.finish(tag);
         self.complete(task, outcome, output);
     }
 
@@ -220,8 +210,7 @@ impl<'g> State<'g> {
             return;
         }
         let resident_bytes = output.buffer_bytes();
-        self.ledger.resident += resident_bytes;
-        self.ledger.note_peak();
+        self.ledger.add_resident(resident_bytes);
         self.outputs
             .insert(task, LiveOutput { value: Arc::new(output), remaining_consumers: consumers, resident_bytes });
     }
@@ -266,7 +255,7 @@ impl<'g> State<'g> {
                     live.remaining_consumers -= 1;
                     if live.remaining_consumers == 0 {
                         let live = self.outputs.remove(&key).expect("present");
-                        self.ledger.resident -= live.resident_bytes;
+                        self.ledger.remove_resident(live.resident_bytes);
                     }
                 }
             });
