@@ -6,6 +6,8 @@
 //! larger of the two. A task may grow its reservation when it announces a large allocation
 //! ([`Ledger::try_grow`]); dispatch pauses while the process's live heap is over budget.
 
+pub mod spill;
+
 use crate::measure;
 
 /// One running task's claim.

@@ -1,0 +1,344 @@
+//! Recording a run's tasks off the scheduler's hot path.
+//!
+//! Workers send [`TaskRecord`]s into a bounded channel ([`CHANNEL_CAPACITY`]); when it is full a
+//! sender waits (back-pressure: the records in flight never exceed the capacity plus one batch).
+//! One writer thread per run, with its own connection, takes them out and inserts them in
+//! transactions of up to [`BATCH_ROWS`] rows, or whatever arrived within [`FLUSH_INTERVAL`] of a
+//! batch's first row, through one prepared statement. Each transaction takes the write lock
+//! immediately (`BEGIN IMMEDIATE`) and holds it only while inserting, so concurrent runs on one
+//! file take turns. The run row is completed in the same transaction as the last batch.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender};
+use rusqlite::{Connection, TransactionBehavior, params};
+
+use super::{RunOutcome, RunStatus, StoreError, TaskRecord, TaskStatus, connect, now_text, to_sql_int};
+
+/// Records that may wait in the channel before senders block (about 200 bytes each).
+pub const CHANNEL_CAPACITY: usize = 64 * 1024;
+/// Rows per transaction at most.
+pub const BATCH_ROWS: usize = 10_000;
+/// A batch is written at the latest this long after its first row arrived.
+pub const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+/// Attempts at a batch that finds the file locked for longer than the busy timeout.
+const BUSY_ATTEMPTS: u32 = 3;
+
+const INSERT_TASK: &str = "INSERT INTO tasks (run_id, cycle, step, key, plugin, status, attempts, input_bytes, \
+     estimate_bytes, estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+
+const FINISH_RUN: &str = "UPDATE runs SET finished_at = ?2, status = ?3, wall_ms = ?4, peak_rss_bytes = ?5, \
+     peak_reserved_bytes = ?6, spilled_bytes = ?7, tasks_ok = ?8, tasks_failed = ?9, tasks_skipped = ?10, \
+     underestimates = ?11 WHERE run_id = ?1";
+
+enum Message {
+    Task(TaskRecord),
+    Finish(RunOutcome),
+}
+
+/// What a run's writer did, returned by [`RunRecorder::finish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunWritten {
+    pub run_id: i64,
+    /// Task rows committed.
+    pub rows: u64,
+    /// Transactions committed.
+    pub batches: u64,
+    /// Time the writer thread spent writing (inserting and committing), not waiting for records.
+    pub write_time: Duration,
+}
+
+/// Records one run's tasks; see the [module](self) documentation. `Sync`: workers share it by
+/// reference. Dropping it without [`finish`](RunRecorder::finish) still writes what was recorded
+/// and marks the run [`RunStatus::Aborted`].
+pub struct RunRecorder {
+    run_id: i64,
+    path: PathBuf,
+    sender: Option<Sender<Message>>,
+    writer: Option<JoinHandle<WriterEnd>>,
+    /// Records refused because the writer had stopped on an error.
+    dropped: AtomicU64,
+    committed: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for RunRecorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunRecorder").field("run_id", &self.run_id).field("path", &self.path).finish_non_exhaustive()
+    }
+}
+
+impl RunRecorder {
+    pub(crate) fn start(path: &Path, run_id: i64, cycle: String) -> Result<RunRecorder, StoreError> {
+        let conn = connect(path)?;
+        let (sender, receiver) = channel::bounded(CHANNEL_CAPACITY);
+        let committed = Arc::new(AtomicU64::new(0));
+        let writer = Writer {
+            conn,
+            run_id,
+            cycle,
+            receiver,
+            committed: committed.clone(),
+            counts: Counts::default(),
+            received: 0,
+            batches: 0,
+            write_time: Duration::ZERO,
+        };
+        let writer = std::thread::Builder::new()
+            .name(format!("store-writer-{run_id}"))
+            .spawn(move || writer.run())
+            .map_err(|source| StoreError::Spawn { path: path.to_path_buf(), source })?;
+        Ok(RunRecorder {
+            run_id,
+            path: path.to_path_buf(),
+            sender: Some(sender),
+            writer: Some(writer),
+            dropped: AtomicU64::new(0),
+            committed,
+        })
+    }
+
+    /// The run's id in the `runs` table.
+    pub fn run_id(&self) -> i64 {
+        self.run_id
+    }
+
+    /// Queues one task row. Cheap (a channel send); blocks only while the channel is full. After
+    /// a write error the record is counted as lost and the error is reported by
+    /// [`finish`](RunRecorder::finish).
+    pub fn record(&self, task: TaskRecord) {
+        let sent = self.sender.as_ref().is_some_and(|s| s.send(Message::Task(task)).is_ok());
+        if !sent {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Task rows committed so far.
+    pub fn committed(&self) -> u64 {
+        self.committed.load(Ordering::Acquire)
+    }
+
+    /// Writes every queued record, completes the run row with `outcome` (in the same transaction
+    /// as the last rows) and stops the writer. A write error is returned with the number of rows
+    /// that were lost; the run row then stays `running` and a later open marks it killed.
+    pub fn finish(mut self, outcome: RunOutcome) -> Result<RunWritten, StoreError> {
+        if let Some(sender) = self.sender.take() {
+            // An error here means the writer has stopped; join reports why.
+            let _ = sender.send(Message::Finish(outcome));
+        }
+        self.join()
+    }
+
+    fn join(&mut self) -> Result<RunWritten, StoreError> {
+        self.sender = None;
+        let Some(writer) = self.writer.take() else {
+            return Err(StoreError::WriterPanicked { path: self.path.clone(), run_id: self.run_id });
+        };
+        let end = writer.join().map_err(|_| StoreError::WriterPanicked { path: self.path.clone(), run_id: self.run_id })?;
+        match end.error {
+            None => Ok(RunWritten { run_id: self.run_id, rows: end.written, batches: end.batches, write_time: end.write_time }),
+            Some(source) => Err(StoreError::Write {
+                path: self.path.clone(),
+                run_id: self.run_id,
+                lost: self.dropped.load(Ordering::Relaxed) + end.received - end.written,
+                source,
+            }),
+        }
+    }
+}
+
+impl Drop for RunRecorder {
+    fn drop(&mut self) {
+        if self.writer.is_some()
+            && let Err(e) = self.join()
+        {
+            tracing::warn!("{e}");
+        }
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Counts {
+    ok: u64,
+    failed: u64,
+    skipped: u64,
+    underestimates: u64,
+}
+
+impl Counts {
+    fn add(&mut self, task: &TaskRecord) {
+        match task.status {
+            TaskStatus::Ok => self.ok += 1,
+            TaskStatus::Failed => self.failed += 1,
+            TaskStatus::Skipped => self.skipped += 1,
+        }
+        if task.status != TaskStatus::Skipped && task.peak_bytes > task.estimate_bytes {
+            self.underestimates += 1;
+        }
+    }
+}
+
+/// How the writer thread ended.
+struct WriterEnd {
+    received: u64,
+    written: u64,
+    batches: u64,
+    write_time: Duration,
+    error: Option<rusqlite::Error>,
+}
+
+struct Writer {
+    conn: Connection,
+    run_id: i64,
+    cycle: String,
+    receiver: Receiver<Message>,
+    committed: Arc<AtomicU64>,
+    /// Of committed rows.
+    counts: Counts,
+    received: u64,
+    batches: u64,
+    write_time: Duration,
+}
+
+impl Writer {
+    fn run(mut self) -> WriterEnd {
+        let error = self.serve().err();
+        WriterEnd {
+            received: self.received,
+            written: self.committed.load(Ordering::Relaxed),
+            batches: self.batches,
+            write_time: self.write_time,
+            error,
+        }
+        // The receiver drops here: senders blocked on a full channel wake up and give up.
+    }
+
+    fn serve(&mut self) -> rusqlite::Result<()> {
+        let mut batch: Vec<TaskRecord> = Vec::with_capacity(BATCH_ROWS);
+        let mut deadline = Instant::now();
+        loop {
+            let message = if batch.is_empty() {
+                self.receiver.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            } else {
+                self.receiver.recv_deadline(deadline)
+            };
+            match message {
+                Ok(Message::Task(task)) => {
+                    self.received += 1;
+                    if batch.is_empty() {
+                        deadline = Instant::now() + FLUSH_INTERVAL;
+                    }
+                    batch.push(task);
+                    if batch.len() >= BATCH_ROWS {
+                        self.write(&mut batch, None)?;
+                    }
+                }
+                Ok(Message::Finish(outcome)) => return self.write(&mut batch, Some(outcome)),
+                Err(RecvTimeoutError::Timeout) => self.write(&mut batch, None)?,
+                Err(RecvTimeoutError::Disconnected) => {
+                    // The recorder was dropped without `finish`.
+                    let aborted = RunOutcome {
+                        status: RunStatus::Aborted,
+                        wall_ms: 0,
+                        peak_rss_bytes: 0,
+                        peak_reserved_bytes: 0,
+                        spilled_bytes: 0,
+                    };
+                    return self.write(&mut batch, Some(aborted));
+                }
+            }
+        }
+    }
+
+    /// Commits `batch` (and the run row's completion), retrying a few times if the file stays
+    /// locked beyond the busy timeout. Clears the batch once it is committed.
+    fn write(&mut self, batch: &mut Vec<TaskRecord>, finish: Option<RunOutcome>) -> rusqlite::Result<()> {
+        let started = Instant::now();
+        let mut attempt = 1;
+        let result = loop {
+            match self.try_write(batch, finish) {
+                Err(e) if attempt < BUSY_ATTEMPTS && is_busy(&e) => attempt += 1,
+                result => break result,
+            }
+        };
+        self.write_time += started.elapsed();
+        result?;
+        for task in batch.iter() {
+            self.counts.add(task);
+        }
+        self.batches += 1;
+        self.committed.fetch_add(batch.len() as u64, Ordering::Release);
+        batch.clear();
+        Ok(())
+    }
+
+    fn try_write(&mut self, batch: &[TaskRecord], finish: Option<RunOutcome>) -> rusqlite::Result<()> {
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if !batch.is_empty() {
+            let mut insert = tx.prepare_cached(INSERT_TASK)?;
+            // Bindings survive the reset after each row: the run's columns are bound once.
+            insert.raw_bind_parameter(1, self.run_id)?;
+            insert.raw_bind_parameter(2, self.cycle.as_str())?;
+            for task in batch {
+                insert.raw_bind_parameter(3, &*task.step)?;
+                insert.raw_bind_parameter(4, task.key.as_str())?;
+                insert.raw_bind_parameter(5, task.plugin)?;
+                insert.raw_bind_parameter(6, task.status.as_str())?;
+                insert.raw_bind_parameter(7, task.attempts)?;
+                insert.raw_bind_parameter(8, to_sql_int(task.input_bytes))?;
+                insert.raw_bind_parameter(9, to_sql_int(task.estimate_bytes))?;
+                insert.raw_bind_parameter(10, task.estimate_source)?;
+                insert.raw_bind_parameter(11, to_sql_int(task.plugin_estimate_bytes))?;
+                insert.raw_bind_parameter(12, to_sql_int(task.peak_bytes))?;
+                insert.raw_bind_parameter(13, to_sql_int(task.output_bytes))?;
+                insert.raw_bind_parameter(14, to_sql_int(task.wall_ms))?;
+                insert.raw_bind_parameter(15, task.error.as_deref())?;
+                insert.raw_execute()?;
+            }
+        }
+        if let Some(outcome) = finish {
+            let mut counts = self.counts;
+            for task in batch {
+                counts.add(task);
+            }
+            let finished = outcome.status != RunStatus::Aborted;
+            tx.execute(
+                FINISH_RUN,
+                params![
+                    self.run_id,
+                    now_text(),
+                    outcome.status.as_str(),
+                    finished.then_some(to_sql_int(outcome.wall_ms)),
+                    finished.then_some(to_sql_int(outcome.peak_rss_bytes)),
+                    finished.then_some(to_sql_int(outcome.peak_reserved_bytes)),
+                    finished.then_some(to_sql_int(outcome.spilled_bytes)),
+                    to_sql_int(counts.ok),
+                    to_sql_int(counts.failed),
+                    to_sql_int(counts.skipped),
+                    to_sql_int(counts.underestimates),
+                ],
+            )?;
+        }
+        tx.commit()
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_sync<T: Sync + Send>() {}
+
+    #[test]
+    fn recorder_is_shareable_between_workers() {
+        assert_sync::<RunRecorder>();
+    }
+}
