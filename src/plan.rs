@@ -6,6 +6,7 @@ use std::fmt;
 
 use runner_plugin::{Args, InputMeta, InputsForEstimate, ValueMeta};
 
+use crate::estimate::{Observation, Params, StepModel};
 use crate::graph::Graph;
 use crate::recipe::{Diagnostic, Recipe, StepId};
 
@@ -44,9 +45,32 @@ pub struct StepPlan {
     pub output: ValueMeta,
     /// What the plugin estimates for one task from metadata alone.
     pub plugin_estimate: u64,
-    /// The estimate admission uses for one task, and its source.
+    /// Buffer bytes of one task's inputs, from their metadata.
+    pub input_bytes: u64,
+    /// The recipe's `memory:` hint.
+    pub hint: Option<u64>,
+    /// The footprint learned from history, if there is any.
+    pub model: Option<StepModel>,
+    /// The estimate admission uses for a typical task, and its source.
     pub estimate: u64,
     pub source: EstimateSource,
+}
+
+impl StepPlan {
+    /// The estimate of one task whose plugin estimates `plugin_estimate` and whose inputs hold
+    /// `input_bytes`: from history when there is some, else the hint, else the plugin's own.
+    pub fn estimate_for(
+        &self,
+        model: Option<&StepModel>,
+        plugin_estimate: u64,
+        input_bytes: u64,
+    ) -> (u64, EstimateSource) {
+        match (model, self.hint) {
+            (Some(model), _) => (model.predict(plugin_estimate, input_bytes), EstimateSource::History),
+            (None, Some(hint)) => (hint, EstimateSource::Hint),
+            (None, None) => (plugin_estimate, EstimateSource::Plugin),
+        }
+    }
 }
 
 /// The plan of a whole recipe.
@@ -96,18 +120,36 @@ impl Plan {
                 }
             };
             let plugin_estimate = step.plugin.estimate(&args, InputsForEstimate::Plan(&inputs), &output);
-            let (estimate, source) = match step.memory_hint {
-                Some(hint) => (hint, EstimateSource::Hint),
-                None => (plugin_estimate, EstimateSource::Plugin),
+            let input_bytes = inputs.iter().filter_map(InputMeta::bytes).sum();
+            let mut plan = StepPlan {
+                tasks: graph.steps[id].tasks,
+                inputs,
+                output: output.clone(),
+                plugin_estimate,
+                input_bytes,
+                hint: step.memory_hint,
+                model: None,
+                estimate: 0,
+                source: EstimateSource::Plugin,
             };
-            outputs[id] = Some(output.clone());
-            steps[id] =
-                Some(StepPlan { tasks: graph.steps[id].tasks, inputs, output, plugin_estimate, estimate, source });
+            (plan.estimate, plan.source) = plan.estimate_for(None, plugin_estimate, input_bytes);
+            outputs[id] = Some(output);
+            steps[id] = Some(plan);
         }
         if !diagnostics.is_empty() {
             return Err(diagnostics);
         }
         Ok(Plan { steps: steps.into_iter().map(|s| s.expect("topological order covers every step")).collect() })
+    }
+
+    /// Learns each step's footprint from `history` (the step's past tasks, by step name) and
+    /// makes it the estimate's source where there is any.
+    pub fn learn(&mut self, recipe: &Recipe, history: &dyn Fn(&str) -> Vec<Observation>, params: Params) {
+        for (plan, step) in self.steps.iter_mut().zip(&recipe.steps) {
+            plan.model = StepModel::learn(&history(&step.name), params);
+            (plan.estimate, plan.source) =
+                plan.estimate_for(plan.model.as_ref(), plan.plugin_estimate, plan.input_bytes);
+        }
     }
 
     /// The step whose single task is estimated largest.

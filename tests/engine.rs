@@ -83,7 +83,8 @@ fn run(yaml: &str, workers: usize) -> Outcome {
         Compiled::from_text(Path::new("test.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"));
     let work_dir = tempfile::tempdir().unwrap();
     let options = RunOptions { workers, budget: 1 << 30, work_dir: work_dir.path().join("run") };
-    let report = scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default());
+    let report =
+        scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);
     let seen = seen.lock().unwrap().clone();
     Outcome { report, seen }
 }

@@ -23,7 +23,7 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let progress = Progress::default();
     let report = std::thread::scope(|scope| {
         let bar = progress::spawn(scope, &progress);
-        let report = scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &progress);
+        let report = scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &progress, None);
         if let Some(bar) = bar {
             let _ = bar.join();
         }

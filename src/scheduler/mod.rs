@@ -12,19 +12,19 @@ pub mod stats;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use runner_plugin::{DimValue, Host, Input, Inputs, TaskContext, TaskError, Value, task_tag};
+use runner_plugin::{DimValue, Host, Input, Inputs, InputsForEstimate, TaskContext, TaskError, Value, task_tag};
 use smallvec::SmallVec;
 
 use crate::graph::Graph;
 use crate::measure::{self, TaskMemory};
 use crate::memory::Admission;
-use crate::plan::Plan;
+use crate::plan::{EstimateSource, Plan};
 use crate::recipe::{Recipe, StepId};
 pub use state::{Outcome, TaskRef};
-use state::{Picked, State};
+use state::{Pick, Picked, State};
 use stats::StepStats;
 
 /// How to run.
@@ -46,6 +46,28 @@ pub struct Progress {
     pub budget: AtomicU64,
     pub spilled: AtomicU64,
     pub done: AtomicBool,
+}
+
+/// One finished (or skipped) task, as the store records it.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskReport<'a> {
+    pub step: &'a str,
+    pub key: &'a str,
+    pub plugin: &'static str,
+    pub outcome: Outcome,
+    pub input_bytes: u64,
+    pub estimate: u64,
+    pub source: EstimateSource,
+    pub plugin_estimate: u64,
+    pub peak: u64,
+    pub output_bytes: u64,
+    pub wall: Duration,
+    pub error: Option<&'a str>,
+}
+
+/// Where finished tasks are reported, by workers, outside the scheduler's lock.
+pub trait TaskSink: Sync {
+    fn record(&self, task: &TaskReport<'_>);
 }
 
 /// A task that failed, for the report.
@@ -82,25 +104,35 @@ struct Shared<'r> {
     state: Mutex<State<'r>>,
     wake: Condvar,
     progress: &'r Progress,
+    sink: Option<&'r dyn TaskSink>,
     next_tag: AtomicU64,
 }
 
 /// Runs every task of `recipe` and reports what happened.
-pub fn run(recipe: &Recipe, graph: &Graph, plan: &Plan, options: &RunOptions, progress: &Progress) -> RunReport {
+pub fn run(
+    recipe: &Recipe,
+    graph: &Graph,
+    plan: &Plan,
+    options: &RunOptions,
+    progress: &Progress,
+    sink: Option<&dyn TaskSink>,
+) -> RunReport {
     let workers = options.workers.max(1);
     // Nested parallel work (TaskContext::join and friends) runs on rayon's global pool; size it
     // like the worker pool. It can only be set once per process, which is fine for the CLI.
     let _ = rayon::ThreadPoolBuilder::new().num_threads(workers).build_global();
     install_panic_hook();
     let started = Instant::now();
+    let follows_data = recipe.steps.iter().map(|s| s.plugin.estimate_follows_data()).collect();
     let shared = Shared {
         recipe,
         graph,
         plan,
         options,
-        state: Mutex::new(State::new(graph, options.budget)),
+        state: Mutex::new(State::new(graph, plan, follows_data, options.budget)),
         wake: Condvar::new(),
         progress,
+        sink,
         next_tag: AtomicU64::new(1),
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
@@ -154,12 +186,17 @@ struct Worker<'s, 'r> {
     counts: Vec<usize>,
     key: String,
     index: Vec<(&'r str, DimValue)>,
+    /// Buffer bytes of the current task's inputs.
+    input_bytes: u64,
+    /// Tasks skipped since the last report, to record outside the lock.
+    skipped: Vec<TaskRef>,
 }
 
 /// What running one task produced.
 struct Finished {
     outcome: Outcome,
     output: Value,
+    peak: u64,
 }
 
 impl<'s, 'r> Worker<'s, 'r> {
@@ -172,25 +209,62 @@ impl<'s, 'r> Worker<'s, 'r> {
             counts: Vec::new(),
             key: String::new(),
             index: Vec::new(),
+            input_bytes: 0,
+            skipped: Vec::new(),
         }
     }
 
     fn run(mut self) -> WorkerResult {
         let mut finished: Option<(Picked, Finished)> = None;
         while let Some(assignment) = self.next(finished.take()) {
+            self.report_skipped();
             let result = self.execute(&assignment);
             finished = Some((assignment, result));
         }
+        self.report_skipped();
         WorkerResult { steps: self.stats, failures: self.failures }
+    }
+
+    /// Counts and records the tasks skipped because an input failed.
+    fn report_skipped(&mut self) {
+        let mut skipped = std::mem::take(&mut self.skipped);
+        for task in skipped.drain(..) {
+            self.stats[task.step].skipped += 1;
+            if let Some(sink) = self.shared.sink {
+                self.describe_task(task.step, task.index);
+                let step = &self.shared.recipe.steps[task.step];
+                let plan = &self.shared.plan.steps[task.step];
+                sink.record(&TaskReport {
+                    step: &step.name,
+                    key: &self.key,
+                    plugin: step.plugin.name(),
+                    outcome: Outcome::Skipped,
+                    input_bytes: 0,
+                    estimate: plan.estimate,
+                    source: plan.source,
+                    plugin_estimate: plan.plugin_estimate,
+                    peak: 0,
+                    output_bytes: 0,
+                    wall: Duration::ZERO,
+                    error: Some("an input failed"),
+                });
+            }
+        }
+        self.skipped = skipped;
     }
 
     /// Under the lock: records the finished task, then waits for and claims the next one.
     fn next(&mut self, finished: Option<(Picked, Finished)>) -> Option<Picked> {
         let shared = self.shared;
+        let plan = shared.plan;
+        let fresh_tag = || measure::begin_new_task().unwrap_or_else(|_| next_tag(&shared.next_tag));
         let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((assignment, result)) = finished {
-            state.finish(assignment.task, assignment.tag, result.outcome, result.output);
-            self.count_skipped(&mut state);
+        if let Some((picked, result)) = finished {
+            if result.peak > picked.estimate {
+                state.note_underestimate(picked.task.step, result.peak, picked.plugin_estimate, self.input_bytes);
+            }
+            state.finish(picked.task, picked.tag, result.outcome, result.output);
+            self.skipped.append(&mut state.skipped);
             self.publish(&state);
             shared.wake.notify_all();
         }
@@ -199,23 +273,61 @@ impl<'s, 'r> Worker<'s, 'r> {
                 shared.wake.notify_all();
                 return None;
             }
-            let plan = shared.plan;
-            let fresh_tag = || measure::begin_new_task().unwrap_or_else(|_| next_tag(&shared.next_tag));
-            if let Some(picked) = state.pick(|step| plan.steps[step].estimate, fresh_tag) {
-                self.values.clear();
-                self.counts.clear();
-                state.collect_inputs(picked.task, &mut self.values, &mut self.counts);
-                self.publish(&state);
-                return Some(picked);
+            match state.pick(plan, fresh_tag) {
+                Pick::Run(picked) => {
+                    self.collect_inputs(&state, picked.task);
+                    self.publish(&state);
+                    return Some(picked);
+                }
+                Pick::Estimate(task) => {
+                    self.collect_inputs(&state, task);
+                    drop(state);
+                    let plugin_estimate = self.estimate_at_dispatch(task);
+                    state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
+                    if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, fresh_tag) {
+                        self.publish(&state);
+                        return Some(picked);
+                    }
+                }
+                Pick::Wait => state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner()),
             }
-            state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner());
         }
     }
 
-    fn count_skipped(&mut self, state: &mut MutexGuard<'_, State<'r>>) {
-        for task in state.skipped.drain(..) {
-            self.stats[task.step].skipped += 1;
+    fn collect_inputs(&mut self, state: &State<'r>, task: TaskRef) {
+        self.values.clear();
+        self.counts.clear();
+        self.input_bytes = state.collect_inputs(task, &mut self.values, &mut self.counts);
+    }
+
+    /// Asks the plugin of a data-following step what this task will need, given its inputs.
+    /// Runs outside the lock; a panicking estimate falls back to the plan's.
+    fn estimate_at_dispatch(&mut self, task: TaskRef) -> u64 {
+        self.describe_task(task.step, task.index);
+        let step = &self.shared.recipe.steps[task.step];
+        let plan = &self.shared.plan.steps[task.step];
+        let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+        let args = step.args.for_task(&lookup);
+        self.with_inputs(task.step, |inputs| {
+            catch_unwind(AssertUnwindSafe(|| {
+                step.plugin.estimate(&args, InputsForEstimate::Dispatch(*inputs), &plan.output)
+            }))
+            .unwrap_or(plan.plugin_estimate)
+        })
+    }
+
+    /// Calls `f` with the collected inputs of a task of `step_id`, named as the recipe names them.
+    fn with_inputs<R>(&self, step_id: StepId, f: impl FnOnce(&Inputs<'_>) -> R) -> R {
+        let shared = self.shared;
+        let step = &shared.recipe.steps[step_id];
+        let mut inputs: SmallVec<[Input<'_>; 4]> = SmallVec::new();
+        let mut start = 0;
+        for (&edge, &count) in shared.graph.steps[step_id].inputs.iter().zip(&self.counts) {
+            let e = &shared.graph.edges[edge];
+            inputs.push(Input::new(&step.inputs[e.input].name, e.gathered, &self.values[start..start + count]));
+            start += count;
         }
+        f(&Inputs::new(&inputs))
     }
 
     fn publish(&self, state: &State<'r>) {
@@ -242,15 +354,42 @@ impl<'s, 'r> Worker<'s, 'r> {
         if peak > assignment.estimate {
             stats.underestimates += 1;
         }
-        match result {
-            Ok(Ok(output)) => {
+        let (outcome, output, error) = match result {
+            Ok(Ok(output)) => (Outcome::Ok, output, None),
+            Ok(Err(error)) => (Outcome::Failed, Value::None, Some(error.to_string())),
+            Err(panic) => (Outcome::Failed, Value::None, Some(format!("panicked: {}", panic_message(&*panic)))),
+        };
+        let output_bytes = output.buffer_bytes();
+        match outcome {
+            Outcome::Ok => {
                 stats.ok += 1;
-                stats.output_bytes += output.buffer_bytes();
-                Finished { outcome: Outcome::Ok, output }
+                stats.output_bytes += output_bytes;
             }
-            Ok(Err(error)) => self.fail(step, error.to_string()),
-            Err(panic) => self.fail(step, format!("panicked: {}", panic_message(&*panic))),
+            _ => stats.failed += 1,
         }
+        if let Some(sink) = self.shared.sink {
+            let step_def = &self.shared.recipe.steps[step];
+            sink.record(&TaskReport {
+                step: &step_def.name,
+                key: &self.key,
+                plugin: step_def.plugin.name(),
+                outcome,
+                input_bytes: self.input_bytes,
+                estimate: assignment.estimate,
+                source: assignment.source,
+                plugin_estimate: assignment.plugin_estimate,
+                peak,
+                output_bytes,
+                wall,
+                error: error.as_deref(),
+            });
+        }
+        if let Some(error) = error {
+            self.shared.progress.failed.fetch_add(1, Ordering::Relaxed);
+            let step_name = self.shared.recipe.steps[step].name.clone();
+            self.failures.push(Failure { step: step_name, key: self.key.clone(), error });
+        }
+        Finished { outcome, output, peak }
     }
 
     /// Calls the plugin with the collected inputs, under the task's allocation tag, catching
@@ -264,28 +403,14 @@ impl<'s, 'r> Worker<'s, 'r> {
         let step = &shared.recipe.steps[step_id];
         let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
         let args = step.args.for_task(&lookup);
-        let mut inputs: SmallVec<[Input<'_>; 4]> = SmallVec::new();
-        let mut start = 0;
-        for (&edge, &count) in shared.graph.steps[step_id].inputs.iter().zip(&self.counts) {
-            let e = &shared.graph.edges[edge];
-            inputs.push(Input::new(&step.inputs[e.input].name, e.gathered, &self.values[start..start + count]));
-            start += count;
-        }
-        let inputs = Inputs::new(&inputs);
         let host = TaskHost { shared, tag, step: &step.name, key: &self.key };
         let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
-        let result = task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, &inputs))));
+        let result = self.with_inputs(step_id, |inputs| {
+            task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, inputs))))
+        });
         // Fails only for a tag nobody measured (every counter slot was busy at dispatch).
         let memory = measure::end_task(tag).ok();
         (result, memory)
-    }
-
-    fn fail(&mut self, step: StepId, error: String) -> Finished {
-        self.stats[step].failed += 1;
-        self.shared.progress.failed.fetch_add(1, Ordering::Relaxed);
-        let step_name = self.shared.recipe.steps[step].name.clone();
-        self.failures.push(Failure { step: step_name, key: self.key.clone(), error });
-        Finished { outcome: Outcome::Failed, output: Value::None }
     }
 
     /// Fills the reusable key string and index pairs of task `index` of `step`.

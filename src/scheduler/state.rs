@@ -11,8 +11,10 @@ use std::sync::Arc;
 
 use runner_plugin::Value;
 
+use crate::estimate::StepModel;
 use crate::graph::Graph;
 use crate::memory::{Admission, Ledger};
+use crate::plan::{EstimateSource, Plan};
 use crate::recipe::StepId;
 
 /// A task: its step and linear index.
@@ -40,6 +42,8 @@ struct StepState {
     /// Next source index to dispatch (steps without inputs).
     next_source: u64,
     ready: VecDeque<u64>,
+    /// Tasks whose plugin estimate (at dispatch) did not fit yet, with that estimate.
+    deferred: VecDeque<(u64, u64)>,
     is_source: bool,
 }
 
@@ -51,12 +55,26 @@ pub enum Outcome {
     Skipped,
 }
 
+/// What a free worker should do.
+#[derive(Debug)]
+pub enum Pick {
+    /// Run this task (its estimate is reserved).
+    Run(Picked),
+    /// Ask the plugin for this task's estimate (outside the lock), then [`State::admit_estimated`].
+    Estimate(TaskRef),
+    /// Nothing can start now.
+    Wait,
+}
+
 /// A task chosen to run.
 #[derive(Debug, Clone, Copy)]
 pub struct Picked {
     pub task: TaskRef,
     /// Bytes reserved for it.
     pub estimate: u64,
+    pub source: EstimateSource,
+    /// What the plugin itself estimated.
+    pub plugin_estimate: u64,
     /// Its measurement tag.
     pub tag: u32,
     pub admission: Admission,
@@ -79,10 +97,16 @@ pub struct State<'g> {
     /// Reused buffers, so finishing a task allocates nothing in the steady state.
     work: Vec<(TaskRef, Outcome, Value)>,
     newly_ready: Vec<TaskRef>,
+    /// Each step's learned footprint, bumped within the run on under-estimates.
+    models: Vec<Option<StepModel>>,
+    /// Steps whose plugin estimates each task from its inputs at dispatch.
+    follows_data: Vec<bool>,
+    /// Tasks taken out of the queues whose estimate a worker is computing.
+    estimating: usize,
 }
 
 impl<'g> State<'g> {
-    pub fn new(graph: &'g Graph, budget: u64) -> State<'g> {
+    pub fn new(graph: &'g Graph, plan: &Plan, follows_data: Vec<bool>, budget: u64) -> State<'g> {
         let steps = graph
             .steps
             .iter()
@@ -90,6 +114,7 @@ impl<'g> State<'g> {
                 pending: Vec::new(),
                 next_source: 0,
                 ready: VecDeque::new(),
+                deferred: VecDeque::new(),
                 is_source: s.inputs.is_empty(),
             })
             .collect();
@@ -108,6 +133,9 @@ impl<'g> State<'g> {
             none: Arc::new(Value::None),
             work: Vec::new(),
             newly_ready: Vec::new(),
+            models: plan.steps.iter().map(|s| s.model.clone()).collect(),
+            follows_data,
+            estimating: 0,
         }
     }
 
@@ -115,26 +143,87 @@ impl<'g> State<'g> {
         self.finished == self.total
     }
 
-    /// Picks the most preferred ready task that the ledger admits, and reserves its estimate
-    /// under the measurement tag `tag_for()` gives it. A task that does not fit runs only when
-    /// nothing else is running (then alone).
-    pub fn pick(&mut self, estimate_of: impl Fn(StepId) -> u64, tag_for: impl FnOnce() -> u32) -> Option<Picked> {
+    /// Chooses what a free worker does next: the most preferred task the ledger admits (its
+    /// estimate reserved under the measurement tag `tag_for()` gives it), or a task of a step
+    /// whose plugin must first look at the inputs to estimate (outside this lock). A task that
+    /// does not fit runs only when nothing else is running, then alone.
+    pub fn pick(&mut self, plan: &Plan, tag_for: impl Fn() -> u32 + Copy) -> Pick {
         for i in 0..self.priority.len() {
             let step = self.priority[i];
+            if let Some(&(index, plugin_estimate)) = self.steps[step].deferred.front() {
+                let input_bytes = plan.steps[step].input_bytes;
+                if let Some(picked) =
+                    self.try_start(plan, TaskRef { step, index }, plugin_estimate, input_bytes, tag_for)
+                {
+                    self.steps[step].deferred.pop_front();
+                    return Pick::Run(picked);
+                }
+                continue;
+            }
             if !self.has_ready(step) {
                 continue;
             }
-            let estimate = estimate_of(step);
-            let admission = self.ledger.admission(estimate);
-            if admission == Admission::Wait {
+            if self.follows_data[step] {
+                let Some(index) = self.pop_ready(step) else { continue };
+                self.estimating += 1;
+                return Pick::Estimate(TaskRef { step, index });
+            }
+            let (plugin_estimate, input_bytes) = (plan.steps[step].plugin_estimate, plan.steps[step].input_bytes);
+            let (estimate, _) = plan.steps[step].estimate_for(self.models[step].as_ref(), plugin_estimate, input_bytes);
+            if self.ledger.admission(estimate) == Admission::Wait {
                 continue;
             }
-            let index = self.pop_ready(step)?;
-            let tag = tag_for();
-            self.ledger.start(tag, estimate);
-            return Some(Picked { task: TaskRef { step, index }, estimate, tag, admission });
+            let Some(index) = self.pop_ready(step) else { continue };
+            return match self.try_start(plan, TaskRef { step, index }, plugin_estimate, input_bytes, tag_for) {
+                Some(picked) => Pick::Run(picked),
+                None => unreachable!("admission was checked above under the same lock"),
+            };
         }
-        None
+        Pick::Wait
+    }
+
+    /// Admits a task whose plugin has just estimated it at dispatch, or defers it (first in
+    /// its step's line) until it fits.
+    pub fn admit_estimated(
+        &mut self,
+        plan: &Plan,
+        task: TaskRef,
+        plugin_estimate: u64,
+        tag_for: impl Fn() -> u32 + Copy,
+    ) -> Option<Picked> {
+        self.estimating -= 1;
+        let picked = self.try_start(plan, task, plugin_estimate, plan.steps[task.step].input_bytes, tag_for);
+        if picked.is_none() {
+            self.steps[task.step].deferred.push_back((task.index, plugin_estimate));
+        }
+        picked
+    }
+
+    /// Starts `task` if the ledger admits its estimate.
+    fn try_start(
+        &mut self,
+        plan: &Plan,
+        task: TaskRef,
+        plugin_estimate: u64,
+        input_bytes: u64,
+        tag_for: impl Fn() -> u32 + Copy,
+    ) -> Option<Picked> {
+        let step_plan = &plan.steps[task.step];
+        let (estimate, source) = step_plan.estimate_for(self.models[task.step].as_ref(), plugin_estimate, input_bytes);
+        let admission = self.ledger.admission(estimate);
+        if admission == Admission::Wait {
+            return None;
+        }
+        let tag = tag_for();
+        self.ledger.start(tag, estimate);
+        Some(Picked { task, estimate, source, plugin_estimate, tag, admission })
+    }
+
+    /// A task peaked at `peak` beyond its estimate: the step's learned footprint reacts at once.
+    pub fn note_underestimate(&mut self, step: StepId, peak: u64, plugin_estimate: u64, input_bytes: u64) {
+        if let Some(model) = self.models[step].as_mut() {
+            model.bump(peak, plugin_estimate, input_bytes);
+        }
     }
 
     fn has_ready(&self, step: StepId) -> bool {
@@ -155,16 +244,23 @@ impl<'g> State<'g> {
 
     /// Appends `task`'s input values, edge by edge in gather order, to `out`, and the number
     /// of values per input to `counts`.
-    pub fn collect_inputs(&self, task: TaskRef, out: &mut Vec<Arc<Value>>, counts: &mut Vec<usize>) {
+    /// Returns the inputs' buffer bytes.
+    pub fn collect_inputs(&self, task: TaskRef, out: &mut Vec<Arc<Value>>, counts: &mut Vec<usize>) -> u64 {
+        let mut bytes = 0;
         for &edge in &self.graph.steps[task.step].inputs {
             let before = out.len();
             let producer = self.graph.edges[edge].producer;
             self.graph.for_each_producer(edge, task.index, |index| {
-                let value = self.outputs.get(&TaskRef { step: producer, index }).map_or(&self.none, |o| &o.value);
-                out.push(value.clone());
+                if let Some(live) = self.outputs.get(&TaskRef { step: producer, index }) {
+                    bytes += live.resident_bytes;
+                    out.push(live.value.clone());
+                } else {
+                    out.push(self.none.clone());
+                }
             });
             counts.push(out.len() - before);
         }
+        bytes
     }
 
     /// Records the end of a running task: frees its reservation and inputs, keeps its output

@@ -49,6 +49,14 @@ pub trait Plugin: Send + Sync + 'static {
         output.bytes().unwrap_or(0) + largest_input.unwrap_or(0)
     }
 
+    /// True when `estimate` at dispatch can say more than at plan time because it looks at the
+    /// input values (as `nbhood` does with the wet area). The engine then asks it again for
+    /// every task, outside its locks, before admitting the task; otherwise the plan-time
+    /// estimate serves every task of the step at no per-task cost.
+    fn estimate_follows_data(&self) -> bool {
+        false
+    }
+
     /// Runs one task.
     fn run(&self, ctx: &TaskContext, args: &Args, inputs: &Inputs) -> Result<Value, TaskError>;
 }

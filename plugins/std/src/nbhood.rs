@@ -106,6 +106,10 @@ impl Plugin for Nbhood {
 
     /// The output plus each worker's temporaries. Planning assumes the whole field needs work;
     /// at dispatch the input is scanned for the widest trimmed box.
+    fn estimate_follows_data(&self) -> bool {
+        true
+    }
+
     fn estimate(&self, args: &Args, inputs: InputsForEstimate<'_>, output: &ValueMeta) -> u64 {
         let Ok(settings) = Settings::from_args(args) else {
             return output.bytes().unwrap_or(0);
