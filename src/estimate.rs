@@ -11,8 +11,9 @@
 //!   [`Params::half_life_runs`] runs;
 //! - the basis is the one whose ratios vary least (weighted coefficient of variation);
 //! - the prediction is `basis × q(ratio) × (1 + margin)`, with `q` the weighted
-//!   [`Params::quantile`] and the margin [`Params::base_margin`] plus twice the recent
-//!   under-estimate rate (so a step that was recently under-estimated gets more headroom);
+//!   [`Params::quantile`] and the margin [`Params::base_margin`] plus twice the weighted mean
+//!   overshoot of recent tasks past their estimates (so a step whose estimates were recently
+//!   exceeded by much gets more headroom), at most [`Params::max_margin`];
 //! - within a run, a task whose peak exceeds its estimate bumps the step's ratio to what was
 //!   observed at once ([`StepModel::bump`]), so the rest of the cycle is not under-estimated the
 //!   same way.
@@ -108,11 +109,14 @@ impl StepModel {
         let ratio = weighted_quantile(&mut ratios(history, basis, &weight), params.quantile);
         let mut peaks: Vec<(f64, f64)> = history.iter().map(|o| (o.peak as f64, weight(o))).collect();
         let absolute = weighted_quantile(&mut peaks, params.quantile);
-        let (under, total) = history.iter().fold((0.0, 0.0), |(u, t), o| {
+        // How far past estimates went recently: tiny overshoots barely move the margin, a
+        // front that doubled some footprints widens it.
+        let (overshoot, total) = history.iter().fold((0.0, 0.0), |(sum, t), o| {
             let w = weight(o);
-            (u + if o.estimate > 0 && o.peak > o.estimate { w } else { 0.0 }, t + w)
+            let excess = if o.estimate > 0 { (o.peak as f64 / o.estimate as f64 - 1.0).max(0.0) } else { 0.0 };
+            (sum + w * excess, t + w)
         });
-        let margin = (params.base_margin + 2.0 * under / total).min(params.max_margin);
+        let margin = (params.base_margin + 2.0 * overshoot / total).min(params.max_margin);
         let runs = history.iter().map(|o| o.age).max().unwrap_or(0) + 1;
         Some(StepModel { basis, ratio, absolute, margin, tasks: history.len(), runs, params })
     }

@@ -2,9 +2,12 @@
 //! it to the engine and reports. Library errors are typed; here they become messages and exit
 //! codes (0 ok, 1 task failures, 2 invalid recipe or usage).
 
+mod history_cmd;
 mod plan_cmd;
 mod plugins_cmd;
 mod progress;
+mod record;
+mod replay_cmd;
 mod run_cmd;
 mod summary;
 
@@ -55,8 +58,77 @@ enum Command {
         runner plan recipes/many_inputs.yaml --format json\n  \
         runner plan recipes/quickstart.yaml --format dot | dot -Tpng > plan.png")]
     Plan(PlanArgs),
+    /// Show estimate against actual per step over recent runs, from the feedback store.
+    #[command(after_help = "Examples:\n  \
+        runner history\n  \
+        runner history --recipe precip-probability --step smooth --last 24\n  \
+        runner history --format json > history.json")]
+    History(HistoryArgs),
+    /// Run a recipe over a list of cycles in order against one store, a row per cycle.
+    #[command(after_help = "Examples:\n  \
+        runner replay recipes/cycles/weather.yaml --budget 2GiB\n  \
+        runner replay recipes/cycles/weather.yaml --db /tmp/replay.db --summary replay.json\n\n\
+        The cycles file names a recipe (relative to itself) and the cycles with their vars:\n  \
+        recipe: ../quickstart.yaml\n  \
+        cycles:\n    \
+        - {id: 2026-11-01T00Z, vars: {wet: 0.05}}\n    \
+        - {id: 2026-11-01T01Z, vars: {wet: 0.40}}\n\n\
+        Exit codes: 0 every cycle ok and within its thresholds; 1 a task failed, a cycle exceeded \
+        its budget (peak RSS > budget + 5% + 64 MiB) or a threshold was crossed; 2 invalid input.")]
+    Replay(ReplayArgs),
     /// List the plugins this binary offers, with their args.
     Plugins,
+}
+
+#[derive(Args, Debug)]
+struct HistoryArgs {
+    /// The feedback store [default: runner.db in the working directory; env RUNNER_DB].
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// Only runs of this recipe (its `recipe:` name).
+    #[arg(long)]
+    recipe: Option<String>,
+    /// Only this step.
+    #[arg(long)]
+    step: Option<String>,
+    /// How many recent runs.
+    #[arg(long, default_value_t = 10)]
+    last: usize,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    format: OutputFormat,
+}
+
+#[derive(Args, Debug)]
+struct ReplayArgs {
+    /// The cycles file (YAML): `recipe:` and `cycles:` with `id` and `vars` each.
+    cycles: PathBuf,
+    /// The feedback store all cycles share [default: runner.db in the working directory; env RUNNER_DB].
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// Memory budget of every cycle (as for `runner run`).
+    #[arg(long, value_parser = crate::budget::parse_budget)]
+    budget: Option<u64>,
+    /// Worker threads [default: the number of CPUs].
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    workers: Option<u16>,
+    /// Write `{cycles: [...]}`: each cycle's run summary plus underestimate_rate and slack.
+    #[arg(long, value_name = "FILE.json")]
+    summary: Option<PathBuf>,
+    /// Fail when a cycle after the warm-up has a larger share of tasks under-estimated.
+    #[arg(long, value_name = "RATE")]
+    max_underestimate_rate: Option<f64>,
+    /// Fail when the median slack (Σ estimate / Σ peak − 1) of the cycles after the warm-up is larger.
+    #[arg(long, value_name = "SLACK")]
+    max_median_slack: Option<f64>,
+    /// Cycles the thresholds ignore while the store learns.
+    #[arg(long, default_value_t = 3)]
+    warmup: usize,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum OutputFormat {
+    Text,
+    Json,
 }
 
 /// What `run` and `plan` share: the recipe and how to fill it in.
@@ -86,6 +158,13 @@ struct RunArgs {
     /// Write a JSON summary of the run (counts, wall time, peak memory, per-step figures).
     #[arg(long, value_name = "FILE.json")]
     summary: Option<PathBuf>,
+    /// The feedback store: every task is recorded there and estimates are learned from it
+    /// [default: runner.db in the working directory; env RUNNER_DB].
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// Record nothing (estimates still come from an existing store's history).
+    #[arg(long)]
+    no_record: bool,
 }
 
 #[derive(Args, Debug)]
@@ -95,6 +174,10 @@ struct PlanArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
     format: PlanFormat,
+    /// The feedback store whose history the estimates come from (read only)
+    /// [default: runner.db in the working directory; env RUNNER_DB].
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +209,8 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
     let code = match cli.command {
         Command::Run(args) => run_cmd::run(&registry, args),
         Command::Plan(args) => plan_cmd::plan(&registry, args),
+        Command::History(args) => history_cmd::history(args),
+        Command::Replay(args) => replay_cmd::replay(&registry, args),
         Command::Plugins => plugins_cmd::list(&registry),
     };
     match code {
@@ -156,6 +241,24 @@ fn compile(registry: &Registry, args: &RecipeArgs) -> Option<Compiled> {
             None
         }
     }
+}
+
+/// Aligns rows of cells in columns (right-aligned where `right` lists the column).
+fn table<const N: usize>(rows: &[[String; N]], right: &[usize]) -> String {
+    let widths: Vec<usize> = (0..N).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                if right.contains(&c) { format!("{cell:>w$}", w = widths[c]) } else { format!("{cell:<w$}", w = widths[c]) }
+            })
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
 }
 
 /// The current UTC hour as `YYYY-MM-DDTHHZ`.

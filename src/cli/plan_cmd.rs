@@ -3,11 +3,16 @@
 use runner_plugin::size::format_size;
 use serde_json::json;
 
+use super::record;
 use super::{Compiled, EXIT_USAGE, PlanArgs, PlanFormat, compile};
 use crate::registry::Registry;
 
 pub fn plan(registry: &Registry, args: PlanArgs) -> anyhow::Result<u8> {
-    let Some(compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
+    let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
+    let db = args.db.clone().unwrap_or_else(record::default_db);
+    if let Some(store) = record::open(&db, true)? {
+        record::learn(&store, &mut compiled);
+    }
     let text = match args.format {
         PlanFormat::Text => text(&compiled),
         PlanFormat::Json => serde_json::to_string_pretty(&to_json(&compiled))? + "\n",
@@ -42,7 +47,10 @@ fn text(compiled: &Compiled) -> String {
             p.tasks.to_string(),
             p.output.to_string(),
             format_size(p.estimate),
-            p.source.to_string(),
+            match &p.model {
+                Some(m) => format!("history ({} tasks, {} runs; ×{:.2} {})", m.tasks, m.runs, m.ratio * (1.0 + m.margin), m.basis.as_str()),
+                None => p.source.to_string(),
+            },
         ]);
     }
     let widths: Vec<usize> = (0..7).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
@@ -109,6 +117,8 @@ fn to_json(compiled: &Compiled) -> serde_json::Value {
                 "output_bytes": p.output.bytes(),
                 "estimate_bytes": p.estimate,
                 "estimate_source": p.source.as_str(),
+                "history_tasks": p.model.as_ref().map(|m| m.tasks),
+                "history_runs": p.model.as_ref().map(|m| m.runs),
                 "plugin_estimate_bytes": p.plugin_estimate,
             })
         })

@@ -1,29 +1,71 @@
-//! `runner run`: compile, run under the budget with a progress bar, summarise, exit 0/1/2.
+//! `runner run`: compile, learn estimates from the store, run under the budget with a progress
+//! bar, record every task, summarise, exit 0/1/2. [`execute`] is shared with `runner replay`.
 
 use std::path::PathBuf;
 
 use anyhow::anyhow;
 
+use super::record::{self, StoreSink};
 use super::summary::RunSummary;
 use super::{EXIT_TASKS_FAILED, EXIT_USAGE, RunArgs, compile, progress};
+use crate::Compiled;
 use crate::measure;
 use crate::registry::Registry;
-use crate::scheduler::{self, Progress, RunOptions};
+use crate::scheduler::{self, Progress, RunOptions, TaskSink};
+use crate::store::{RunOutcome, RunStart, RunStatus, Store};
 
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
-    let Some(compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
-    let budget = match args.budget {
+    let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
+    let options = run_options(args.budget, args.workers)?;
+    let db = args.db.clone().unwrap_or_else(record::default_db);
+    let store = record::open(&db, args.no_record)?;
+    let summary = execute(&mut compiled, &options, store.as_ref(), !args.no_record)?;
+    summary.print();
+    if let Some(path) = &args.summary {
+        summary.write(path)?;
+    }
+    Ok(if summary.status == "ok" { 0 } else { EXIT_TASKS_FAILED })
+}
+
+/// Budget and workers from the command line, with their defaults.
+pub fn run_options(budget: Option<u64>, workers: Option<u16>) -> anyhow::Result<RunOptions> {
+    let budget = match budget {
         Some(budget) => budget,
-        None => crate::budget::default_budget()
-            .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?,
+        None => crate::budget::default_budget().map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?,
     };
     let workers =
-        args.workers.map(usize::from).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let options = RunOptions { workers, budget, work_dir: work_dir() };
+        workers.map(usize::from).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    Ok(RunOptions { workers, budget, work_dir: work_dir() })
+}
+
+/// Runs a compiled recipe: estimates from `store`'s history, every task recorded into it when
+/// `record`, a progress bar on a terminal. The peak RSS is this run's alone.
+pub fn execute(
+    compiled: &mut Compiled,
+    options: &RunOptions,
+    store: Option<&Store>,
+    record: bool,
+) -> anyhow::Result<RunSummary> {
+    if let Some(store) = store {
+        record::learn(store, compiled);
+    }
+    let recorder = match (store, record) {
+        (Some(store), true) => Some(store.start_run(&RunStart {
+            recipe: compiled.recipe.name.clone(),
+            cycle: compiled.recipe.cycle.clone(),
+            budget_bytes: options.budget,
+            workers: options.workers as u32,
+        })?),
+        _ => None,
+    };
+    let sink = recorder.map(|recorder| StoreSink::new(recorder, compiled));
+    // Each run of a replay reports its own peak, not the process's.
+    let _ = measure::reset_peak_rss();
     let progress = Progress::default();
     let report = std::thread::scope(|scope| {
         let bar = progress::spawn(scope, &progress);
-        let report = scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &progress, None);
+        let sink = sink.as_ref().map(|s| s as &dyn TaskSink);
+        let report = scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, options, &progress, sink);
         if let Some(bar) = bar {
             let _ = bar.join();
         }
@@ -31,11 +73,17 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     });
     let peak_rss = measure::process_memory().map_or(0, |m| m.peak_rss_bytes);
     let summary = RunSummary::new(&compiled.recipe, &report, peak_rss);
-    summary.print();
-    if let Some(path) = &args.summary {
-        summary.write(path)?;
+    if let Some(sink) = sink {
+        let status = if summary.status == "ok" { RunStatus::Ok } else { RunStatus::Failed };
+        sink.recorder.finish(RunOutcome {
+            status,
+            wall_ms: report.wall.as_millis() as u64,
+            peak_rss_bytes: peak_rss,
+            peak_reserved_bytes: report.peak_reserved,
+            spilled_bytes: 0,
+        })?;
     }
-    Ok(if summary.status == "ok" { 0 } else { EXIT_TASKS_FAILED })
+    Ok(summary)
 }
 
 /// A private directory for this run's scratch files, removed when the run ends.

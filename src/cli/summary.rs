@@ -50,6 +50,9 @@ pub struct RunSummary {
     pub spilled_bytes: u64,
     pub underestimates: u64,
     pub oversized: u64,
+    /// Σ estimate and Σ peak over the tasks that ran (slack = Σ estimate / Σ peak − 1).
+    pub estimate_bytes_sum: u64,
+    pub peak_bytes_sum: u64,
     pub steps: Vec<StepSummary>,
     pub failures: Vec<FailureSummary>,
 }
@@ -93,6 +96,8 @@ impl RunSummary {
             spilled_bytes: 0,
             underestimates: report.total(|s| s.underestimates),
             oversized: report.total(|s| s.oversized),
+            estimate_bytes_sum: report.total(|s| s.estimate_sum),
+            peak_bytes_sum: report.total(|s| s.peak_sum),
             steps,
             failures: report
                 .failures

@@ -348,6 +348,8 @@ impl<'s, 'r> Worker<'s, 'r> {
         stats.wall += wall;
         stats.estimate.record(assignment.estimate);
         stats.peak.record(peak);
+        stats.estimate_sum += assignment.estimate;
+        stats.peak_sum += peak;
         if assignment.admission == (Admission::Alone { oversized: true }) {
             stats.oversized += 1;
         }

@@ -105,6 +105,9 @@ pub struct StepStats {
     pub estimate: Histogram,
     pub peak: Histogram,
     pub output_bytes: u64,
+    /// Sums over the tasks that ran, for slack = Σ estimate / Σ peak − 1.
+    pub estimate_sum: u64,
+    pub peak_sum: u64,
     pub wall: Duration,
     /// Tasks whose measured peak exceeded their estimate.
     pub underestimates: u64,
@@ -120,6 +123,8 @@ impl StepStats {
         self.estimate.merge(&other.estimate);
         self.peak.merge(&other.peak);
         self.output_bytes += other.output_bytes;
+        self.estimate_sum += other.estimate_sum;
+        self.peak_sum += other.peak_sum;
         self.wall += other.wall;
         self.underestimates += other.underestimates;
         self.oversized += other.oversized;

@@ -1,0 +1,103 @@
+//! The CLI's side of the feedback loop: which store to use (`--db`, `RUNNER_DB`,
+//! `--no-record`), learning estimates from it before a run, and recording every task into it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::Context as _;
+
+use crate::Compiled;
+use crate::estimate::{Observation, Params};
+use crate::scheduler::{Outcome, TaskReport, TaskSink};
+use crate::store::{RunRecorder, Store, TaskRecord, TaskStatus};
+
+/// Runs of a step the estimator learns from.
+pub const HISTORY_RUNS: usize = 16;
+/// Tasks per run it reads at most (a million-task step is learned from a sample).
+pub const HISTORY_TASKS_PER_RUN: u64 = 5_000;
+
+/// Opens the store at `path` for recording, or, with `read_only`, only if it already exists
+/// (so `--no-record` and `runner plan` never create a file).
+pub fn open(path: &Path, read_only: bool) -> anyhow::Result<Option<Store>> {
+    if read_only && !path.exists() {
+        return Ok(None);
+    }
+    let store = Store::open(path).with_context(|| format!("opening the feedback store {}", path.display()))?;
+    Ok(Some(store))
+}
+
+/// The default store path: `RUNNER_DB` or `runner.db` in the working directory.
+pub fn default_db() -> PathBuf {
+    std::env::var_os("RUNNER_DB").map_or_else(|| PathBuf::from("runner.db"), PathBuf::from)
+}
+
+/// Makes each step's history the source of its estimates, where there is history.
+pub fn learn(store: &Store, compiled: &mut Compiled) {
+    let recipe = compiled.recipe.name.clone();
+    let history = |step: &str| -> Vec<Observation> {
+        // (run index, observation with age still unknown): ages count back from the newest run.
+        let mut rows: Vec<(usize, Observation)> = Vec::new();
+        let result = store.task_history(&recipe, step, HISTORY_RUNS, Some(HISTORY_TASKS_PER_RUN), |_, task| {
+            if task.status != TaskStatus::Skipped {
+                let observation = Observation {
+                    age: 0,
+                    peak: task.peak_bytes,
+                    plugin_estimate: task.plugin_estimate_bytes.unwrap_or(0),
+                    input_bytes: task.input_bytes,
+                    estimate: task.estimate_bytes,
+                };
+                rows.push((task.run_index, observation));
+            }
+        });
+        match result {
+            Ok(runs) => {
+                let newest = runs.len().saturating_sub(1);
+                rows.into_iter().map(|(index, o)| Observation { age: (newest - index) as u32, ..o }).collect()
+            }
+            Err(e) => {
+                tracing::warn!("cannot read the history of step `{step}`: {e}");
+                Vec::new()
+            }
+        }
+    };
+    let Compiled { recipe: steps, plan, .. } = compiled;
+    plan.learn(steps, &history, Params::default());
+}
+
+/// Records finished tasks through a store's writer thread.
+pub struct StoreSink {
+    pub recorder: RunRecorder,
+    /// Step names shared by every record of the step.
+    steps: Vec<Arc<str>>,
+}
+
+impl StoreSink {
+    pub fn new(recorder: RunRecorder, compiled: &Compiled) -> StoreSink {
+        StoreSink { recorder, steps: compiled.recipe.steps.iter().map(|s| Arc::from(s.name.as_str())).collect() }
+    }
+}
+
+impl TaskSink for StoreSink {
+    fn record(&self, task: &TaskReport<'_>) {
+        let step = self.steps.iter().find(|s| &***s == task.step).cloned().unwrap_or_else(|| Arc::from(task.step));
+        self.recorder.record(TaskRecord {
+            step,
+            key: task.key.to_string(),
+            plugin: task.plugin,
+            status: match task.outcome {
+                Outcome::Ok => TaskStatus::Ok,
+                Outcome::Failed => TaskStatus::Failed,
+                Outcome::Skipped => TaskStatus::Skipped,
+            },
+            attempts: if task.outcome == Outcome::Skipped { 0 } else { 1 },
+            input_bytes: task.input_bytes,
+            estimate_bytes: task.estimate,
+            estimate_source: task.source.as_str(),
+            plugin_estimate_bytes: task.plugin_estimate,
+            peak_bytes: task.peak,
+            output_bytes: task.output_bytes,
+            wall_ms: task.wall.as_millis() as u64,
+            error: task.error.map(str::to_string),
+        });
+    }
+}

@@ -1,0 +1,170 @@
+//! `runner replay`: a recipe over a list of cycles, in order, against one store — the way CI
+//! proves that estimates converge and budgets hold.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use runner_plugin::size::format_size;
+use serde::{Deserialize, Serialize};
+
+use super::record;
+use super::run_cmd::{execute, run_options};
+use super::summary::RunSummary;
+use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ReplayArgs};
+use crate::Compiled;
+use crate::recipe::CompileOptions;
+use crate::registry::Registry;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CyclesFile {
+    /// The recipe, relative to the cycles file.
+    recipe: PathBuf,
+    cycles: Vec<Cycle>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Cycle {
+    id: String,
+    #[serde(default)]
+    vars: BTreeMap<String, serde_json::Value>,
+}
+
+/// One cycle's row of the replay summary.
+#[derive(Debug, Serialize)]
+struct CycleSummary {
+    #[serde(flatten)]
+    run: RunSummary,
+    underestimate_rate: f64,
+    slack: Option<f64>,
+    over_budget: bool,
+}
+
+pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
+    let Some(file) = read_cycles(&args.cycles) else { return Ok(EXIT_USAGE) };
+    let recipe_path = args.cycles.parent().unwrap_or(Path::new(".")).join(&file.recipe);
+    let options = run_options(args.budget, args.workers)?;
+    let db = args.db.clone().unwrap_or_else(record::default_db);
+    let store = record::open(&db, false)?;
+    println!(
+        "{:<20} {:>6} {:>8} {:>10} {:>10} {:>7} {:>7} {:>9}",
+        "cycle", "tasks", "wall", "peak RSS", "budget", "under", "slack", "spilled"
+    );
+    let mut cycles = Vec::new();
+    for cycle in &file.cycles {
+        let compile_options = CompileOptions {
+            cycle: cycle.id.clone(),
+            set: cycle.vars.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+        };
+        let mut compiled = match Compiled::from_file(&recipe_path, &compile_options, registry) {
+            Ok(compiled) => compiled,
+            Err(error) => {
+                eprintln!("cycle {}: {error}", cycle.id);
+                return Ok(EXIT_USAGE);
+            }
+        };
+        let run = execute(&mut compiled, &options, store.as_ref(), true)?;
+        let summary = cycle_summary(run);
+        print_row(&summary);
+        cycles.push(summary);
+    }
+    if let Some(path) = &args.summary {
+        let text = serde_json::to_string_pretty(&serde_json::json!({ "cycles": cycles }))? + "\n";
+        std::fs::write(path, text).with_context(|| format!("writing the replay summary to {}", path.display()))?;
+    }
+    let problems = judge(&cycles, &args);
+    for problem in &problems {
+        eprintln!("replay: {problem}");
+    }
+    Ok(if problems.is_empty() { 0 } else { EXIT_TASKS_FAILED })
+}
+
+/// Reads the cycles file; prints what is wrong and returns `None` when it is invalid.
+fn read_cycles(path: &Path) -> Option<CyclesFile> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) => {
+            eprintln!("{}: cannot read the cycles file: {e}", path.display());
+            return None;
+        }
+    };
+    match serde_saphyr::from_str::<CyclesFile>(&text) {
+        Ok(file) if file.cycles.is_empty() => {
+            eprintln!("{}: no cycles; expected `cycles:` with at least one `{{id: ..., vars: {{...}}}}`", path.display());
+            None
+        }
+        Ok(file) => Some(file),
+        Err(e) => {
+            let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
+            let message = e.without_snippet().to_string();
+            eprintln!("{}{at}: {}", path.display(), message.lines().next().unwrap_or("invalid YAML"));
+            eprintln!("  expected `recipe: PATH` and `cycles: [{{id: ID, vars: {{NAME: VALUE}}}}, ...]`");
+            None
+        }
+    }
+}
+
+fn cycle_summary(run: RunSummary) -> CycleSummary {
+    let ran = run.tasks_ok + run.tasks_failed;
+    let underestimate_rate = if ran == 0 { 0.0 } else { run.underestimates as f64 / ran as f64 };
+    let slack = (run.peak_bytes_sum > 0).then(|| run.estimate_bytes_sum as f64 / run.peak_bytes_sum as f64 - 1.0);
+    let allowed = run.budget_bytes + run.budget_bytes / 20 + (64 << 20);
+    let over_budget = run.peak_rss_bytes > allowed;
+    CycleSummary { run, underestimate_rate, slack, over_budget }
+}
+
+fn print_row(c: &CycleSummary) {
+    println!(
+        "{:<20} {:>6} {:>7.2}s {:>10} {:>10} {:>6.1}% {:>7} {:>9}{}",
+        c.run.cycle,
+        c.run.tasks_total,
+        c.run.wall_s,
+        format_size(c.run.peak_rss_bytes),
+        format_size(c.run.budget_bytes),
+        c.underestimate_rate * 100.0,
+        c.slack.map_or("-".into(), |s| format!("{:+.0}%", s * 100.0)),
+        format_size(c.run.spilled_bytes),
+        if c.run.status == "ok" { "" } else { "  FAILED" },
+    );
+}
+
+/// What makes the replay fail: task failures, budget excess, crossed thresholds.
+fn judge(cycles: &[CycleSummary], args: &ReplayArgs) -> Vec<String> {
+    let mut problems = Vec::new();
+    for c in cycles {
+        if c.run.status != "ok" {
+            problems.push(format!("cycle {}: {} tasks failed, {} skipped", c.run.cycle, c.run.tasks_failed, c.run.tasks_skipped));
+        }
+        if c.over_budget {
+            problems.push(format!(
+                "cycle {}: peak RSS {} exceeds the budget {} + 5% + 64 MiB",
+                c.run.cycle,
+                format_size(c.run.peak_rss_bytes),
+                format_size(c.run.budget_bytes)
+            ));
+        }
+    }
+    let judged = cycles.get(args.warmup..).unwrap_or_default();
+    if let Some(max) = args.max_underestimate_rate {
+        for c in judged.iter().filter(|c| c.underestimate_rate > max) {
+            problems.push(format!(
+                "cycle {}: {:.1}% of tasks under-estimated (at most {:.1}% allowed)",
+                c.run.cycle,
+                c.underestimate_rate * 100.0,
+                max * 100.0
+            ));
+        }
+    }
+    if let Some(max) = args.max_median_slack {
+        let mut slacks: Vec<f64> = judged.iter().filter_map(|c| c.slack).collect();
+        slacks.sort_by(f64::total_cmp);
+        if let Some(&median) = slacks.get(slacks.len() / 2)
+            && median > max
+        {
+            problems.push(format!("median slack {:+.0}% exceeds {:+.0}%", median * 100.0, max * 100.0));
+        }
+    }
+    problems
+}

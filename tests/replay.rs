@@ -1,0 +1,54 @@
+//! CI replays recorded weather: 24 cycles of the IMPROVER-like recipe against one store, under
+//! a budget tight enough that admission matters. It fails if any task fails, if peak RSS
+//! exceeds budget + 5% + 64 MiB, or if, after the 3rd cycle, more than 2% of tasks are
+//! under-estimated or the median slack exceeds 25%.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value as Json;
+
+#[test]
+fn the_weather_replay_converges_within_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let cycles = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/cycles/weather.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .arg("replay")
+        .arg(&cycles)
+        .args(["--budget", "64MiB", "--workers", "2", "--db", "replay.db", "--summary", "replay.json"])
+        .args(["--max-underestimate-rate", "0.02", "--max-median-slack", "0.25"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}\n{}", String::from_utf8_lossy(&out.stderr));
+
+    let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("replay.json")).unwrap()).unwrap();
+    let cycles = summary["cycles"].as_array().unwrap();
+    assert_eq!(cycles.len(), 24);
+    let budget = 64u64 << 20;
+    let mut slacks = Vec::new();
+    for (i, cycle) in cycles.iter().enumerate() {
+        assert_eq!(cycle["status"], "ok", "{cycle}");
+        assert_eq!(cycle["tasks_total"], 80);
+        assert!(cycle["peak_rss_bytes"].as_u64().unwrap() <= budget + budget / 20 + (64 << 20), "{cycle}");
+        if i >= 3 {
+            assert!(cycle["underestimate_rate"].as_f64().unwrap() <= 0.02, "{cycle}");
+            slacks.push(cycle["slack"].as_f64().unwrap());
+            // Estimates come from the store's history once it has some.
+            let smooth = cycle["steps"].as_array().unwrap().iter().find(|s| s["step"] == "smooth").unwrap();
+            assert!(smooth["estimate_bytes_p50"].as_u64().unwrap() > 0);
+        }
+    }
+    slacks.sort_by(f64::total_cmp);
+    assert!(slacks[slacks.len() / 2] <= 0.25, "median slack {}", slacks[slacks.len() / 2]);
+    // Every task of every cycle is in the store.
+    let history = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["history", "--db", "replay.db", "--last", "24", "--format", "json"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let rows: Json = serde_json::from_slice(&history.stdout).unwrap();
+    let recorded: u64 = rows.as_array().unwrap().iter().map(|r| r["tasks"].as_u64().unwrap()).sum();
+    assert_eq!(recorded, 24 * 80);
+}
