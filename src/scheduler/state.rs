@@ -150,15 +150,17 @@ impl<'g> State<'g> {
     pub fn pick(&mut self, plan: &Plan, tag_for: impl Fn() -> u32 + Copy) -> Pick {
         for i in 0..self.priority.len() {
             let step = self.priority[i];
+            let input_bytes = plan.steps[step].input_bytes;
             if let Some(&(index, plugin_estimate)) = self.steps[step].deferred.front() {
-                let input_bytes = plan.steps[step].input_bytes;
-                if let Some(picked) =
-                    self.try_start(plan, TaskRef { step, index }, plugin_estimate, input_bytes, tag_for)
-                {
-                    self.steps[step].deferred.pop_front();
-                    return Pick::Run(picked);
+                let (estimate, source) =
+                    plan.steps[step].estimate_for(self.models[step].as_ref(), plugin_estimate, input_bytes);
+                let admission = self.ledger.admission(estimate);
+                if admission == Admission::Wait {
+                    continue;
                 }
-                continue;
+                self.steps[step].deferred.pop_front();
+                let task = TaskRef { step, index };
+                return Pick::Run(self.start(task, estimate, source, plugin_estimate, admission, tag_for));
             }
             if !self.has_ready(step) {
                 continue;
@@ -168,16 +170,18 @@ impl<'g> State<'g> {
                 self.estimating += 1;
                 return Pick::Estimate(TaskRef { step, index });
             }
-            let (plugin_estimate, input_bytes) = (plan.steps[step].plugin_estimate, plan.steps[step].input_bytes);
-            let (estimate, _) = plan.steps[step].estimate_for(self.models[step].as_ref(), plugin_estimate, input_bytes);
-            if self.ledger.admission(estimate) == Admission::Wait {
+            let plugin_estimate = plan.steps[step].plugin_estimate;
+            let (estimate, source) =
+                plan.steps[step].estimate_for(self.models[step].as_ref(), plugin_estimate, input_bytes);
+            // One admission decision per task: the live guard reads counters that other
+            // threads move, so asking twice could answer differently.
+            let admission = self.ledger.admission(estimate);
+            if admission == Admission::Wait {
                 continue;
             }
             let Some(index) = self.pop_ready(step) else { continue };
-            return match self.try_start(plan, TaskRef { step, index }, plugin_estimate, input_bytes, tag_for) {
-                Some(picked) => Pick::Run(picked),
-                None => unreachable!("admission was checked above under the same lock"),
-            };
+            let task = TaskRef { step, index };
+            return Pick::Run(self.start(task, estimate, source, plugin_estimate, admission, tag_for));
         }
         Pick::Wait
     }
@@ -214,9 +218,22 @@ impl<'g> State<'g> {
         if admission == Admission::Wait {
             return None;
         }
+        Some(self.start(task, estimate, source, plugin_estimate, admission, tag_for))
+    }
+
+    /// Reserves `estimate` for `task` under a fresh measurement tag.
+    fn start(
+        &mut self,
+        task: TaskRef,
+        estimate: u64,
+        source: EstimateSource,
+        plugin_estimate: u64,
+        admission: Admission,
+        tag_for: impl Fn() -> u32,
+    ) -> Picked {
         let tag = tag_for();
         self.ledger.start(tag, estimate);
-        Some(Picked { task, estimate, source, plugin_estimate, tag, admission })
+        Picked { task, estimate, source, plugin_estimate, tag, admission }
     }
 
     /// A task peaked at `peak` beyond its estimate: the step's learned footprint reacts at once.
