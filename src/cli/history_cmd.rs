@@ -19,10 +19,10 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<u8> {
         println!("no runs recorded in {}", db.display());
         return Ok(0);
     }
-    let mut table = vec![[
-        "run", "recipe", "cycle", "step", "tasks", "source", "estimate p50", "peak p50", "peak max", "under", "slack",
-    ]
-    .map(String::from)];
+    let mut table = vec![
+        ["run", "recipe", "cycle", "step", "tasks", "source", "estimate p50", "peak p50", "peak max", "under", "slack"]
+            .map(String::from),
+    ];
     for row in &rows {
         table.push([
             row.run_id.to_string(),

@@ -105,12 +105,8 @@ struct ReplayArgs {
     /// The feedback store all cycles share [default: runner.db in the working directory; env RUNNER_DB].
     #[arg(long, value_name = "PATH")]
     db: Option<PathBuf>,
-    /// Memory budget of every cycle (as for `runner run`).
-    #[arg(long, value_parser = crate::budget::parse_budget)]
-    budget: Option<u64>,
-    /// Worker threads [default: the number of CPUs].
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
-    workers: Option<u16>,
+    #[command(flatten)]
+    resources: ResourceArgs,
     /// Write `{cycles: [...]}`: each cycle's run summary plus underestimate_rate and slack.
     #[arg(long, value_name = "FILE.json")]
     summary: Option<PathBuf>,
@@ -144,10 +140,9 @@ struct RecipeArgs {
     set: Vec<(String, String)>,
 }
 
+/// The machine a run may use.
 #[derive(Args, Debug)]
-struct RunArgs {
-    #[command(flatten)]
-    recipe: RecipeArgs,
+struct ResourceArgs {
     /// Memory budget: a size (`4GiB`, `800MB`) or a share of available memory (`50%`)
     /// [default: 80% of the memory available to the process, honouring cgroup limits].
     #[arg(long, value_parser = crate::budget::parse_budget)]
@@ -155,6 +150,14 @@ struct RunArgs {
     /// Worker threads [default: the number of CPUs].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     workers: Option<u16>,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    #[command(flatten)]
+    recipe: RecipeArgs,
+    #[command(flatten)]
+    resources: ResourceArgs,
     /// Write a JSON summary of the run (counts, wall time, peak memory, per-step figures).
     #[arg(long, value_name = "FILE.json")]
     summary: Option<PathBuf>,
@@ -252,7 +255,11 @@ fn table<const N: usize>(rows: &[[String; N]], right: &[usize]) -> String {
             .iter()
             .enumerate()
             .map(|(c, cell)| {
-                if right.contains(&c) { format!("{cell:>w$}", w = widths[c]) } else { format!("{cell:<w$}", w = widths[c]) }
+                if right.contains(&c) {
+                    format!("{cell:>w$}", w = widths[c])
+                } else {
+                    format!("{cell:<w$}", w = widths[c])
+                }
             })
             .collect();
         out.push_str(cells.join("  ").trim_end());

@@ -48,12 +48,17 @@ fn text(compiled: &Compiled) -> String {
             p.output.to_string(),
             format_size(p.estimate),
             match &p.model {
-                Some(m) => format!("history ({} tasks, {} runs; ×{:.2} {})", m.tasks, m.runs, m.ratio * (1.0 + m.margin), m.basis.as_str()),
+                Some(m) => format!(
+                    "history ({} tasks, {} runs; ×{:.2} {})",
+                    m.tasks,
+                    m.runs,
+                    m.ratio * (1.0 + m.margin),
+                    m.basis.as_str()
+                ),
                 None => p.source.to_string(),
             },
         ]);
     }
-    let widths: Vec<usize> = (0..7).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
     let mut out = format!(
         "recipe {} (cycle {}): {} steps, {} tasks\n",
         recipe.name,
@@ -61,21 +66,7 @@ fn text(compiled: &Compiled) -> String {
         recipe.steps.len(),
         graph.total_tasks()
     );
-    for row in rows {
-        let cells: Vec<String> = row
-            .iter()
-            .enumerate()
-            .map(|(c, cell)| {
-                if c == 3 || c == 5 {
-                    format!("{cell:>w$}", w = widths[c])
-                } else {
-                    format!("{cell:<w$}", w = widths[c])
-                }
-            })
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    out.push_str(&super::table(&rows, &[3, 5]));
     if let Some((step, bytes)) = plan.largest_task() {
         out.push_str(&format!(
             "largest task: {} at {} ({})\n",

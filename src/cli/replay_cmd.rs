@@ -45,7 +45,7 @@ struct CycleSummary {
 pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     let Some(file) = read_cycles(&args.cycles) else { return Ok(EXIT_USAGE) };
     let recipe_path = args.cycles.parent().unwrap_or(Path::new(".")).join(&file.recipe);
-    let options = run_options(args.budget, args.workers)?;
+    let options = run_options(&args.resources)?;
     let db = args.db.clone().unwrap_or_else(record::default_db);
     let store = record::open(&db, false)?;
     println!(
@@ -92,7 +92,10 @@ fn read_cycles(path: &Path) -> Option<CyclesFile> {
     };
     match serde_saphyr::from_str::<CyclesFile>(&text) {
         Ok(file) if file.cycles.is_empty() => {
-            eprintln!("{}: no cycles; expected `cycles:` with at least one `{{id: ..., vars: {{...}}}}`", path.display());
+            eprintln!(
+                "{}: no cycles; expected `cycles:` with at least one `{{id: ..., vars: {{...}}}}`",
+                path.display()
+            );
             None
         }
         Ok(file) => Some(file),
@@ -135,7 +138,10 @@ fn judge(cycles: &[CycleSummary], args: &ReplayArgs) -> Vec<String> {
     let mut problems = Vec::new();
     for c in cycles {
         if c.run.status != "ok" {
-            problems.push(format!("cycle {}: {} tasks failed, {} skipped", c.run.cycle, c.run.tasks_failed, c.run.tasks_skipped));
+            problems.push(format!(
+                "cycle {}: {} tasks failed, {} skipped",
+                c.run.cycle, c.run.tasks_failed, c.run.tasks_skipped
+            ));
         }
         if c.over_budget {
             problems.push(format!(

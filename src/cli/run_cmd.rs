@@ -7,7 +7,7 @@ use anyhow::anyhow;
 
 use super::record::{self, StoreSink};
 use super::summary::RunSummary;
-use super::{EXIT_TASKS_FAILED, EXIT_USAGE, RunArgs, compile, progress};
+use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress};
 use crate::Compiled;
 use crate::measure;
 use crate::registry::Registry;
@@ -16,7 +16,7 @@ use crate::store::{RunOutcome, RunStart, RunStatus, Store};
 
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
-    let options = run_options(args.budget, args.workers)?;
+    let options = run_options(&args.resources)?;
     let db = args.db.clone().unwrap_or_else(record::default_db);
     let store = record::open(&db, args.no_record)?;
     let summary = execute(&mut compiled, &options, store.as_ref(), !args.no_record)?;
@@ -28,13 +28,16 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
 }
 
 /// Budget and workers from the command line, with their defaults.
-pub fn run_options(budget: Option<u64>, workers: Option<u16>) -> anyhow::Result<RunOptions> {
-    let budget = match budget {
+pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
+    let budget = match resources.budget {
         Some(budget) => budget,
-        None => crate::budget::default_budget().map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?,
+        None => crate::budget::default_budget()
+            .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?,
     };
-    let workers =
-        workers.map(usize::from).unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let workers = resources
+        .workers
+        .map(usize::from)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     Ok(RunOptions { workers, budget, work_dir: work_dir() })
 }
 
