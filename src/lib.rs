@@ -16,6 +16,7 @@ pub mod plan;
 pub mod recipe;
 pub mod registry;
 pub mod scheduler;
+pub mod store;
 
 use std::path::Path;
 

@@ -23,7 +23,8 @@ fn the_weather_replay_converges_within_budget() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{table}\n{}", String::from_utf8_lossy(&out.stderr));
 
-    let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("replay.json")).unwrap()).unwrap();
+    let summary: Json =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("replay.json")).unwrap()).unwrap();
     let cycles = summary["cycles"].as_array().unwrap();
     assert_eq!(cycles.len(), 24);
     let budget = 64u64 << 20;

@@ -17,7 +17,8 @@
 //! the owner in the header, whichever thread frees it. A `realloc` is a free by the old owner
 //! plus an allocation by the reallocating task: the task that grows a buffer is the one that
 //! needs the memory. When the block moves, the new block is charged before the old one is
-//! credited, because both existed during the copy.
+//! credited, because both existed during the copy; when it is resized in place, the old size is
+//! credited first, so only the larger of the two counts towards the peak.
 
 use std::alloc::{GlobalAlloc, Layout};
 

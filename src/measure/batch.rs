@@ -1,9 +1,9 @@
 //! Each thread's batch of counts for small blocks, so that most allocations and frees take no
 //! locked instruction and touch no cache line that other threads write.
 //!
-//! A locked read-modify-write costs 6–15 ns on the machines measured (one per shared counter per
-//! allocation would several times jemalloc's own fast path); a plain add to a thread-local costs
-//! under a nanosecond. So a thread adds the bytes of its small blocks (under [`SMALL_BLOCK`]) to
+//! A locked read-modify-write costs 6–15 ns on the machines measured, so one per shared counter
+//! per allocation would cost several times jemalloc's own fast path; a plain add to a
+//! thread-local costs under a nanosecond. So a thread adds the bytes of its small blocks (under [`SMALL_BLOCK`]) to
 //! its batch and publishes the batch to the shared counters when it reaches ±[`LIMIT`] bytes,
 //! when the thread starts allocating for another task, or on [`flush_thread`]. Larger blocks
 //! are published at once. The shared figures therefore lag the truth by less than `LIMIT` per
@@ -52,7 +52,7 @@ thread_local! {
 
 /// Counts a new block of `bytes` for the task this thread works for; returns the tag to record
 /// in its header (`NO_TASK` when no running task was charged).
-#[inline]
+#[inline(always)]
 pub(super) fn charge(bytes: u64) -> u32 {
     let tag = task_tag::current();
     // A block size is at most isize::MAX.
@@ -62,17 +62,29 @@ pub(super) fn charge(bytes: u64) -> u32 {
     {
         return tag;
     }
-    tally::add_to_total(delta);
-    if tally::add_to_task(tag, delta) { tag } else { NO_TASK }
+    charge_now(tag, delta)
 }
 
 /// Counts a freed block of `bytes` whose header names `tag`.
-#[inline]
+#[inline(always)]
 pub(super) fn release(tag: u32, bytes: u64) {
     let delta = -(bytes as i64);
     if bytes < SMALL_BLOCK && BATCH.try_with(|batch| batch.release(tag, delta)).is_ok() {
         return;
     }
+    release_now(tag, delta);
+}
+
+/// `charge` for a large block: published at once. Out of line to keep the small path short.
+#[inline(never)]
+fn charge_now(tag: u32, delta: i64) -> u32 {
+    tally::add_to_total(delta);
+    if tally::add_to_task(tag, delta) { tag } else { NO_TASK }
+}
+
+/// `release` for a large block.
+#[inline(never)]
+fn release_now(tag: u32, delta: i64) {
     tally::add_to_total(delta);
     tally::settle(tag, delta);
 }
@@ -107,7 +119,7 @@ pub(super) struct Pending {
 }
 
 impl Batch {
-    #[inline]
+    #[inline(always)]
     fn charge(&self, tag: u32, delta: i64) -> u32 {
         self.add_total(delta);
         // A plain load of the slot: blocks of a task that is not running are charged to nobody.
@@ -115,14 +127,13 @@ impl Batch {
             return NO_TASK;
         }
         if self.tag.get() != tag {
-            self.publish_task();
-            self.tag.set(tag);
+            self.switch_to(tag);
         }
         self.add_task(delta);
         tag
     }
 
-    #[inline]
+    #[inline(always)]
     fn release(&self, tag: u32, delta: i64) {
         self.add_total(delta);
         if tag == NO_TASK {
@@ -136,18 +147,16 @@ impl Batch {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn add_total(&self, delta: i64) {
         let pending = self.total.get() + delta;
-        if pending.abs() < LIMIT {
-            self.total.set(pending);
-        } else {
-            self.total.set(0);
-            tally::add_to_total(pending);
+        self.total.set(pending);
+        if pending.abs() >= LIMIT {
+            self.publish_total();
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn add_task(&self, delta: i64) {
         let bytes = self.task.get() + delta;
         self.task.set(bytes);
@@ -157,6 +166,16 @@ impl Batch {
         }
     }
 
+    /// Starts counting for task `tag`, publishing what was counted for the previous one.
+    #[cold]
+    #[inline(never)]
+    fn switch_to(&self, tag: u32) {
+        self.publish_task();
+        self.tag.set(tag);
+    }
+
+    #[cold]
+    #[inline(never)]
     fn publish_task(&self) {
         let pending = Pending { bytes: self.task.replace(0), high: self.task_high.replace(0) };
         if pending.bytes != 0 || pending.high != 0 {
@@ -164,11 +183,17 @@ impl Batch {
         }
     }
 
-    fn publish(&self) {
-        self.publish_task();
+    #[cold]
+    #[inline(never)]
+    fn publish_total(&self) {
         let pending = self.total.replace(0);
         if pending != 0 {
             tally::add_to_total(pending);
         }
+    }
+
+    fn publish(&self) {
+        self.publish_task();
+        self.publish_total();
     }
 }

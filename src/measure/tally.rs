@@ -1,8 +1,8 @@
 //! The shared byte counters: one slot per running task, plus process-wide totals, and the
 //! public API over them.
 //!
-//! The allocator updates these (through each thread's batch, see `batch.rs`), so everything here
-//! is atomics in statics: no allocation, no locks, no thread-locals. Orderings are `Relaxed`
+//! The allocator updates these (through each thread's batch, see `batch.rs`), so what it calls
+//! here is atomics in statics: no allocation, no locks, no thread-locals. Orderings are `Relaxed`
 //! throughout: each counter is one atomic, so its own modification order is all that matters for
 //! its value, and the engine's own synchronisation (spawning the task, joining it) orders
 //! `begin_task` before the task's allocations and those before `end_task`.
@@ -156,11 +156,8 @@ fn add_to_task_with_peak(tag: u32, delta: i64, high: i64) -> Option<i64> {
             return None;
         }
         // Out of range only past ±4 TiB: refuse rather than spill into the owner bits.
-        let Some(count) =
-            ((state & LIVE_MASK) as i64).checked_add(delta).filter(|count| (0..=LIVE_MASK as i64).contains(count))
-        else {
-            return None;
-        };
+        let count =
+            ((state & LIVE_MASK) as i64).checked_add(delta).filter(|count| (0..=LIVE_MASK as i64).contains(count))?;
         let new = (state & !LIVE_MASK) | count as u64;
         match slot.state.compare_exchange_weak(state, new, Relaxed, Relaxed) {
             Ok(_) => {

@@ -388,3 +388,57 @@ fn status_text_parses_and_reports_what_is_missing() {
     assert!(error.to_string().contains("VmHWM"), "{error}");
     assert!(parse_status("").is_err());
 }
+
+#[test]
+fn small_blocks_are_counted_through_per_thread_batches() {
+    let tag = new_task();
+    let (count, size) = (10_000, 100);
+    let per_block = counted(size);
+    // The list itself is one large block: counted at once.
+    let list_bytes = counted(count * size_of::<Vec<u8>>());
+
+    // This thread's own batch is part of what it reads, so its figures are exact.
+    let mut blocks: Vec<Vec<u8>> = task_tag::with(tag, || (0..count).map(|_| vec![1u8; size]).collect());
+    let mine = list_bytes + count as u64 * per_block;
+    assert_eq!(task_live(tag), mine);
+    assert_eq!(task_peak(tag), mine);
+    // Publishing this thread's batch changes nothing for it, and lets other threads see it all.
+    flush_thread();
+    assert_eq!(task_live(tag), mine);
+
+    // Another thread's small blocks show once it flushes (the engine flushes its threads when
+    // their task ends); before that, they lag by less than one batch.
+    let more = std::thread::spawn(move || {
+        task_tag::with(tag, || {
+            let more: Vec<Vec<u8>> = (0..1000).map(|_| vec![2u8; size]).collect();
+            let seen = task_live(tag);
+            flush_thread();
+            (more, seen)
+        })
+    });
+    let (more, seen_there) = more.join().expect("allocating thread");
+    let theirs = counted(1000 * size_of::<Vec<u8>>()) + 1000 * per_block;
+    assert_eq!(seen_there, mine + theirs, "a thread sees its own batch");
+    assert_eq!(task_live(tag), mine + theirs);
+
+    // Freeing under another task credits the maker; the other task's counts stay its own.
+    let other = new_task();
+    task_tag::with(other, || {
+        let own = black_box(vec![3u8; size]);
+        blocks.truncate(count / 2);
+        drop(more);
+        assert_eq!(task_live(other), per_block);
+        drop(own);
+    });
+    flush_thread();
+    let left = list_bytes + (count / 2) as u64 * per_block;
+    assert_eq!(task_live(tag), left);
+    assert_eq!((task_live(other), task_peak(other)), (0, per_block));
+    assert!(task_peak(tag) >= mine + theirs);
+
+    drop(blocks);
+    let memory = end_task(tag).expect("running");
+    assert_eq!(memory.retained_bytes, 0);
+    assert!(memory.peak_bytes >= mine + theirs);
+    end_task(other).expect("running");
+}

@@ -251,13 +251,14 @@ pub(crate) fn connect(path: &Path) -> Result<Connection, StoreError> {
     let open_err = |source| StoreError::Open { path: path.to_path_buf(), source };
     let conn = Connection::open(path).map_err(open_err)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(open_err)?;
-    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)).map_err(|source| {
-        if source.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) {
-            StoreError::NotAStore { path: path.to_path_buf(), reason: "it is not an SQLite database".into() }
-        } else {
-            open_err(source)
-        }
-    })?;
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)).map_err(|source| {
+            if source.sqlite_error_code() == Some(rusqlite::ErrorCode::NotADatabase) {
+                StoreError::NotAStore { path: path.to_path_buf(), reason: "it is not an SQLite database".into() }
+            } else {
+                open_err(source)
+            }
+        })?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!("feedback store {}: journal mode is {mode}, not WAL", path.display());
     }
@@ -360,7 +361,10 @@ impl Store {
                     .execute("UPDATE runs SET status = 'killed' WHERE run_id = ?1 AND status = 'running'", [run_id])
                     .map_err(|e| self.err("marking a killed run", e))?;
                 if changed > 0 {
-                    tracing::info!("feedback store {}: run {run_id} was killed before it finished", self.path.display());
+                    tracing::info!(
+                        "feedback store {}: run {run_id} was killed before it finished",
+                        self.path.display()
+                    );
                     killed.push(run_id);
                 }
             }

@@ -100,7 +100,11 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<u32, StoreEr
     }
     for (index, migration) in MIGRATIONS.iter().enumerate().skip(found as usize) {
         let version = index as u32 + 1;
-        tx.execute_batch(migration).map_err(|source| StoreError::Migrate { path: path.to_path_buf(), version, source })?;
+        tx.execute_batch(migration).map_err(|source| StoreError::Migrate {
+            path: path.to_path_buf(),
+            version,
+            source,
+        })?;
     }
     tx.pragma_update(None, "user_version", SCHEMA_VERSION).map_err(sql("writing the schema version"))?;
     check_application_id(&tx, path)?;

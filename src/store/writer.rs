@@ -138,9 +138,15 @@ impl RunRecorder {
         let Some(writer) = self.writer.take() else {
             return Err(StoreError::WriterPanicked { path: self.path.clone(), run_id: self.run_id });
         };
-        let end = writer.join().map_err(|_| StoreError::WriterPanicked { path: self.path.clone(), run_id: self.run_id })?;
+        let end =
+            writer.join().map_err(|_| StoreError::WriterPanicked { path: self.path.clone(), run_id: self.run_id })?;
         match end.error {
-            None => Ok(RunWritten { run_id: self.run_id, rows: end.written, batches: end.batches, write_time: end.write_time }),
+            None => Ok(RunWritten {
+                run_id: self.run_id,
+                rows: end.written,
+                batches: end.batches,
+                write_time: end.write_time,
+            }),
             Some(source) => Err(StoreError::Write {
                 path: self.path.clone(),
                 run_id: self.run_id,

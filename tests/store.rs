@@ -1,0 +1,653 @@
+//! The feedback store, checked against the bytes in the SQLite file: schema and migrations, every
+//! recorded row and its values, concurrent runs on one file, a run killed with SIGKILL, and the
+//! history queries.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use runner::store::{
+    HistoryRun, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, StepHistory, Store, StoreError,
+    TaskRecord, TaskStatus,
+};
+use rusqlite::Connection;
+
+const STEPS: [&str; 3] = ["load", "threshold", "nbhood"];
+const SOURCES: [&str; 3] = ["history", "hint", "plugin"];
+
+fn start(recipe: &str, cycle: &str) -> RunStart {
+    RunStart { recipe: recipe.into(), cycle: cycle.into(), budget_bytes: 8 << 30, workers: 4 }
+}
+
+fn outcome(status: RunStatus) -> RunOutcome {
+    RunOutcome { status, wall_ms: 1234, peak_rss_bytes: 5 << 30, peak_reserved_bytes: 4 << 30, spilled_bytes: 1 << 20 }
+}
+
+/// Task `i`'s record: every field a distinct function of `i`, some beyond 32 bits.
+fn task(steps: &[Arc<str>; 3], i: u64) -> TaskRecord {
+    let status = match i % 50 {
+        0 => TaskStatus::Failed,
+        1 => TaskStatus::Skipped,
+        _ => TaskStatus::Ok,
+    };
+    TaskRecord {
+        step: steps[(i % 3) as usize].clone(),
+        key: format!("member={},lead={}", i % 18, i / 18),
+        plugin: "alloc",
+        status,
+        attempts: 1 + (i % 3) as u32,
+        input_bytes: i,
+        estimate_bytes: 1000 + i * 7,
+        estimate_source: SOURCES[(i % 3) as usize],
+        plugin_estimate_bytes: 900 + i,
+        peak_bytes: (i * 7919 % 100_000) << 20,
+        output_bytes: i * 3,
+        wall_ms: i % 1000,
+        error: (status == TaskStatus::Failed).then(|| format!("task {i} failed")),
+    }
+}
+
+fn step_names() -> [Arc<str>; 3] {
+    STEPS.map(Arc::from)
+}
+
+/// SQLite integers are i64; byte counts here are non-negative.
+fn u64_at(row: &rusqlite::Row<'_>, index: usize) -> rusqlite::Result<u64> {
+    row.get::<_, i64>(index).map(|v| u64::try_from(v).unwrap())
+}
+
+fn raw(path: &Path) -> Connection {
+    Connection::open(path).unwrap()
+}
+
+fn count(conn: &Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// Checks that run `run_id`'s rows are exactly tasks `0..n` with the values of [`task`].
+fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
+    let conn = raw(path);
+    let mut stmt = conn
+        .prepare(
+            "SELECT run_id, cycle, step, key, plugin, status, attempts, input_bytes, estimate_bytes, \
+             estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error \
+             FROM tasks WHERE run_id = ?1 ORDER BY input_bytes",
+        )
+        .unwrap();
+    let mut rows = stmt.query([run_id]).unwrap();
+    let steps = step_names();
+    let mut i = 0u64;
+    while let Some(row) = rows.next().unwrap() {
+        let want = task(&steps, i);
+        assert_eq!(row.get::<_, i64>(0).unwrap(), run_id);
+        assert_eq!(row.get::<_, String>(1).unwrap(), cycle);
+        assert_eq!(row.get::<_, String>(2).unwrap(), &*want.step, "row {i}");
+        assert_eq!(row.get::<_, String>(3).unwrap(), want.key);
+        assert_eq!(row.get::<_, String>(4).unwrap(), want.plugin);
+        assert_eq!(row.get::<_, String>(5).unwrap(), want.status.as_str());
+        assert_eq!(row.get::<_, u32>(6).unwrap(), want.attempts);
+        assert_eq!(u64_at(row, 7).unwrap(), want.input_bytes, "rows are missing before {i}");
+        assert_eq!(u64_at(row, 8).unwrap(), want.estimate_bytes);
+        assert_eq!(row.get::<_, String>(9).unwrap(), want.estimate_source);
+        assert_eq!(u64_at(row, 10).unwrap(), want.plugin_estimate_bytes);
+        assert_eq!(u64_at(row, 11).unwrap(), want.peak_bytes);
+        assert_eq!(u64_at(row, 12).unwrap(), want.output_bytes);
+        assert_eq!(u64_at(row, 13).unwrap(), want.wall_ms);
+        assert_eq!(row.get::<_, Option<String>>(14).unwrap(), want.error);
+        i += 1;
+    }
+    assert_eq!(i, n, "run {run_id} has {i} rows, expected {n}");
+}
+
+/// Records tasks `range` from `threads` threads sharing the recorder.
+fn record_range(recorder: &RunRecorder, range: std::ops::Range<u64>, threads: u64) {
+    let steps = step_names();
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (steps, range) = (&steps, range.clone());
+            scope.spawn(move || {
+                for i in range.skip(t as usize).step_by(threads as usize) {
+                    recorder.record(task(steps, i));
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn schema_version_tables_and_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    assert_eq!(SCHEMA_VERSION, 1);
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    drop(store);
+
+    let conn = raw(&path);
+    let version: u32 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+    let columns = |table: &str| -> Vec<String> {
+        let mut stmt = conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}')")).unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    let runs = columns("runs");
+    for column in [
+        "run_id",
+        "recipe",
+        "cycle",
+        "started_at",
+        "finished_at",
+        "status",
+        "budget_bytes",
+        "workers",
+        "wall_ms",
+        "peak_rss_bytes",
+        "peak_reserved_bytes",
+        "spilled_bytes",
+        "pid",
+        "proc_start",
+        "boot_id",
+    ] {
+        assert!(runs.iter().any(|c| c == column), "runs has no column {column}: {runs:?}");
+    }
+    let tasks = columns("tasks");
+    for column in [
+        "run_id",
+        "cycle",
+        "step",
+        "key",
+        "plugin",
+        "status",
+        "attempts",
+        "input_bytes",
+        "estimate_bytes",
+        "estimate_source",
+        "plugin_estimate_bytes",
+        "peak_bytes",
+        "output_bytes",
+        "wall_ms",
+        "error",
+    ] {
+        assert!(tasks.iter().any(|c| c == column), "tasks has no column {column}: {tasks:?}");
+    }
+    let indexes = count(&conn, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'tasks'");
+    assert!(indexes >= 1, "tasks needs an index for history reads");
+}
+
+#[test]
+fn an_empty_file_is_migrated_and_reopening_is_idempotent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("empty.db");
+    std::fs::write(&path, b"").unwrap();
+    let store = Store::open(&path).unwrap();
+    let recorder = store.start_run(&start("r", "c1")).unwrap();
+    record_range(&recorder, 0..10, 1);
+    recorder.finish(outcome(RunStatus::Ok)).unwrap();
+    drop(store);
+    let schema = |path: &Path| -> Vec<String> {
+        let conn = raw(path);
+        let mut stmt = conn.prepare("SELECT sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY name").unwrap();
+        stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    let before = schema(&path);
+    for _ in 0..3 {
+        let store = Store::open(&path).unwrap();
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+        assert_eq!(store.runs(None, 10).unwrap().len(), 1);
+    }
+    assert_eq!(schema(&path), before);
+    assert_eq!(count(&raw(&path), "SELECT count(*) FROM tasks"), 10);
+}
+
+#[test]
+fn a_file_from_a_newer_runner_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("future.db");
+    drop(Store::open(&path).unwrap());
+    raw(&path).pragma_update(None, "user_version", 99).unwrap();
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::TooNew { found: 99, known: SCHEMA_VERSION, .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(&path.display().to_string()), "{message}");
+    assert!(message.contains("schema version 99") && message.contains("newer"), "{message}");
+    // The file is left as it was.
+    let version: u32 = raw(&path).pragma_query_value(None, "user_version", |r| r.get(0)).unwrap();
+    assert_eq!(version, 99);
+}
+
+#[test]
+fn files_that_are_not_runner_stores_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = dir.path().join("other.db");
+    raw(&other).execute_batch("CREATE TABLE notes (text TEXT); INSERT INTO notes VALUES ('mine');").unwrap();
+    let err = Store::open(&other).unwrap_err();
+    assert!(matches!(err, StoreError::NotAStore { .. }), "{err:?}");
+    assert!(err.to_string().contains("other.db"), "{err}");
+    assert_eq!(count(&raw(&other), "SELECT count(*) FROM sqlite_schema WHERE type = 'table'"), 1);
+
+    let text = dir.path().join("text.db");
+    std::fs::write(&text, "this is not a database, just some text that is long enough to have a header\n".repeat(20))
+        .unwrap();
+    let err = Store::open(&text).unwrap_err();
+    assert!(matches!(err, StoreError::NotAStore { .. }), "{err:?}");
+    assert!(err.to_string().contains("text.db"), "{err}");
+}
+
+#[test]
+fn a_hundred_thousand_rows_land_with_their_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    let recorder = store.start_run(&start("big", "2026-11-01T00Z")).unwrap();
+    let run_id = recorder.run_id();
+    let row = store.run(run_id).unwrap().unwrap();
+    assert_eq!((row.status, row.finished_at.as_deref()), (RunStatus::Running, None));
+
+    record_range(&recorder, 0..100_000, 4);
+    let written = recorder.finish(outcome(RunStatus::Failed)).unwrap();
+    assert_eq!(written.rows, 100_000);
+    assert!(written.batches >= 10, "batches of at most 10k rows: {written:?}");
+
+    assert_rows(&path, run_id, "2026-11-01T00Z", 100_000);
+    let row = store.run(run_id).unwrap().unwrap();
+    assert_eq!(row.status, RunStatus::Failed);
+    assert!(row.finished_at.is_some());
+    assert_eq!(
+        (row.wall_ms, row.peak_rss_bytes, row.peak_reserved_bytes, row.spilled_bytes),
+        (Some(1234), Some(5 << 30), Some(4 << 30), Some(1 << 20))
+    );
+    assert_eq!((row.budget_bytes, row.workers, row.pid), (8 << 30, 4, std::process::id()));
+    let steps = step_names();
+    let tasks: Vec<_> = (0..100_000).map(|i| task(&steps, i)).collect();
+    let of = |s: TaskStatus| tasks.iter().filter(|t| t.status == s).count() as u64;
+    assert_eq!(row.tasks_ok, Some(of(TaskStatus::Ok)));
+    assert_eq!(row.tasks_failed, Some(of(TaskStatus::Failed)));
+    assert_eq!(row.tasks_skipped, Some(of(TaskStatus::Skipped)));
+    let under =
+        tasks.iter().filter(|t| t.status != TaskStatus::Skipped && t.peak_bytes > t.estimate_bytes).count() as u64;
+    assert_eq!(row.underestimates, Some(under));
+    // The same, straight from the file.
+    let conn = raw(&path);
+    let status: String = conn.query_row("SELECT status FROM runs WHERE run_id = ?1", [run_id], |r| r.get(0)).unwrap();
+    assert_eq!(status, "failed");
+}
+
+#[test]
+fn two_runs_recording_into_one_file_at_once_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let barrier = Barrier::new(2);
+    let runs: Vec<(i64, String)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..2)
+            .map(|n| {
+                let (path, barrier) = (&path, &barrier);
+                scope.spawn(move || {
+                    barrier.wait();
+                    // Both open (and so migrate) the new file at the same moment.
+                    let store = Store::open(path).unwrap();
+                    let cycle = format!("cycle-{n}");
+                    let recorder = store.start_run(&start("shared", &cycle)).unwrap();
+                    let run_id = recorder.run_id();
+                    barrier.wait();
+                    record_range(&recorder, 0..50_000, 2);
+                    let written = recorder.finish(outcome(RunStatus::Ok)).unwrap();
+                    assert_eq!(written.rows, 50_000);
+                    (run_id, cycle)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert_ne!(runs[0].0, runs[1].0);
+    for (run_id, cycle) in &runs {
+        assert_rows(&path, *run_id, cycle, 50_000);
+    }
+    let conn = raw(&path);
+    assert_eq!(count(&conn, "SELECT count(*) FROM tasks"), 100_000);
+    assert_eq!(count(&conn, "SELECT count(*) FROM runs WHERE status = 'ok' AND finished_at IS NOT NULL"), 2);
+    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
+}
+
+/// Kills the child if the test fails before it does.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The child of [`a_run_killed_mid_way_leaves_a_consistent_file`]: records rows as fast as it
+/// can and prints how many are committed, until it is killed. Does nothing in a normal test run.
+#[test]
+fn sigkill_child() {
+    let Some(path) = std::env::var_os("STORE_CHILD_DB") else { return };
+    let store = Store::open(PathBuf::from(path)).unwrap();
+    let recorder = store.start_run(&start("killed", "c-kill")).unwrap();
+    println!("\nSTORE_RUN {}", recorder.run_id());
+    let steps = step_names();
+    let started = Instant::now();
+    let mut reported = 0;
+    for i in 0.. {
+        recorder.record(task(&steps, i));
+        if i % 1000 == 0 {
+            let committed = recorder.committed();
+            if committed != reported {
+                println!("STORE_COMMITTED {committed}");
+                reported = committed;
+            }
+            assert!(started.elapsed() < Duration::from_secs(120), "the parent never killed this child");
+        }
+    }
+}
+
+#[test]
+fn a_run_killed_mid_way_leaves_a_consistent_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("killed.db");
+    let mut child = KillOnDrop(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["sigkill_child", "--exact", "--nocapture", "--test-threads=1"])
+            .env("STORE_CHILD_DB", &path)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let mut run_id = None;
+    let mut committed = 0u64;
+    while committed < 40_000 {
+        let line = lines.next().expect("the child stopped early").unwrap();
+        if let Some(id) = line.strip_prefix("STORE_RUN ") {
+            run_id = Some(id.parse::<i64>().unwrap());
+        } else if let Some(n) = line.strip_prefix("STORE_COMMITTED ") {
+            committed = n.parse().unwrap();
+        }
+    }
+    let run_id = run_id.unwrap();
+
+    // A run whose process is alive is never marked killed, even by another process's open.
+    let store = Store::open(&path).unwrap();
+    assert!(store.killed_at_open().is_empty());
+    assert_eq!(store.run(run_id).unwrap().unwrap().status, RunStatus::Running);
+    drop(store);
+
+    // SIGKILL while the writer is busy (the child records faster than it writes), at a point in
+    // its batch cycle that varies from run to run.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    std::thread::sleep(Duration::from_millis(u64::from(nanos % 50)));
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+
+    let conn = raw(&path);
+    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
+    let (status, finished): (String, Option<String>) = conn
+        .query_row("SELECT status, finished_at FROM runs WHERE run_id = ?1", [run_id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap();
+    assert_eq!((status.as_str(), finished), ("running", None), "unfinished until the next open notices");
+    drop(conn);
+
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.killed_at_open(), [run_id]);
+    let row = store.run(run_id).unwrap().unwrap();
+    assert_eq!((row.status, row.finished_at.as_deref(), row.wall_ms), (RunStatus::Killed, None, None));
+    drop(store);
+
+    // Every row committed before the kill is there, with no gap: a prefix of what was recorded.
+    let conn = raw(&path);
+    let rows = count(&conn, &format!("SELECT count(*) FROM tasks WHERE run_id = {run_id}")) as u64;
+    assert!(rows >= committed, "{rows} rows, but {committed} were committed before the kill");
+    println!("killed after {committed} rows were committed: {rows} rows in the file");
+    assert_rows(&path, run_id, "c-kill", rows);
+    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
+    // A second open finds nothing more to mark.
+    assert!(Store::open(&path).unwrap().killed_at_open().is_empty());
+}
+
+#[test]
+fn a_recorder_dropped_without_finish_writes_its_rows_and_marks_the_run_aborted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    let recorder = store.start_run(&start("r", "c")).unwrap();
+    let run_id = recorder.run_id();
+    record_range(&recorder, 0..1000, 1);
+    drop(recorder);
+    assert_rows(&path, run_id, "c", 1000);
+    let row = store.run(run_id).unwrap().unwrap();
+    assert_eq!((row.status, row.wall_ms), (RunStatus::Aborted, None));
+}
+
+#[test]
+fn a_write_error_is_returned_with_the_path_and_the_rows_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.db");
+    let store = Store::open(&path).unwrap();
+    let recorder = store.start_run(&start("r", "c")).unwrap();
+    record_range(&recorder, 0..100, 1);
+    while recorder.committed() < 100 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    raw(&path).execute_batch("DROP TABLE tasks").unwrap();
+    record_range(&recorder, 100..150, 1);
+    let err = recorder.finish(outcome(RunStatus::Ok)).unwrap_err();
+    assert!(matches!(err, StoreError::Write { lost: 50, .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains(&path.display().to_string()) && message.contains("50 task rows"), "{message}");
+}
+
+/// Records a run of `steps`, each a list of (estimate, peak, status, source).
+fn hand_run(
+    store: &Store,
+    recipe: &str,
+    cycle: &str,
+    steps: &[(&str, &[(u64, u64, TaskStatus, &'static str)])],
+) -> i64 {
+    let recorder = store.start_run(&start(recipe, cycle)).unwrap();
+    for (step, tasks) in steps {
+        let step: Arc<str> = Arc::from(*step);
+        for (i, &(estimate, peak, status, source)) in tasks.iter().enumerate() {
+            recorder.record(TaskRecord {
+                step: step.clone(),
+                key: format!("i={i}"),
+                plugin: "alloc",
+                status,
+                attempts: 1,
+                input_bytes: 10 * i as u64,
+                estimate_bytes: estimate,
+                estimate_source: source,
+                plugin_estimate_bytes: estimate / 2,
+                peak_bytes: peak,
+                output_bytes: 0,
+                wall_ms: 5,
+                error: None,
+            });
+        }
+    }
+    let run_id = recorder.run_id();
+    recorder.finish(outcome(RunStatus::Ok)).unwrap();
+    run_id
+}
+
+#[test]
+fn history_queries_aggregate_a_hand_built_history() {
+    use TaskStatus::{Failed, Ok, Skipped};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(dir.path().join("runner.db")).unwrap();
+    let load: &[_] = &[(10, 10, Ok, "hint"), (10, 20, Ok, "hint"), (10, 30, Ok, "hint")];
+    let smooth_c2: &[_] = &[(64, 32, Ok, "plugin"), (64, 48, Ok, "plugin")];
+    let smooth_c3: &[_] = &[
+        (100, 50, Ok, "history"),
+        (100, 150, Ok, "history"),
+        (200, 210, Ok, "history"),
+        (300, 100, Failed, "plugin"),
+        (400, 0, Skipped, "history"),
+    ];
+    let c1 = hand_run(&store, "precip", "c1", &[("load", load)]);
+    let c2 = hand_run(&store, "precip", "c2", &[("load", load), ("smooth", smooth_c2)]);
+    let other = hand_run(&store, "other", "c2", &[("smooth", smooth_c3)]);
+    let c3 = hand_run(&store, "precip", "c3", &[("load", load), ("smooth", smooth_c3)]);
+    // A run in progress: shown by `runner history`, not used by the estimator.
+    let running = store.start_run(&start("precip", "c4")).unwrap();
+    running.record(TaskRecord {
+        step: Arc::from("smooth"),
+        key: String::new(),
+        plugin: "alloc",
+        status: Ok,
+        attempts: 1,
+        input_bytes: 0,
+        estimate_bytes: 1,
+        estimate_source: "history",
+        plugin_estimate_bytes: 1,
+        peak_bytes: 1,
+        output_bytes: 0,
+        wall_ms: 0,
+        error: None,
+    });
+    while running.committed() < 1 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let c4 = running.run_id();
+
+    // runner history --recipe precip --last 3
+    let history = store.step_history(Some("precip"), None, 3).unwrap();
+    let shape: Vec<(i64, &str)> = history.iter().map(|h| (h.run_id, h.step.as_str())).collect();
+    assert_eq!(shape, [(c2, "load"), (c2, "smooth"), (c3, "load"), (c3, "smooth"), (c4, "smooth")]);
+    let c3_smooth = &history[3];
+    assert_eq!(
+        c3_smooth,
+        &StepHistory {
+            run_id: c3,
+            recipe: "precip".into(),
+            cycle: "c3".into(),
+            started_at: c3_smooth.started_at.clone(),
+            run_status: RunStatus::Ok,
+            step: "smooth".into(),
+            plugin: "alloc".into(),
+            estimate_sources: "history,plugin".into(),
+            tasks: 5,
+            ok: 3,
+            failed: 1,
+            skipped: 1,
+            estimate_p50: 100,
+            estimate_max: 300,
+            peak_p50: 100,
+            peak_max: 210,
+            underestimates: 2,
+            slack: Some(700.0 / 510.0 - 1.0),
+            wall_ms_total: 25,
+        }
+    );
+    let c3_load = &history[2];
+    assert_eq!(
+        (c3_load.tasks, c3_load.estimate_p50, c3_load.estimate_max, c3_load.peak_p50, c3_load.peak_max),
+        (3, 10, 10, 20, 30)
+    );
+    assert_eq!((c3_load.underestimates, c3_load.slack, c3_load.estimate_sources.as_str()), (2, Some(-0.5), "hint"));
+    let c2_smooth = &history[1];
+    assert_eq!((c2_smooth.estimate_p50, c2_smooth.peak_p50, c2_smooth.peak_max), (64, 32, 48));
+    assert_eq!((c2_smooth.underestimates, c2_smooth.slack), (0, Some(128.0 / 80.0 - 1.0)));
+    assert_eq!(history[4].run_status, RunStatus::Running);
+    assert!(chrono::DateTime::parse_from_rfc3339(&c3_smooth.started_at).is_ok(), "{}", c3_smooth.started_at);
+
+    // runner history --step smooth: only runs that have the step; any recipe when none is given.
+    let smooth = store.step_history(None, Some("smooth"), 10).unwrap();
+    let smooth: Vec<(i64, &str)> = smooth.iter().map(|h| (h.run_id, h.recipe.as_str())).collect();
+    assert_eq!(smooth, [(c2, "precip"), (other, "other"), (c3, "precip"), (c4, "precip")]);
+    let precip_load = store.step_history(Some("precip"), Some("load"), 10).unwrap();
+    assert_eq!(precip_load.iter().map(|h| h.run_id).collect::<Vec<_>>(), [c1, c2, c3]);
+
+    // The estimator's view: finished runs with the step, oldest first, rows in recording order.
+    let mut rows = Vec::new();
+    let runs = store
+        .task_history("precip", "smooth", 5, None, |run, t| {
+            assert_eq!(run.run_id, t.run_id);
+            rows.push((t.run_index, run.cycle.clone(), t.estimate_bytes, t.peak_bytes, t.status, t.key.to_string()));
+            assert_eq!(t.plugin_estimate_bytes, Some(t.estimate_bytes / 2));
+            assert_eq!(t.input_bytes, 10 * t.key[2..].parse::<u64>().unwrap());
+        })
+        .unwrap();
+    assert_eq!(
+        runs.iter().map(|r: &HistoryRun| (r.run_id, r.cycle.as_str())).collect::<Vec<_>>(),
+        [(c2, "c2"), (c3, "c3")]
+    );
+    let mut expected = Vec::new();
+    for (index, (cycle, tasks)) in [("c2", smooth_c2), ("c3", smooth_c3)].into_iter().enumerate() {
+        for (i, &(estimate, peak, status, _)) in tasks.iter().enumerate() {
+            expected.push((index, cycle.to_string(), estimate, peak, status, format!("i={i}")));
+        }
+    }
+    assert_eq!(rows, expected);
+
+    // The last run only, at most 2 rows of it.
+    let mut limited = Vec::new();
+    let runs = store.task_history("precip", "smooth", 1, Some(2), |_, t| limited.push(t.peak_bytes)).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].run_id, c3);
+    assert_eq!(limited, [50, 150]);
+    // No history at all.
+    let none = store.task_history("precip", "nothing", 5, None, |_, _| panic!("no rows")).unwrap();
+    assert!(none.is_empty());
+
+    running.finish(outcome(RunStatus::Ok)).unwrap();
+    let runs = store.runs(Some("precip"), 10).unwrap();
+    assert_eq!(runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), [c1, c2, c3, c4]);
+}
+
+/// `cargo test --release --test store -- --ignored --nocapture throughput`: the time to write
+/// 1.2M rows, on the writer thread and end to end. Prints; asserts nothing about time.
+#[test]
+#[ignore]
+fn throughput() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    let n = 1_200_000u64;
+    let steps = step_names();
+    let tasks: Vec<_> = (0..n).map(|i| task(&steps, i)).collect();
+    let recorder = store.start_run(&start("throughput", "c")).unwrap();
+    let started = Instant::now();
+    let per_thread = n as usize / 2;
+    std::thread::scope(|scope| {
+        for chunk in tasks.chunks(per_thread) {
+            let recorder = &recorder;
+            scope.spawn(move || {
+                for t in chunk {
+                    recorder.record(t.clone());
+                }
+            });
+        }
+    });
+    let recorded = started.elapsed();
+    let written = recorder.finish(outcome(RunStatus::Ok)).unwrap();
+    let total = started.elapsed();
+    assert_eq!(written.rows, n);
+    let size = std::fs::metadata(&path).unwrap().len();
+    println!(
+        "{n} rows: writer thread busy {:.3} s ({:.2} M rows/s) in {} batches; recorded in {:.3} s, \
+         all committed after {:.3} s; file {:.1} MiB",
+        written.write_time.as_secs_f64(),
+        n as f64 / written.write_time.as_secs_f64() / 1e6,
+        written.batches,
+        recorded.as_secs_f64(),
+        total.as_secs_f64(),
+        size as f64 / (1 << 20) as f64,
+    );
+    let history_started = Instant::now();
+    let history = store.step_history(Some("throughput"), None, 1).unwrap();
+    println!("step_history over {n} rows: {:.3} s", history_started.elapsed().as_secs_f64());
+    assert_eq!(history.iter().map(|h| h.tasks).sum::<u64>(), n);
+    let mut streamed = 0u64;
+    let history_started = Instant::now();
+    store.task_history("throughput", "load", 1, None, |_, _| streamed += 1).unwrap();
+    println!("task_history streamed {streamed} rows: {:.3} s", history_started.elapsed().as_secs_f64());
+}
