@@ -3,10 +3,11 @@
 //! This binary links the `runner` lib, so its global allocator is `CountingAlloc`: the
 //! `counting_*` cases go through `std::alloc` (as all Rust code does), the `jemalloc` case calls
 //! jemalloc directly. `counting_tagged` runs under a measured task, the engine's usual case;
-//! `counting_untagged` outside any. `counting_tagged_2_threads` has two threads of one task
-//! allocating at once, sharing its counters (time per pair per thread). `jemalloc_plus_header`
-//! asks jemalloc directly for the 16 bytes more that the counting allocator asks for, which
-//! separates the cost of jemalloc's (possibly larger) size class from the counting itself.
+//! `counting_untagged` outside any. `jemalloc_plus_header` asks jemalloc directly for the 16
+//! bytes more that the counting allocator asks for, which separates the cost of jemalloc's
+//! (possibly larger) size class from the counting itself. `counting_tagged_2_threads` has two
+//! threads of one task allocating at once, sharing its counters (wall time per pair per thread:
+//! meaningful only on an otherwise idle machine with two free cores).
 //!
 //! Single-thread cases are timed in thread CPU time, not wall time, so that other processes
 //! taking the CPU (builds on a small shared machine) do not count as allocator time.

@@ -82,7 +82,7 @@ fn run(yaml: &str, workers: usize) -> Outcome {
     let compiled =
         Compiled::from_text(Path::new("test.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"));
     let work_dir = tempfile::tempdir().unwrap();
-    let options = RunOptions { workers, budget: 1 << 30, work_dir: work_dir.path().join("run") };
+    let options = RunOptions { workers, budget: 1 << 30, work_dir: work_dir.path().join("run"), spill_dir: None };
     let report =
         scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);
     let seen = seen.lock().unwrap().clone();

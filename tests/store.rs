@@ -603,22 +603,16 @@ fn history_queries_aggregate_a_hand_built_history() {
     assert_eq!(runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), [c1, c2, c3, c4]);
 }
 
-/// `cargo test --release --test store -- --ignored --nocapture throughput`: the time to write
-/// 1.2M rows, on the writer thread and end to end. Prints; asserts nothing about time.
-#[test]
-#[ignore]
-fn throughput() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runner.db");
+/// Records `n` rows of [`task`] from two threads into a new store in `dir`.
+fn timed_run(dir: &Path, n: u64) -> (PathBuf, runner::store::RunWritten, Duration, Duration) {
+    let path = dir.join("runner.db");
     let store = Store::open(&path).unwrap();
-    let n = 1_200_000u64;
     let steps = step_names();
     let tasks: Vec<_> = (0..n).map(|i| task(&steps, i)).collect();
     let recorder = store.start_run(&start("throughput", "c")).unwrap();
     let started = Instant::now();
-    let per_thread = n as usize / 2;
     std::thread::scope(|scope| {
-        for chunk in tasks.chunks(per_thread) {
+        for chunk in tasks.chunks(n.div_ceil(2) as usize) {
             let recorder = &recorder;
             scope.spawn(move || {
                 for t in chunk {
@@ -629,25 +623,140 @@ fn throughput() {
     });
     let recorded = started.elapsed();
     let written = recorder.finish(outcome(RunStatus::Ok)).unwrap();
-    let total = started.elapsed();
     assert_eq!(written.rows, n);
-    let size = std::fs::metadata(&path).unwrap().len();
+    (path, written, recorded, started.elapsed())
+}
+
+/// `cargo test --release --test store -- --ignored --nocapture throughput`: the time to write
+/// 1.2M rows, on the writer thread and end to end. Prints; asserts nothing about time.
+#[test]
+#[ignore]
+fn throughput() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 1_200_000;
+    let (path, written, recorded, total) = timed_run(dir.path(), n);
     println!(
-        "{n} rows: writer thread busy {:.3} s ({:.2} M rows/s) in {} batches; recorded in {:.3} s, \
-         all committed after {:.3} s; file {:.1} MiB",
+        "{n} rows: writer thread CPU {:.3} s ({:.2} M rows/s), busy writing {:.3} s wall, {} batches; \
+         recorded in {:.3} s, all committed after {:.3} s; file {:.1} MiB",
+        written.cpu_time.as_secs_f64(),
+        n as f64 / written.cpu_time.as_secs_f64() / 1e6,
         written.write_time.as_secs_f64(),
-        n as f64 / written.write_time.as_secs_f64() / 1e6,
         written.batches,
         recorded.as_secs_f64(),
         total.as_secs_f64(),
-        size as f64 / (1 << 20) as f64,
+        std::fs::metadata(&path).unwrap().len() as f64 / (1 << 20) as f64,
     );
-    let history_started = Instant::now();
+}
+
+/// `cargo test --release --test store -- --ignored --nocapture history_over`: the history
+/// queries over one run of 1.2M rows. Prints; asserts nothing about time.
+#[test]
+#[ignore]
+fn history_over_a_large_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let n = 1_200_000;
+    let (path, _, _, _) = timed_run(dir.path(), n);
+    let store = Store::open(&path).unwrap();
+    let started = Instant::now();
     let history = store.step_history(Some("throughput"), None, 1).unwrap();
-    println!("step_history over {n} rows: {:.3} s", history_started.elapsed().as_secs_f64());
+    println!("step_history over {n} rows: {:.3} s", started.elapsed().as_secs_f64());
     assert_eq!(history.iter().map(|h| h.tasks).sum::<u64>(), n);
     let mut streamed = 0u64;
-    let history_started = Instant::now();
+    let started = Instant::now();
     store.task_history("throughput", "load", 1, None, |_, _| streamed += 1).unwrap();
-    println!("task_history streamed {streamed} rows: {:.3} s", history_started.elapsed().as_secs_f64());
+    println!("task_history streamed {streamed} rows: {:.3} s", started.elapsed().as_secs_f64());
+}
+
+#[test]
+#[ignore]
+fn bench_variants() {
+    fn cpu() -> f64 {
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+        now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
+    }
+    let steps = step_names();
+    let n = 300_000u64;
+    let tasks: Vec<_> = (0..n).map(|i| task(&steps, i)).collect();
+    let cols = "run_id INTEGER NOT NULL, cycle TEXT NOT NULL, step TEXT NOT NULL, key TEXT NOT NULL, plugin TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL, input_bytes INTEGER NOT NULL, estimate_bytes INTEGER NOT NULL, estimate_source TEXT NOT NULL, plugin_estimate_bytes INTEGER, peak_bytes INTEGER NOT NULL, output_bytes INTEGER NOT NULL, wall_ms INTEGER NOT NULL, error TEXT";
+    let variants: Vec<(&str, String, bool, bool)> = vec![
+        ("rowid+index", format!("CREATE TABLE tasks ({cols}); CREATE INDEX ix ON tasks (run_id, step);"), false, false),
+        (
+            "rowid+index sorted",
+            format!("CREATE TABLE tasks ({cols}); CREATE INDEX ix ON tasks (run_id, step);"),
+            false,
+            true,
+        ),
+        ("rowid only", format!("CREATE TABLE tasks ({cols});"), false, false),
+        (
+            "without rowid",
+            format!(
+                "CREATE TABLE tasks ({cols}, seq INTEGER NOT NULL, PRIMARY KEY (run_id, step, seq)) WITHOUT ROWID;"
+            ),
+            true,
+            false,
+        ),
+        (
+            "without rowid sorted",
+            format!(
+                "CREATE TABLE tasks ({cols}, seq INTEGER NOT NULL, PRIMARY KEY (run_id, step, seq)) WITHOUT ROWID;"
+            ),
+            true,
+            true,
+        ),
+    ];
+    for (name, schema, seq, sorted) in variants {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("b.db")).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
+        conn.execute_batch(&schema).unwrap();
+        let sql = format!(
+            "INSERT INTO tasks (run_id, cycle, step, key, plugin, status, attempts, input_bytes, estimate_bytes, estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error{}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15{})",
+            if seq { ", seq" } else { "" },
+            if seq { ", ?16" } else { "" }
+        );
+        let start = cpu();
+        let mut k = 0i64;
+        for chunk in tasks.chunks(10_000) {
+            let mut batch: Vec<&TaskRecord> = chunk.iter().collect();
+            if sorted {
+                batch.sort_by(|a, b| a.step.cmp(&b.step));
+            }
+            let tx = conn.transaction().unwrap();
+            {
+                let mut st = tx.prepare_cached(&sql).unwrap();
+                st.raw_bind_parameter(1, 1i64).unwrap();
+                st.raw_bind_parameter(2, "2026-11-01T00Z").unwrap();
+                for t in batch {
+                    st.raw_bind_parameter(3, &*t.step).unwrap();
+                    st.raw_bind_parameter(4, t.key.as_str()).unwrap();
+                    st.raw_bind_parameter(5, t.plugin).unwrap();
+                    st.raw_bind_parameter(6, t.status.as_str()).unwrap();
+                    st.raw_bind_parameter(7, t.attempts).unwrap();
+                    st.raw_bind_parameter(8, t.input_bytes as i64).unwrap();
+                    st.raw_bind_parameter(9, t.estimate_bytes as i64).unwrap();
+                    st.raw_bind_parameter(10, t.estimate_source).unwrap();
+                    st.raw_bind_parameter(11, t.plugin_estimate_bytes as i64).unwrap();
+                    st.raw_bind_parameter(12, t.peak_bytes as i64).unwrap();
+                    st.raw_bind_parameter(13, t.output_bytes as i64).unwrap();
+                    st.raw_bind_parameter(14, t.wall_ms as i64).unwrap();
+                    st.raw_bind_parameter(15, t.error.as_deref()).unwrap();
+                    if seq {
+                        st.raw_bind_parameter(16, k).unwrap();
+                    }
+                    k += 1;
+                    st.raw_execute().unwrap();
+                }
+            }
+            tx.commit().unwrap();
+        }
+        let t = cpu() - start;
+        println!(
+            "{name:24} {:.3} s CPU for {n} rows = {:.2} us/row; file {:.1} MiB",
+            t,
+            t * 1e6 / n as f64,
+            std::fs::metadata(dir.path().join("b.db")).unwrap().len() as f64 / 1048576.0
+        );
+    }
 }

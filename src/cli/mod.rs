@@ -150,6 +150,11 @@ struct ResourceArgs {
     /// Worker threads [default: the number of CPUs].
     #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
     workers: Option<u16>,
+    /// Where buffers spill when the budget is short [default: a per-run folder under the
+    /// system temp dir's runner-spill/]; the run's folder is removed at exit, and folders left
+    /// by killed runs at the next start.
+    #[arg(long, value_name = "DIR")]
+    spill_dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]

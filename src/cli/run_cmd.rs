@@ -38,7 +38,7 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
         .workers
         .map(usize::from)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    Ok(RunOptions { workers, budget, work_dir: work_dir() })
+    Ok(RunOptions { workers, budget, work_dir: work_dir(), spill_dir: resources.spill_dir.clone() })
 }
 
 /// Runs a compiled recipe: estimates from `store`'s history, every task recorded into it when
@@ -83,7 +83,7 @@ pub fn execute(
             wall_ms: report.wall.as_millis() as u64,
             peak_rss_bytes: peak_rss,
             peak_reserved_bytes: report.peak_reserved,
-            spilled_bytes: 0,
+            spilled_bytes: report.spilled_bytes,
         })?;
     }
     Ok(summary)

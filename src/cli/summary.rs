@@ -48,6 +48,9 @@ pub struct RunSummary {
     pub peak_rss_bytes: u64,
     pub peak_reserved_bytes: u64,
     pub spilled_bytes: u64,
+    pub spill_count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spill_error: Option<String>,
     pub underestimates: u64,
     pub oversized: u64,
     /// Σ estimate and Σ peak over the tasks that ran (slack = Σ estimate / Σ peak − 1).
@@ -93,7 +96,9 @@ impl RunSummary {
             budget_bytes: report.budget,
             peak_rss_bytes,
             peak_reserved_bytes: report.peak_reserved,
-            spilled_bytes: 0,
+            spilled_bytes: report.spilled_bytes,
+            spill_count: report.spill_count,
+            spill_error: report.spill_error.clone(),
             underestimates: report.total(|s| s.underestimates),
             oversized: report.total(|s| s.oversized),
             estimate_bytes_sum: report.total(|s| s.estimate_sum),
@@ -133,6 +138,12 @@ impl RunSummary {
             format_size(self.peak_reserved_bytes),
             format_size(self.budget_bytes),
         );
+        if self.spilled_bytes > 0 {
+            eprintln!("  spilled {} in {} buffers", format_size(self.spilled_bytes), self.spill_count);
+        }
+        if let Some(error) = &self.spill_error {
+            eprintln!("  spilling stopped: {error}");
+        }
         const SHOWN: usize = 20;
         for failure in self.failures.iter().take(SHOWN) {
             let key = if failure.key.is_empty() { String::new() } else { format!("[{}]", failure.key) };

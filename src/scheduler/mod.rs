@@ -21,6 +21,7 @@ use smallvec::SmallVec;
 use crate::graph::Graph;
 use crate::measure::{self, TaskMemory};
 use crate::memory::Admission;
+use crate::memory::spill::SpillDir;
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::{Recipe, StepId};
 pub use state::{Outcome, TaskRef};
@@ -34,6 +35,15 @@ pub struct RunOptions {
     pub budget: u64,
     /// Where tasks' scratch directories go; removed when the run ends.
     pub work_dir: PathBuf,
+    /// `--spill-dir`: where spilled buffers go [default: a folder in the system temp dir].
+    pub spill_dir: Option<PathBuf>,
+}
+
+impl RunOptions {
+    /// The folder holding every run's spill folder.
+    pub fn spill_parent(&self) -> PathBuf {
+        self.spill_dir.clone().unwrap_or_else(SpillDir::default_parent)
+    }
 }
 
 /// Counters a progress display can read at any time without taking the scheduler's lock.
@@ -85,6 +95,10 @@ pub struct RunReport {
     pub failures: Vec<Failure>,
     pub wall: Duration,
     pub peak_reserved: u64,
+    pub spilled_bytes: u64,
+    pub spill_count: u64,
+    /// Why spilling stopped during the run (it went on without), if it did.
+    pub spill_error: Option<String>,
     pub workers: usize,
     pub budget: u64,
 }
@@ -124,12 +138,18 @@ pub fn run(
     install_panic_hook();
     let started = Instant::now();
     let follows_data = recipe.steps.iter().map(|s| s.plugin.estimate_follows_data()).collect();
+    // Folders of killed runs go first; this run's is created on its first spill and removed
+    // when `spill` drops at the end of this function, also on error.
+    if let Err(error) = SpillDir::remove_stale(&options.spill_parent()) {
+        tracing::warn!("cannot clean up old spill folders: {error}");
+    }
+    let spill = SpillDir::new(options.spill_dir.as_deref());
     let shared = Shared {
         recipe,
         graph,
         plan,
         options,
-        state: Mutex::new(State::new(graph, plan, follows_data, options.budget)),
+        state: Mutex::new(State::new(graph, plan, follows_data, options.budget, Some(&spill))),
         wake: Condvar::new(),
         progress,
         sink,
@@ -166,6 +186,9 @@ pub fn run(
         failures,
         wall: started.elapsed(),
         peak_reserved: state.ledger.peak_used(),
+        spilled_bytes: state.spilled,
+        spill_count: spill.spill_count(),
+        spill_error: state.spill_error.clone(),
         workers,
         budget: options.budget,
     }
@@ -334,6 +357,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         let p = self.shared.progress;
         p.finished.store(state.finished, Ordering::Relaxed);
         p.reserved.store(state.ledger.used(), Ordering::Relaxed);
+        p.spilled.store(state.spilled, Ordering::Relaxed);
     }
 
     /// Runs one task outside the lock and measures it.

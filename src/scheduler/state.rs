@@ -13,6 +13,7 @@ use runner_plugin::Value;
 
 use crate::estimate::StepModel;
 use crate::graph::Graph;
+use crate::memory::spill::{SpillDir, release_value_pages, spill_value};
 use crate::memory::{Admission, Ledger};
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::StepId;
@@ -103,10 +104,22 @@ pub struct State<'g> {
     follows_data: Vec<bool>,
     /// Tasks taken out of the queues whose estimate a worker is computing.
     estimating: usize,
+    /// Where buffers go when a reservation cannot fit; `None` once spilling failed.
+    spill: Option<&'g SpillDir>,
+    /// Bytes moved to disk so far.
+    pub spilled: u64,
+    /// Why spilling stopped, if it did.
+    pub spill_error: Option<String>,
 }
 
 impl<'g> State<'g> {
-    pub fn new(graph: &'g Graph, plan: &Plan, follows_data: Vec<bool>, budget: u64) -> State<'g> {
+    pub fn new(
+        graph: &'g Graph,
+        plan: &Plan,
+        follows_data: Vec<bool>,
+        budget: u64,
+        spill: Option<&'g SpillDir>,
+    ) -> State<'g> {
         let steps = graph
             .steps
             .iter()
@@ -136,6 +149,9 @@ impl<'g> State<'g> {
             models: plan.steps.iter().map(|s| s.model.clone()).collect(),
             follows_data,
             estimating: 0,
+            spill,
+            spilled: 0,
+            spill_error: None,
         }
     }
 
@@ -154,6 +170,7 @@ impl<'g> State<'g> {
             if let Some(&(index, plugin_estimate)) = self.steps[step].deferred.front() {
                 let (estimate, source) =
                     plan.steps[step].estimate_for(self.models[step].as_ref(), plugin_estimate, input_bytes);
+                self.make_room(estimate);
                 let admission = self.ledger.admission(estimate);
                 if admission == Admission::Wait {
                     continue;
@@ -175,6 +192,7 @@ impl<'g> State<'g> {
                 plan.steps[step].estimate_for(self.models[step].as_ref(), plugin_estimate, input_bytes);
             // One admission decision per task: the live guard reads counters that other
             // threads move, so asking twice could answer differently.
+            self.make_room(estimate);
             let admission = self.ledger.admission(estimate);
             if admission == Admission::Wait {
                 continue;
@@ -214,6 +232,7 @@ impl<'g> State<'g> {
     ) -> Option<Picked> {
         let step_plan = &plan.steps[task.step];
         let (estimate, source) = step_plan.estimate_for(self.models[task.step].as_ref(), plugin_estimate, input_bytes);
+        self.make_room(estimate);
         let admission = self.ledger.admission(estimate);
         if admission == Admission::Wait {
             return None;
@@ -234,6 +253,45 @@ impl<'g> State<'g> {
         let tag = tag_for();
         self.ledger.start(tag, estimate);
         Picked { task, estimate, source, plugin_estimate, tag, admission }
+    }
+
+    /// Spills resident buffers that no running task is reading, largest first, until a task
+    /// estimated at `estimate` fits the budget or nothing is left to spill. Disk trouble is
+    /// reported once and the run goes on without spilling.
+    fn make_room(&mut self, estimate: u64) {
+        let Some(spill) = self.spill else { return };
+        let budget = self.ledger.budget();
+        if self.ledger.resident() == 0 || self.ledger.used().saturating_add(estimate) <= budget {
+            return;
+        }
+        // Victims: buffers only the scheduler holds (no task has them as inputs right now).
+        let mut victims: Vec<(u64, TaskRef)> = self
+            .outputs
+            .iter()
+            .filter(|(_, live)| live.resident_bytes > 0 && Arc::strong_count(&live.value) == 1)
+            .map(|(task, live)| (live.resident_bytes, *task))
+            .collect();
+        victims.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        for (_, task) in victims {
+            if self.ledger.used().saturating_add(estimate) <= budget {
+                break;
+            }
+            let Some(live) = self.outputs.get_mut(&task) else { continue };
+            let Some(value) = Arc::get_mut(&mut live.value) else { continue };
+            match spill_value(spill, value) {
+                Ok(moved) => {
+                    live.resident_bytes -= moved.min(live.resident_bytes);
+                    self.ledger.remove_resident(moved);
+                    self.spilled += moved;
+                }
+                Err(error) => {
+                    tracing::warn!("spilling failed, going on without spilling: {error}");
+                    self.spill_error = Some(error.to_string());
+                    self.spill = None;
+                    return;
+                }
+            }
+        }
     }
 
     /// A task peaked at `peak` beyond its estimate: the step's learned footprint reacts at once.
@@ -365,6 +423,9 @@ impl<'g> State<'g> {
             graph.for_each_producer(edge, task.index, |index| {
                 let key = TaskRef { step: producer, index };
                 if let Some(live) = self.outputs.get_mut(&key) {
+                    // A spilled input's pages go back once its reader is done, so a gather over
+                    // more than the budget streams through its inputs.
+                    release_value_pages(&live.value);
                     live.remaining_consumers -= 1;
                     if live.remaining_consumers == 0 {
                         let live = self.outputs.remove(&key).expect("present");

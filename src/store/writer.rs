@@ -51,6 +51,8 @@ pub struct RunWritten {
     pub batches: u64,
     /// Time the writer thread spent writing (inserting and committing), not waiting for records.
     pub write_time: Duration,
+    /// CPU time of the writer thread, all of it (0 where the platform cannot tell).
+    pub cpu_time: Duration,
 }
 
 /// Records one run's tasks; see the [module](self) documentation. `Sync`: workers share it by
@@ -146,6 +148,7 @@ impl RunRecorder {
                 rows: end.written,
                 batches: end.batches,
                 write_time: end.write_time,
+                cpu_time: end.cpu_time,
             }),
             Some(source) => Err(StoreError::Write {
                 path: self.path.clone(),
@@ -194,6 +197,7 @@ struct WriterEnd {
     written: u64,
     batches: u64,
     write_time: Duration,
+    cpu_time: Duration,
     error: Option<rusqlite::Error>,
 }
 
@@ -218,6 +222,7 @@ impl Writer {
             written: self.committed.load(Ordering::Relaxed),
             batches: self.batches,
             write_time: self.write_time,
+            cpu_time: thread_cpu_time(),
             error,
         }
         // The receiver drops here: senders blocked on a full channel wake up and give up.
@@ -331,6 +336,15 @@ impl Writer {
         }
         tx.commit()
     }
+}
+
+fn thread_cpu_time() -> Duration {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid timespec for clock_gettime to fill in.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
