@@ -47,24 +47,6 @@ fn pair_jemalloc(layout: Layout) {
     }
 }
 
-/// CPU time this thread has used.
-fn thread_cpu_time() -> Duration {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `now` is a valid timespec to write; the clock id is a constant the OS knows.
-    let status = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    assert_eq!(status, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
-    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-}
-
-/// Thread CPU time for `iters` runs of `pair`.
-fn cpu_time(iters: u64, pair: impl Fn()) -> Duration {
-    let start = thread_cpu_time();
-    for _ in 0..iters {
-        pair();
-    }
-    thread_cpu_time() - start
-}
-
 /// Wall time for `iters` pairs on each of two threads of task `tag` running at once.
 fn two_threads(tag: u32, layout: Layout, iters: u64) -> Duration {
     let start = Instant::now();

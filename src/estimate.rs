@@ -335,6 +335,6 @@ mod tests {
         assert!((model.ratio - 2.0).abs() < 0.01, "{}", model.ratio);
         assert_eq!(model.runs, 5);
         let predicted = model.predict(777, 10_000 << 10);
-        assert!(predicted >= 2 * (10_000 << 10) && predicted <= 2 * (11_000 << 10), "{predicted}");
+        assert!((2 * (10_000 << 10)..=2 * (11_000 << 10)).contains(&predicted), "{predicted}");
     }
 }

@@ -271,7 +271,7 @@ impl<'g> State<'g> {
             .filter(|(_, live)| live.resident_bytes > 0 && Arc::strong_count(&live.value) == 1)
             .map(|(task, live)| (live.resident_bytes, *task))
             .collect();
-        victims.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        victims.sort_unstable_by_key(|&(bytes, _)| std::cmp::Reverse(bytes));
         for (_, task) in victims {
             if self.ledger.used().saturating_add(estimate) <= budget {
                 break;
