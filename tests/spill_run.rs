@@ -167,3 +167,31 @@ fn an_unusable_spill_dir_is_named_and_the_run_goes_on() {
     assert_eq!(summary["spilled_bytes"], 0);
     assert!(summary["spill_error"].as_str().unwrap().contains("afile/spill"));
 }
+
+#[test]
+fn ctrl_c_removes_the_spill_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = "  slow:\n    plugin: alloc\n    inputs: {all: all}\n    args: {bytes: 1MiB, hold_ms: 30000}\n";
+    std::fs::write(dir.path().join("g.yaml"), gather_recipe(8, slow)).unwrap();
+    let mut child = runner()
+        .args(["run", "g.yaml", "--budget", "400MiB", "--no-record", "--spill-dir", "spill"])
+        .current_dir(dir.path())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let spill = dir.path().join("spill");
+    let started = Instant::now();
+    let folder = loop {
+        let found = std::fs::read_dir(&spill).ok().and_then(|mut d| d.next()).map(|e| e.unwrap().path());
+        if let Some(folder) = found.filter(|f| std::fs::read_dir(f).map_or(0, |d| d.count()) > 1) {
+            break folder;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no spill folder appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // SAFETY: sending SIGINT to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(!folder.exists(), "Ctrl-C left {} behind", folder.display());
+}

@@ -3,6 +3,7 @@
 //! codes (0 ok, 1 task failures, 2 invalid recipe or usage).
 
 mod history_cmd;
+mod interrupt;
 mod plan_cmd;
 mod plugins_cmd;
 mod progress;
@@ -214,6 +215,7 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
     let registry = Registry::new(runner_std_plugins::all().into_iter().chain(extra));
     let cli = Cli::parse();
     init_logging();
+    interrupt::install();
     let code = match cli.command {
         Command::Run(args) => run_cmd::run(&registry, args),
         Command::Plan(args) => plan_cmd::plan(&registry, args),

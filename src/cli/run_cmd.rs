@@ -38,7 +38,9 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
         .workers
         .map(usize::from)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    Ok(RunOptions { workers, budget, work_dir: work_dir(), spill_dir: resources.spill_dir.clone() })
+    let work_dir = work_dir();
+    super::interrupt::remove_on_interrupt(work_dir.clone());
+    Ok(RunOptions { workers, budget, work_dir, spill_dir: resources.spill_dir.clone() })
 }
 
 /// Runs a compiled recipe: estimates from `store`'s history, every task recorded into it when

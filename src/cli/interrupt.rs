@@ -1,0 +1,49 @@
+//! Ctrl-C and SIGTERM: before the process exits, the run's spill folder and scratch folders are
+//! removed, so an interrupted run leaves nothing behind. (A SIGKILLed run cannot clean up; its
+//! spill folder is removed by the next run.)
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// Folders to remove when interrupted (the runs' scratch folders).
+static SCRATCH: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Blocks SIGINT and SIGTERM in the calling thread — every thread spawned afterwards inherits
+/// that — and waits for them on a thread of its own, where cleaning up may lock and allocate
+/// (unlike inside a signal handler). Call it before spawning any other thread.
+pub fn install() {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset; the calls only read and write
+    // the set and this thread's signal mask.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        if libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) != 0 {
+            return;
+        }
+        set
+    };
+    let spawned = std::thread::Builder::new().name("runner-signals".into()).spawn(move || {
+        let mut signal = 0;
+        // SAFETY: `set` lives in this closure; sigwait writes the signal number into `signal`.
+        if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
+            let spill_folders = crate::memory::spill::remove_active_dirs();
+            for dir in SCRATCH.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            eprintln!("\ninterrupted: stopped, {spill_folders} spill folder(s) removed");
+            std::process::exit(128 + signal);
+        }
+    });
+    if spawned.is_err() {
+        // Without the waiting thread, let the signals act as usual rather than be ignored.
+        // SAFETY: as above.
+        unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
+    }
+}
+
+/// Removes `dir` too if the process is interrupted.
+pub fn remove_on_interrupt(dir: PathBuf) {
+    SCRATCH.lock().unwrap_or_else(|p| p.into_inner()).push(dir);
+}
