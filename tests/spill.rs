@@ -39,6 +39,7 @@ fn round_trip_keeps_bytes_views_shape_and_attrs() {
     let parent = scratch();
     let dir = SpillDir::new(Some(parent.path()));
     assert!(!dir.path().exists(), "nothing spilled yet: no folder");
+    assert!(!dir.is_on_tmpfs(), "the build's disk");
 
     let shape = vec![3, 5, 7];
     let n = 3 * 5 * 7;
@@ -382,6 +383,8 @@ fn a_full_disk_is_an_error_and_leaves_no_partial_file() {
     assert!(storage_of(&value).is_resident());
     assert_eq!(value.as_bytes().unwrap(), data.as_slice());
     assert_eq!(dir.spill_count(), 1);
+
+    assert!(dir.is_on_tmpfs(), "a tmpfs spill dir is recognised (spilling there frees no memory)");
 
     // Once space is free again, spilling works.
     drop(small);

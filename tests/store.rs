@@ -676,76 +676,55 @@ fn bench_variants() {
         now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
     }
     let steps = step_names();
-    let n = 300_000u64;
+    let n = 600_000u64;
     let tasks: Vec<_> = (0..n).map(|i| task(&steps, i)).collect();
     let cols = "run_id INTEGER NOT NULL, cycle TEXT NOT NULL, step TEXT NOT NULL, key TEXT NOT NULL, plugin TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL, input_bytes INTEGER NOT NULL, estimate_bytes INTEGER NOT NULL, estimate_source TEXT NOT NULL, plugin_estimate_bytes INTEGER, peak_bytes INTEGER NOT NULL, output_bytes INTEGER NOT NULL, wall_ms INTEGER NOT NULL, error TEXT";
-    let variants: Vec<(&str, String, bool, bool)> = vec![
-        ("rowid+index", format!("CREATE TABLE tasks ({cols}); CREATE INDEX ix ON tasks (run_id, step);"), false, false),
-        (
-            "rowid+index sorted",
-            format!("CREATE TABLE tasks ({cols}); CREATE INDEX ix ON tasks (run_id, step);"),
-            false,
-            true,
-        ),
-        ("rowid only", format!("CREATE TABLE tasks ({cols});"), false, false),
-        (
-            "without rowid",
-            format!(
-                "CREATE TABLE tasks ({cols}, seq INTEGER NOT NULL, PRIMARY KEY (run_id, step, seq)) WITHOUT ROWID;"
-            ),
-            true,
-            false,
-        ),
-        (
-            "without rowid sorted",
-            format!(
-                "CREATE TABLE tasks ({cols}, seq INTEGER NOT NULL, PRIMARY KEY (run_id, step, seq)) WITHOUT ROWID;"
-            ),
-            true,
-            true,
-        ),
+    let variants: Vec<(&str, String, usize)> = vec![
+        ("rowid+index", format!("CREATE TABLE tasks ({cols}); CREATE INDEX ix ON tasks (run_id, step);"), 1),
+        ("rowid+index x50", format!("CREATE TABLE tasks ({cols}); CREATE INDEX ix ON tasks (run_id, step);"), 50),
+        ("rowid only", format!("CREATE TABLE tasks ({cols});"), 1),
+        ("rowid only x50", format!("CREATE TABLE tasks ({cols});"), 50),
     ];
-    for (name, schema, seq, sorted) in variants {
+    for (name, schema, per) in variants {
         let dir = tempfile::tempdir().unwrap();
         let mut conn = Connection::open(dir.path().join("b.db")).unwrap();
         conn.pragma_update(None, "journal_mode", "WAL").unwrap();
         conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
         conn.execute_batch(&schema).unwrap();
+        let values: Vec<String> = (0..per)
+            .map(|r| {
+                format!("(?1, ?2, {})", (0..13).map(|c| format!("?{}", 3 + r * 13 + c)).collect::<Vec<_>>().join(", "))
+            })
+            .collect();
         let sql = format!(
-            "INSERT INTO tasks (run_id, cycle, step, key, plugin, status, attempts, input_bytes, estimate_bytes, estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error{}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15{})",
-            if seq { ", seq" } else { "" },
-            if seq { ", ?16" } else { "" }
+            "INSERT INTO tasks (run_id, cycle, step, key, plugin, status, attempts, input_bytes, estimate_bytes, estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error) VALUES {}",
+            values.join(", ")
         );
         let start = cpu();
-        let mut k = 0i64;
         for chunk in tasks.chunks(10_000) {
-            let mut batch: Vec<&TaskRecord> = chunk.iter().collect();
-            if sorted {
-                batch.sort_by(|a, b| a.step.cmp(&b.step));
-            }
             let tx = conn.transaction().unwrap();
             {
                 let mut st = tx.prepare_cached(&sql).unwrap();
                 st.raw_bind_parameter(1, 1i64).unwrap();
                 st.raw_bind_parameter(2, "2026-11-01T00Z").unwrap();
-                for t in batch {
-                    st.raw_bind_parameter(3, &*t.step).unwrap();
-                    st.raw_bind_parameter(4, t.key.as_str()).unwrap();
-                    st.raw_bind_parameter(5, t.plugin).unwrap();
-                    st.raw_bind_parameter(6, t.status.as_str()).unwrap();
-                    st.raw_bind_parameter(7, t.attempts).unwrap();
-                    st.raw_bind_parameter(8, t.input_bytes as i64).unwrap();
-                    st.raw_bind_parameter(9, t.estimate_bytes as i64).unwrap();
-                    st.raw_bind_parameter(10, t.estimate_source).unwrap();
-                    st.raw_bind_parameter(11, t.plugin_estimate_bytes as i64).unwrap();
-                    st.raw_bind_parameter(12, t.peak_bytes as i64).unwrap();
-                    st.raw_bind_parameter(13, t.output_bytes as i64).unwrap();
-                    st.raw_bind_parameter(14, t.wall_ms as i64).unwrap();
-                    st.raw_bind_parameter(15, t.error.as_deref()).unwrap();
-                    if seq {
-                        st.raw_bind_parameter(16, k).unwrap();
+                for group in chunk.chunks(per) {
+                    for (r, t) in group.iter().enumerate() {
+                        let b = 3 + r * 13;
+                        st.raw_bind_parameter(b, &*t.step).unwrap();
+                        st.raw_bind_parameter(b + 1, t.key.as_str()).unwrap();
+                        st.raw_bind_parameter(b + 2, t.plugin).unwrap();
+                        st.raw_bind_parameter(b + 3, t.status.as_str()).unwrap();
+                        st.raw_bind_parameter(b + 4, t.attempts).unwrap();
+                        st.raw_bind_parameter(b + 5, t.input_bytes as i64).unwrap();
+                        st.raw_bind_parameter(b + 6, t.estimate_bytes as i64).unwrap();
+                        st.raw_bind_parameter(b + 7, t.estimate_source).unwrap();
+                        st.raw_bind_parameter(b + 8, t.plugin_estimate_bytes as i64).unwrap();
+                        st.raw_bind_parameter(b + 9, t.peak_bytes as i64).unwrap();
+                        st.raw_bind_parameter(b + 10, t.output_bytes as i64).unwrap();
+                        st.raw_bind_parameter(b + 11, t.wall_ms as i64).unwrap();
+                        st.raw_bind_parameter(b + 12, t.error.as_deref()).unwrap();
                     }
-                    k += 1;
+                    assert_eq!(group.len(), per);
                     st.raw_execute().unwrap();
                 }
             }

@@ -322,6 +322,13 @@ impl SpillDir {
         *lock(&self.inner.state) == State::Created
     }
 
+    /// True when the folder is (or would be, judging by its nearest existing ancestor) on a
+    /// filesystem held in memory (tmpfs): spilling there frees no memory, so the CLI should warn
+    /// and suggest `--spill-dir`.
+    pub fn is_on_tmpfs(&self) -> bool {
+        self.inner.path.ancestors().find(|p| p.exists()).is_some_and(os::is_tmpfs)
+    }
+
     /// Bytes spilled so far (each spill counted once).
     pub fn spilled_bytes(&self) -> u64 {
         self.inner.spilled_bytes.load(Ordering::Relaxed)
@@ -671,9 +678,21 @@ pub fn spill_value(dir: &SpillDir, value: &mut Value) -> Result<u64, SpillError>
 /// longer, so their errors are ignored (write errors surface at `fsync`).
 #[cfg(target_os = "linux")]
 mod os {
+    use std::ffi::CString;
     use std::fs::File;
     use std::io;
     use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::Path;
+
+    /// Whether `path` is on a tmpfs (false when that cannot be told).
+    pub fn is_tmpfs(path: &Path) -> bool {
+        let Ok(name) = CString::new(path.as_os_str().as_bytes()) else { return false };
+        // SAFETY: `statfs` is plain old data for the call to fill in.
+        let mut info: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a valid buffer to write.
+        unsafe { libc::statfs(name.as_ptr(), &mut info) == 0 && info.f_type == libc::TMPFS_MAGIC }
+    }
 
     /// Starts writing back a range without waiting.
     pub fn start_writeback(file: &File, offset: u64, len: u64) {
@@ -724,7 +743,11 @@ mod os {
 mod os {
     use std::fs::File;
     use std::io;
+    use std::path::Path;
 
+    pub fn is_tmpfs(_: &Path) -> bool {
+        false
+    }
     pub fn start_writeback(_: &File, _: u64, _: u64) {}
     pub fn finish_writeback(_: &File, _: u64, _: u64) {}
     pub fn drop_cached(_: &File, _: u64, _: u64) {}

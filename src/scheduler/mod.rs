@@ -144,6 +144,12 @@ pub fn run(
         tracing::warn!("cannot clean up old spill folders: {error}");
     }
     let spill = SpillDir::new(options.spill_dir.as_deref());
+    if spill.is_on_tmpfs() {
+        tracing::warn!(
+            "the spill dir {} is on tmpfs, where spilled buffers still take memory; pass --spill-dir on a disk",
+            spill.parent().display()
+        );
+    }
     let shared = Shared {
         recipe,
         graph,
