@@ -104,6 +104,19 @@ fn spilled_runs_write_the_same_bytes() {
     }
 }
 
+/// Waits until a run's spill folder under `spill` holds spilled files; returns the folder.
+fn wait_for_spill_folder(spill: &Path) -> PathBuf {
+    let started = Instant::now();
+    loop {
+        let found = std::fs::read_dir(spill).ok().and_then(|mut d| d.next()).map(|e| e.unwrap().path());
+        if let Some(folder) = found.filter(|f| std::fs::read_dir(f).map_or(0, |d| d.count()) > 1) {
+            return folder;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "no spill folder appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn a_killed_runs_spill_folder_is_removed_by_the_next_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -116,16 +129,7 @@ fn a_killed_runs_spill_folder_is_removed_by_the_next_run() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let spill = dir.path().join("spill");
-    let started = Instant::now();
-    let folder = loop {
-        let found = std::fs::read_dir(&spill).ok().and_then(|mut d| d.next()).map(|e| e.unwrap().path());
-        if let Some(folder) = found.filter(|f| std::fs::read_dir(f).map_or(0, |d| d.count()) > 1) {
-            break folder;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "no spill folder appeared");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let folder = wait_for_spill_folder(&dir.path().join("spill"));
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(folder.exists(), "a SIGKILLed run cannot clean up after itself");
@@ -179,16 +183,7 @@ fn ctrl_c_removes_the_spill_folder() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let spill = dir.path().join("spill");
-    let started = Instant::now();
-    let folder = loop {
-        let found = std::fs::read_dir(&spill).ok().and_then(|mut d| d.next()).map(|e| e.unwrap().path());
-        if let Some(folder) = found.filter(|f| std::fs::read_dir(f).map_or(0, |d| d.count()) > 1) {
-            break folder;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "no spill folder appeared");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let folder = wait_for_spill_folder(&dir.path().join("spill"));
     // SAFETY: sending SIGINT to our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
     let status = child.wait().unwrap();

@@ -67,6 +67,14 @@ pub enum Pick {
     Wait,
 }
 
+/// An estimate the ledger admitted.
+#[derive(Debug, Clone, Copy)]
+struct Admitted {
+    estimate: u64,
+    source: EstimateSource,
+    admission: Admission,
+}
+
 /// A task chosen to run.
 #[derive(Debug, Clone, Copy)]
 pub struct Picked {
@@ -166,18 +174,10 @@ impl<'g> State<'g> {
     pub fn pick(&mut self, plan: &Plan, tag_for: impl Fn() -> u32 + Copy) -> Pick {
         for i in 0..self.priority.len() {
             let step = self.priority[i];
-            let input_bytes = plan.steps[step].input_bytes;
             if let Some(&(index, plugin_estimate)) = self.steps[step].deferred.front() {
-                let (estimate, source) =
-                    plan.steps[step].estimate_for(self.models[step].as_ref(), plugin_estimate, input_bytes);
-                self.make_room(estimate);
-                let admission = self.ledger.admission(estimate);
-                if admission == Admission::Wait {
-                    continue;
-                }
+                let Some(admitted) = self.admit(plan, step, plugin_estimate) else { continue };
                 self.steps[step].deferred.pop_front();
-                let task = TaskRef { step, index };
-                return Pick::Run(self.start(task, estimate, source, plugin_estimate, admission, tag_for));
+                return Pick::Run(self.start(TaskRef { step, index }, admitted, plugin_estimate, tag_for));
             }
             if !self.has_ready(step) {
                 continue;
@@ -188,18 +188,9 @@ impl<'g> State<'g> {
                 return Pick::Estimate(TaskRef { step, index });
             }
             let plugin_estimate = plan.steps[step].plugin_estimate;
-            let (estimate, source) =
-                plan.steps[step].estimate_for(self.models[step].as_ref(), plugin_estimate, input_bytes);
-            // One admission decision per task: the live guard reads counters that other
-            // threads move, so asking twice could answer differently.
-            self.make_room(estimate);
-            let admission = self.ledger.admission(estimate);
-            if admission == Admission::Wait {
-                continue;
-            }
+            let Some(admitted) = self.admit(plan, step, plugin_estimate) else { continue };
             let Some(index) = self.pop_ready(step) else { continue };
-            let task = TaskRef { step, index };
-            return Pick::Run(self.start(task, estimate, source, plugin_estimate, admission, tag_for));
+            return Pick::Run(self.start(TaskRef { step, index }, admitted, plugin_estimate, tag_for));
         }
         Pick::Wait
     }
@@ -214,7 +205,7 @@ impl<'g> State<'g> {
         tag_for: impl Fn() -> u32 + Copy,
     ) -> Option<Picked> {
         self.estimating -= 1;
-        let picked = self.try_start(plan, task, plugin_estimate, plan.steps[task.step].input_bytes, tag_for);
+        let picked = self.try_start(plan, task, plugin_estimate, tag_for);
         if picked.is_none() {
             self.steps[task.step].deferred.push_back((task.index, plugin_estimate));
         }
@@ -227,31 +218,32 @@ impl<'g> State<'g> {
         plan: &Plan,
         task: TaskRef,
         plugin_estimate: u64,
-        input_bytes: u64,
         tag_for: impl Fn() -> u32 + Copy,
     ) -> Option<Picked> {
-        let step_plan = &plan.steps[task.step];
-        let (estimate, source) = step_plan.estimate_for(self.models[task.step].as_ref(), plugin_estimate, input_bytes);
-        self.make_room(estimate);
-        let admission = self.ledger.admission(estimate);
-        if admission == Admission::Wait {
-            return None;
-        }
-        Some(self.start(task, estimate, source, plugin_estimate, admission, tag_for))
+        let admitted = self.admit(plan, task.step, plugin_estimate)?;
+        Some(self.start(task, admitted, plugin_estimate, tag_for))
     }
 
-    /// Reserves `estimate` for `task` under a fresh measurement tag.
-    fn start(
-        &mut self,
-        task: TaskRef,
-        estimate: u64,
-        source: EstimateSource,
-        plugin_estimate: u64,
-        admission: Admission,
-        tag_for: impl Fn() -> u32,
-    ) -> Picked {
+    /// The estimate of a task of `step` whose plugin estimates `plugin_estimate`, and whether
+    /// the ledger admits it (after spilling to make room); `None` when it must wait. One
+    /// decision per task: the live guard reads counters other threads move, so asking twice
+    /// could answer differently.
+    fn admit(&mut self, plan: &Plan, step: StepId, plugin_estimate: u64) -> Option<Admitted> {
+        let step_plan = &plan.steps[step];
+        let (estimate, source) =
+            step_plan.estimate_for(self.models[step].as_ref(), plugin_estimate, step_plan.input_bytes);
+        self.make_room(estimate);
+        match self.ledger.admission(estimate) {
+            Admission::Wait => None,
+            admission => Some(Admitted { estimate, source, admission }),
+        }
+    }
+
+    /// Reserves the admitted estimate for `task` under a fresh measurement tag.
+    fn start(&mut self, task: TaskRef, admitted: Admitted, plugin_estimate: u64, tag_for: impl Fn() -> u32) -> Picked {
         let tag = tag_for();
-        self.ledger.start(tag, estimate);
+        self.ledger.start(tag, admitted.estimate);
+        let Admitted { estimate, source, admission } = admitted;
         Picked { task, estimate, source, plugin_estimate, tag, admission }
     }
 
