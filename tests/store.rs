@@ -130,6 +130,8 @@ fn schema_version_tables_and_columns() {
     assert_eq!(version, SCHEMA_VERSION);
     let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
+    let page: u32 = conn.pragma_query_value(None, "page_size", |r| r.get(0)).unwrap();
+    assert_eq!(page, runner::store::PAGE_SIZE);
     let columns = |table: &str| -> Vec<String> {
         let mut stmt = conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}')")).unwrap();
         stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
@@ -156,6 +158,7 @@ fn schema_version_tables_and_columns() {
     }
     let tasks = columns("tasks");
     for column in [
+        "task_id",
         "run_id",
         "cycle",
         "step",
@@ -174,8 +177,9 @@ fn schema_version_tables_and_columns() {
     ] {
         assert!(tasks.iter().any(|c| c == column), "tasks has no column {column}: {tasks:?}");
     }
-    let indexes = count(&conn, "SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'tasks'");
-    assert!(indexes >= 1, "tasks needs an index for history reads");
+    assert_eq!(columns("task_blocks"), ["run_id", "step", "first_task_id", "last_task_id", "tasks"]);
+    let id: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).unwrap();
+    assert_eq!(id, runner::store::schema::APPLICATION_ID);
 }
 
 #[test]
@@ -274,6 +278,33 @@ fn a_hundred_thousand_rows_land_with_their_values() {
     let conn = raw(&path);
     let status: String = conn.query_row("SELECT status FROM runs WHERE run_id = ?1", [run_id], |r| r.get(0)).unwrap();
     assert_eq!(status, "failed");
+
+    // The blocks cover every row exactly once, each with rows of its own run and step only.
+    assert_eq!(count(&conn, &format!("SELECT sum(tasks) FROM task_blocks WHERE run_id = {run_id}")), 100_000);
+    assert_eq!(
+        count(
+            &conn,
+            &format!(
+                "SELECT count(DISTINCT t.task_id) FROM task_blocks AS b JOIN tasks AS t \
+                 ON t.task_id BETWEEN b.first_task_id AND b.last_task_id \
+                 WHERE b.run_id = {run_id} AND t.run_id = b.run_id AND t.step = b.step"
+            )
+        ),
+        100_000
+    );
+    assert_eq!(count(&conn, "SELECT sum(last_task_id - first_task_id + 1 - tasks) FROM task_blocks"), 0);
+    // Each step streams back all its rows, each task's rows in the order its thread recorded them.
+    for (s, step) in STEPS.iter().enumerate() {
+        let mut seen = Vec::new();
+        store.task_history("big", step, 1, None, |_, t| seen.push(t.input_bytes)).unwrap();
+        let mut by_thread = vec![Vec::new(); 4];
+        for &i in &seen {
+            by_thread[(i % 4) as usize].push(i);
+        }
+        assert!(by_thread.iter().all(|v| v.is_sorted()), "{step}: rows out of recording order");
+        seen.sort();
+        assert_eq!(seen, (0..100_000).filter(|i| i % 3 == s as u64).collect::<Vec<_>>(), "{step}");
+    }
 }
 
 #[test]
@@ -438,20 +469,19 @@ fn a_write_error_is_returned_with_the_path_and_the_rows_lost() {
         std::thread::sleep(Duration::from_millis(10));
     }
     raw(&path).execute_batch("DROP TABLE tasks").unwrap();
-    record_range(&recorder, 100..150, 1);
+    // More than the channel holds: senders must not block on a writer that stopped writing.
+    record_range(&recorder, 100..100_100, 2);
     let err = recorder.finish(outcome(RunStatus::Ok)).unwrap_err();
-    assert!(matches!(err, StoreError::Write { lost: 50, .. }), "{err:?}");
+    assert!(matches!(err, StoreError::Write { lost: 100_000, .. }), "{err:?}");
     let message = err.to_string();
-    assert!(message.contains(&path.display().to_string()) && message.contains("50 task rows"), "{message}");
+    assert!(message.contains(&path.display().to_string()) && message.contains("100000 task rows"), "{message}");
 }
 
-/// Records a run of `steps`, each a list of (estimate, peak, status, source).
-fn hand_run(
-    store: &Store,
-    recipe: &str,
-    cycle: &str,
-    steps: &[(&str, &[(u64, u64, TaskStatus, &'static str)])],
-) -> i64 {
+/// A hand-built task: (estimate, peak, status, source).
+type HandTask = (u64, u64, TaskStatus, &'static str);
+
+/// Records a run of `steps`, each a list of tasks.
+fn hand_run(store: &Store, recipe: &str, cycle: &str, steps: &[(&str, &[HandTask])]) -> i64 {
     let recorder = store.start_run(&start(recipe, cycle)).unwrap();
     for (step, tasks) in steps {
         let step: Arc<str> = Arc::from(*step);
@@ -603,7 +633,12 @@ fn history_queries_aggregate_a_hand_built_history() {
     assert_eq!(runs.iter().map(|r| r.run_id).collect::<Vec<_>>(), [c1, c2, c3, c4]);
 }
 
-/// Records `n` rows of [`task`] from two threads into a new store in `dir`.
+/// Threads recording in [`timed_run`]: `STORE_PRODUCERS`, or 2.
+fn producers() -> u64 {
+    std::env::var("STORE_PRODUCERS").ok().and_then(|v| v.parse().ok()).unwrap_or(2)
+}
+
+/// Records `n` rows of [`task`] from [`producers`] threads into a new store in `dir`.
 fn timed_run(dir: &Path, n: u64) -> (PathBuf, runner::store::RunWritten, Duration, Duration) {
     let path = dir.join("runner.db");
     let store = Store::open(&path).unwrap();
@@ -612,7 +647,7 @@ fn timed_run(dir: &Path, n: u64) -> (PathBuf, runner::store::RunWritten, Duratio
     let recorder = store.start_run(&start("throughput", "c")).unwrap();
     let started = Instant::now();
     std::thread::scope(|scope| {
-        for chunk in tasks.chunks(n.div_ceil(2) as usize) {
+        for chunk in tasks.chunks(n.div_ceil(producers()) as usize) {
             let recorder = &recorder;
             scope.spawn(move || {
                 for t in chunk {
@@ -665,77 +700,4 @@ fn history_over_a_large_run() {
     let started = Instant::now();
     store.task_history("throughput", "load", 1, None, |_, _| streamed += 1).unwrap();
     println!("task_history streamed {streamed} rows: {:.3} s", started.elapsed().as_secs_f64());
-}
-
-#[test]
-#[ignore]
-fn bench_variants() {
-    fn cpu() -> f64 {
-        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-        now.tv_sec as f64 + now.tv_nsec as f64 * 1e-9
-    }
-    let steps = step_names();
-    let n = 600_000u64;
-    let tasks: Vec<_> = (0..n).map(|i| task(&steps, i)).collect();
-    let cols = "run_id INTEGER NOT NULL, cycle TEXT NOT NULL, step TEXT NOT NULL, key TEXT NOT NULL, plugin TEXT NOT NULL, status TEXT NOT NULL, attempts INTEGER NOT NULL, input_bytes INTEGER NOT NULL, estimate_bytes INTEGER NOT NULL, estimate_source TEXT NOT NULL, plugin_estimate_bytes INTEGER, peak_bytes INTEGER NOT NULL, output_bytes INTEGER NOT NULL, wall_ms INTEGER NOT NULL, error TEXT";
-    let variants: Vec<(&str, String, usize)> = vec![
-        ("rowid+index", format!("CREATE TABLE tasks ({cols}); CREATE INDEX ix ON tasks (run_id, step);"), 1),
-        ("rowid+index x50", format!("CREATE TABLE tasks ({cols}); CREATE INDEX ix ON tasks (run_id, step);"), 50),
-        ("rowid only", format!("CREATE TABLE tasks ({cols});"), 1),
-        ("rowid only x50", format!("CREATE TABLE tasks ({cols});"), 50),
-    ];
-    for (name, schema, per) in variants {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = Connection::open(dir.path().join("b.db")).unwrap();
-        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-        conn.pragma_update(None, "synchronous", "NORMAL").unwrap();
-        conn.execute_batch(&schema).unwrap();
-        let values: Vec<String> = (0..per)
-            .map(|r| {
-                format!("(?1, ?2, {})", (0..13).map(|c| format!("?{}", 3 + r * 13 + c)).collect::<Vec<_>>().join(", "))
-            })
-            .collect();
-        let sql = format!(
-            "INSERT INTO tasks (run_id, cycle, step, key, plugin, status, attempts, input_bytes, estimate_bytes, estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error) VALUES {}",
-            values.join(", ")
-        );
-        let start = cpu();
-        for chunk in tasks.chunks(10_000) {
-            let tx = conn.transaction().unwrap();
-            {
-                let mut st = tx.prepare_cached(&sql).unwrap();
-                st.raw_bind_parameter(1, 1i64).unwrap();
-                st.raw_bind_parameter(2, "2026-11-01T00Z").unwrap();
-                for group in chunk.chunks(per) {
-                    for (r, t) in group.iter().enumerate() {
-                        let b = 3 + r * 13;
-                        st.raw_bind_parameter(b, &*t.step).unwrap();
-                        st.raw_bind_parameter(b + 1, t.key.as_str()).unwrap();
-                        st.raw_bind_parameter(b + 2, t.plugin).unwrap();
-                        st.raw_bind_parameter(b + 3, t.status.as_str()).unwrap();
-                        st.raw_bind_parameter(b + 4, t.attempts).unwrap();
-                        st.raw_bind_parameter(b + 5, t.input_bytes as i64).unwrap();
-                        st.raw_bind_parameter(b + 6, t.estimate_bytes as i64).unwrap();
-                        st.raw_bind_parameter(b + 7, t.estimate_source).unwrap();
-                        st.raw_bind_parameter(b + 8, t.plugin_estimate_bytes as i64).unwrap();
-                        st.raw_bind_parameter(b + 9, t.peak_bytes as i64).unwrap();
-                        st.raw_bind_parameter(b + 10, t.output_bytes as i64).unwrap();
-                        st.raw_bind_parameter(b + 11, t.wall_ms as i64).unwrap();
-                        st.raw_bind_parameter(b + 12, t.error.as_deref()).unwrap();
-                    }
-                    assert_eq!(group.len(), per);
-                    st.raw_execute().unwrap();
-                }
-            }
-            tx.commit().unwrap();
-        }
-        let t = cpu() - start;
-        println!(
-            "{name:24} {:.3} s CPU for {n} rows = {:.2} us/row; file {:.1} MiB",
-            t,
-            t * 1e6 / n as f64,
-            std::fs::metadata(dir.path().join("b.db")).unwrap().len() as f64 / 1048576.0
-        );
-    }
 }

@@ -2,8 +2,9 @@
 //! streamed (or limited per run), and aggregates are computed by SQLite, whose sorter spills to
 //! temporary files rather than growing without bound.
 //!
-//! Both readers go through the index `tasks (run_id, step)`: one run's rows of one step are a
-//! contiguous range, in the order they were recorded.
+//! Both readers find one run's rows of one step through `task_blocks`: a few ranges of task ids,
+//! read in the order they were recorded. `FROM {STEP_ROWS}` below is that join; the `CROSS JOIN`
+//! makes SQLite loop over the blocks outside and the task ids inside.
 
 use rusqlite::{Row, params};
 use serde::Serialize;
@@ -68,8 +69,12 @@ pub struct StepHistory {
     pub wall_ms_total: u64,
 }
 
-const TASK_COLUMNS: &str = "run_id, key, status, attempts, input_bytes, estimate_bytes, estimate_source, \
-     plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms";
+const TASK_COLUMNS: &str = "t.run_id, t.key, t.status, t.attempts, t.input_bytes, t.estimate_bytes, \
+     t.estimate_source, t.plugin_estimate_bytes, t.peak_bytes, t.output_bytes, t.wall_ms";
+
+/// The tasks `t` of the blocks `b`, for a `WHERE` on `b.run_id` and `b.step`.
+const STEP_ROWS: &str =
+    "task_blocks AS b CROSS JOIN tasks AS t ON t.task_id BETWEEN b.first_task_id AND b.last_task_id";
 
 fn history_task<'a>(row: &'a Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask<'a>> {
     let int = |i: usize| row.get::<_, i64>(i).map(from_sql_int);
@@ -113,14 +118,16 @@ impl Store {
         include_running: bool,
     ) -> Result<Vec<HistoryRun>, StoreError> {
         let what = "listing the runs of a history";
+        // With a recipe, `recipe = ?1` walks the index runs_by_recipe backwards.
+        let recipe_filter = if recipe.is_some() { "recipe = ?1" } else { "?1 IS NULL" };
         let mut stmt = self
             .conn()
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT run_id, recipe, cycle, started_at, status FROM runs \
-                 WHERE (?1 IS NULL OR recipe = ?1) AND (?4 OR status != 'running') \
-                 AND (?2 IS NULL OR EXISTS (SELECT 1 FROM tasks WHERE tasks.run_id = runs.run_id AND tasks.step = ?2)) \
+                 WHERE {recipe_filter} AND (?4 OR status != 'running') \
+                 AND (?2 IS NULL OR EXISTS (SELECT 1 FROM task_blocks AS b WHERE b.run_id = runs.run_id AND b.step = ?2)) \
                  ORDER BY run_id DESC LIMIT ?3",
-            )
+            ))
             .map_err(|e| self.err(what, e))?;
         let mut runs = stmt
             .query_map(params![recipe, step, to_sql_int(last as u64), include_running], history_run)
@@ -147,7 +154,8 @@ impl Store {
         let mut stmt = self
             .conn()
             .prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM tasks WHERE run_id = ?1 AND step = ?2 ORDER BY rowid LIMIT ?3"
+                "SELECT {TASK_COLUMNS} FROM {STEP_ROWS} WHERE b.run_id = ?1 AND b.step = ?2 \
+                 ORDER BY b.first_task_id, t.task_id LIMIT ?3"
             ))
             .map_err(|e| self.err(what, e))?;
         let limit = max_tasks_per_run.map_or(-1, to_sql_int);
@@ -173,17 +181,17 @@ impl Store {
         let what = "aggregating the task history";
         let mut aggregate = self
             .conn()
-            .prepare_cached(
-                "SELECT step, min(plugin), group_concat(DISTINCT estimate_source), count(*), \
-                   sum(status = 'ok'), sum(status = 'failed'), sum(status = 'skipped'), \
-                   max(CASE WHEN status != 'skipped' THEN estimate_bytes END), \
-                   max(CASE WHEN status != 'skipped' THEN peak_bytes END), \
-                   sum(status != 'skipped' AND peak_bytes > estimate_bytes), \
-                   total(CASE WHEN status != 'skipped' THEN estimate_bytes END), \
-                   total(CASE WHEN status != 'skipped' THEN peak_bytes END), \
-                   total(wall_ms), min(rowid) AS first \
-                 FROM tasks WHERE run_id = ?1 AND (?2 IS NULL OR step = ?2) GROUP BY step ORDER BY first",
-            )
+            .prepare_cached(&format!(
+                "SELECT b.step, min(t.plugin), group_concat(DISTINCT t.estimate_source), count(*), \
+                   sum(t.status = 'ok'), sum(t.status = 'failed'), sum(t.status = 'skipped'), \
+                   max(CASE WHEN t.status != 'skipped' THEN t.estimate_bytes END), \
+                   max(CASE WHEN t.status != 'skipped' THEN t.peak_bytes END), \
+                   sum(t.status != 'skipped' AND t.peak_bytes > t.estimate_bytes), \
+                   total(CASE WHEN t.status != 'skipped' THEN t.estimate_bytes END), \
+                   total(CASE WHEN t.status != 'skipped' THEN t.peak_bytes END), \
+                   total(t.wall_ms), min(b.first_task_id) AS first \
+                 FROM {STEP_ROWS} WHERE b.run_id = ?1 AND (?2 IS NULL OR b.step = ?2) GROUP BY b.step ORDER BY first",
+            ))
             .map_err(|e| self.err(what, e))?;
         let mut out = Vec::new();
         for run in &runs {
@@ -233,8 +241,8 @@ impl Store {
     fn lower_median(&self, run_id: i64, step: &str, column: &'static str, ran: u64) -> Result<u64, StoreError> {
         let what = "computing a median of the task history";
         let sql = format!(
-            "SELECT {column} FROM tasks WHERE run_id = ?1 AND step = ?2 AND status != 'skipped' \
-             ORDER BY {column} LIMIT 1 OFFSET ?3"
+            "SELECT t.{column} FROM {STEP_ROWS} WHERE b.run_id = ?1 AND b.step = ?2 AND t.status != 'skipped' \
+             ORDER BY t.{column} LIMIT 1 OFFSET ?3"
         );
         let mut stmt = self.conn().prepare_cached(&sql).map_err(|e| self.err(what, e))?;
         let value: i64 = stmt

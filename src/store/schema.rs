@@ -42,24 +42,37 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CREATE INDEX runs_by_recipe ON runs (recipe, run_id);
     CREATE INDEX runs_running ON runs (status) WHERE status = 'running';
 
+    -- One row per task. No per-row index: keeping one up to date doubles the cost of recording.
+    -- Instead each batch writes a step's rows at consecutive task_ids and one task_blocks row
+    -- pointing to them, so one run's rows of one step are found as a few task_id ranges.
     CREATE TABLE tasks (
+        task_id               INTEGER PRIMARY KEY,
         run_id                INTEGER NOT NULL,  -- runs.run_id (no FOREIGN KEY: a check per row)
-        cycle                 TEXT NOT NULL,  -- the run's, denormalised for the estimator
+        cycle                 TEXT NOT NULL,     -- the run's, denormalised for the estimator
         step                  TEXT NOT NULL,
-        key                   TEXT NOT NULL,  -- e.g. member=3,lead=12; empty for a step without dims
+        key                   TEXT NOT NULL,     -- e.g. member=3,lead=12; empty for a step without dims
         plugin                TEXT NOT NULL,
-        status                TEXT NOT NULL,  -- ok, failed or skipped (no CHECK: an ephemeral table per row)
+        status                TEXT NOT NULL,     -- ok, failed or skipped (no CHECK: it costs a table per row)
         attempts              INTEGER NOT NULL,
         input_bytes           INTEGER NOT NULL,
         estimate_bytes        INTEGER NOT NULL,
-        estimate_source       TEXT NOT NULL,  -- history, hint or plugin
-        plugin_estimate_bytes INTEGER,        -- what the plugin itself estimated for this task
+        estimate_source       TEXT NOT NULL,     -- history, hint or plugin
+        plugin_estimate_bytes INTEGER,           -- what the plugin itself estimated for this task
         peak_bytes            INTEGER NOT NULL,
         output_bytes          INTEGER NOT NULL,
         wall_ms               INTEGER NOT NULL,
         error                 TEXT
     );
-    CREATE INDEX tasks_by_run_step ON tasks (run_id, step);
+
+    -- Where a run's rows of a step are: tasks first_task_id..=last_task_id, all of run_id and step.
+    CREATE TABLE task_blocks (
+        run_id        INTEGER NOT NULL,
+        step          TEXT NOT NULL,
+        first_task_id INTEGER NOT NULL,
+        last_task_id  INTEGER NOT NULL,
+        tasks         INTEGER NOT NULL,
+        PRIMARY KEY (run_id, step, first_task_id)
+    ) WITHOUT ROWID;
     ",
 ];
 

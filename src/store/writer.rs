@@ -4,9 +4,12 @@
 //! sender waits (back-pressure: the records in flight never exceed the capacity plus one batch).
 //! One writer thread per run, with its own connection, takes them out and inserts them in
 //! transactions of up to [`BATCH_ROWS`] rows, or whatever arrived within [`FLUSH_INTERVAL`] of a
-//! batch's first row, through one prepared statement. Each transaction takes the write lock
-//! immediately (`BEGIN IMMEDIATE`) and holds it only while inserting, so concurrent runs on one
-//! file take turns. The run row is completed in the same transaction as the last batch.
+//! batch's first row, through one prepared statement. A batch is written a step at a time, so a
+//! step's rows get consecutive task ids, recorded as one `task_blocks` row (the history reads
+//! find a step's rows by these blocks; a per-row index would double the cost of recording). Each
+//! transaction takes the write lock immediately (`BEGIN IMMEDIATE`) and holds it only while
+//! inserting, so concurrent runs on one file take turns. The run row is completed in the same
+//! transaction as the last batch.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,7 +18,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender};
-use rusqlite::{Connection, TransactionBehavior, params};
+use rusqlite::{Connection, Statement, TransactionBehavior, params};
 
 use super::{RunOutcome, RunStatus, StoreError, TaskRecord, TaskStatus, connect, now_text, to_sql_int};
 
@@ -31,6 +34,9 @@ const BUSY_ATTEMPTS: u32 = 3;
 const INSERT_TASK: &str = "INSERT INTO tasks (run_id, cycle, step, key, plugin, status, attempts, input_bytes, \
      estimate_bytes, estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+
+const INSERT_BLOCK: &str =
+    "INSERT INTO task_blocks (run_id, step, first_task_id, last_task_id, tasks) VALUES (?1, ?2, ?3, ?4, ?5)";
 
 const FINISH_RUN: &str = "UPDATE runs SET finished_at = ?2, status = ?3, wall_ms = ?4, peak_rss_bytes = ?5, \
      peak_reserved_bytes = ?6, spilled_bytes = ?7, tasks_ok = ?8, tasks_failed = ?9, tasks_skipped = ?10, \
@@ -63,7 +69,7 @@ pub struct RunRecorder {
     path: PathBuf,
     sender: Option<Sender<Message>>,
     writer: Option<JoinHandle<WriterEnd>>,
-    /// Records refused because the writer had stopped on an error.
+    /// Records the channel refused (the writer thread was gone).
     dropped: AtomicU64,
     committed: Arc<AtomicU64>,
 }
@@ -85,6 +91,7 @@ impl RunRecorder {
             cycle,
             receiver,
             committed: committed.clone(),
+            groups: Vec::new(),
             counts: Counts::default(),
             received: 0,
             batches: 0,
@@ -110,8 +117,8 @@ impl RunRecorder {
     }
 
     /// Queues one task row. Cheap (a channel send); blocks only while the channel is full. After
-    /// a write error the record is counted as lost and the error is reported by
-    /// [`finish`](RunRecorder::finish).
+    /// a write error the writer discards what it receives, counting it as lost, and
+    /// [`finish`](RunRecorder::finish) reports the error.
     pub fn record(&self, task: TaskRecord) {
         let sent = self.sender.as_ref().is_some_and(|s| s.send(Message::Task(task)).is_ok());
         if !sent {
@@ -201,11 +208,28 @@ struct WriterEnd {
     error: Option<rusqlite::Error>,
 }
 
+/// A batch's rows of one step, by index in the batch, in recording order.
+struct Group {
+    step: Arc<str>,
+    rows: Vec<u32>,
+}
+
+/// What one transaction writes.
+struct Batch<'a> {
+    run_id: i64,
+    cycle: &'a str,
+    tasks: &'a [TaskRecord],
+    groups: &'a [Group],
+    finish: Option<(RunOutcome, Counts)>,
+}
+
 struct Writer {
     conn: Connection,
     run_id: i64,
     cycle: String,
     receiver: Receiver<Message>,
+    /// Reused from batch to batch (see [`Writer::group`]).
+    groups: Vec<Group>,
     committed: Arc<AtomicU64>,
     /// Of committed rows.
     counts: Counts,
@@ -217,6 +241,16 @@ struct Writer {
 impl Writer {
     fn run(mut self) -> WriterEnd {
         let error = self.serve().err();
+        if error.is_some() {
+            // Count what still arrives as lost, until `finish` or the recorder is dropped, so
+            // that senders never block on a writer that has stopped writing.
+            for message in self.receiver.iter() {
+                match message {
+                    Message::Task(_) => self.received += 1,
+                    Message::Finish(_) => break,
+                }
+            }
+        }
         WriterEnd {
             received: self.received,
             written: self.committed.load(Ordering::Relaxed),
@@ -269,53 +303,113 @@ impl Writer {
     /// locked beyond the busy timeout. Clears the batch once it is committed.
     fn write(&mut self, batch: &mut Vec<TaskRecord>, finish: Option<RunOutcome>) -> rusqlite::Result<()> {
         let started = Instant::now();
+        let used = self.group(batch);
+        let mut counts = self.counts;
+        for task in batch.iter() {
+            counts.add(task);
+        }
+        let write = Batch {
+            run_id: self.run_id,
+            cycle: &self.cycle,
+            tasks: batch,
+            groups: &self.groups[..used],
+            finish: finish.map(|outcome| (outcome, counts)),
+        };
         let mut attempt = 1;
         let result = loop {
-            match self.try_write(batch, finish) {
+            match write.commit(&mut self.conn) {
                 Err(e) if attempt < BUSY_ATTEMPTS && is_busy(&e) => attempt += 1,
                 result => break result,
             }
         };
         self.write_time += started.elapsed();
         result?;
-        for task in batch.iter() {
-            self.counts.add(task);
-        }
+        self.counts = counts;
         self.batches += 1;
         self.committed.fetch_add(batch.len() as u64, Ordering::Release);
         batch.clear();
         Ok(())
     }
 
-    fn try_write(&mut self, batch: &[TaskRecord], finish: Option<RunOutcome>) -> rusqlite::Result<()> {
-        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if !batch.is_empty() {
+    /// Sorts the batch's rows by step, keeping their order within a step, into the first groups
+    /// of `self.groups`; returns how many groups there are.
+    fn group(&mut self, batch: &[TaskRecord]) -> usize {
+        fn same(a: &Arc<str>, b: &Arc<str>) -> bool {
+            Arc::ptr_eq(a, b) || a == b
+        }
+        let groups = &mut self.groups;
+        let mut used = 0;
+        let mut current = 0;
+        for (index, task) in batch.iter().enumerate() {
+            if used == 0 || !same(&groups[current].step, &task.step) {
+                current = match groups[..used].iter().position(|g| same(&g.step, &task.step)) {
+                    Some(found) => found,
+                    None => {
+                        if used == groups.len() {
+                            groups.push(Group { step: task.step.clone(), rows: Vec::new() });
+                        } else {
+                            groups[used].step = task.step.clone();
+                            groups[used].rows.clear();
+                        }
+                        used += 1;
+                        used - 1
+                    }
+                };
+            }
+            groups[current].rows.push(index as u32);
+        }
+        used
+    }
+}
+
+impl Batch<'_> {
+    /// One transaction: the rows, a step at a time, each step's consecutive task ids as a
+    /// block, and the run row's completion if this is the last batch.
+    fn commit(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if !self.tasks.is_empty() {
             let mut insert = tx.prepare_cached(INSERT_TASK)?;
-            // Bindings survive the reset after each row: the run's columns are bound once.
+            let mut block = tx.prepare_cached(INSERT_BLOCK)?;
+            // Bindings survive the reset after each row: what rows share is bound once.
             insert.raw_bind_parameter(1, self.run_id)?;
-            insert.raw_bind_parameter(2, self.cycle.as_str())?;
-            for task in batch {
-                insert.raw_bind_parameter(3, &*task.step)?;
-                insert.raw_bind_parameter(4, task.key.as_str())?;
-                insert.raw_bind_parameter(5, task.plugin)?;
-                insert.raw_bind_parameter(6, task.status.as_str())?;
-                insert.raw_bind_parameter(7, task.attempts)?;
-                insert.raw_bind_parameter(8, to_sql_int(task.input_bytes))?;
-                insert.raw_bind_parameter(9, to_sql_int(task.estimate_bytes))?;
-                insert.raw_bind_parameter(10, task.estimate_source)?;
-                insert.raw_bind_parameter(11, to_sql_int(task.plugin_estimate_bytes))?;
-                insert.raw_bind_parameter(12, to_sql_int(task.peak_bytes))?;
-                insert.raw_bind_parameter(13, to_sql_int(task.output_bytes))?;
-                insert.raw_bind_parameter(14, to_sql_int(task.wall_ms))?;
-                insert.raw_bind_parameter(15, task.error.as_deref())?;
-                insert.raw_execute()?;
+            insert.raw_bind_parameter(2, self.cycle)?;
+            block.raw_bind_parameter(1, self.run_id)?;
+            for group in self.groups {
+                insert.raw_bind_parameter(3, &*group.step)?;
+                block.raw_bind_parameter(2, &*group.step)?;
+                // Task ids are consecutive within a transaction (max + 1), but check.
+                let mut range: Option<(i64, i64)> = None;
+                for &index in &group.rows {
+                    let task = &self.tasks[index as usize];
+                    insert.raw_bind_parameter(4, task.key.as_str())?;
+                    insert.raw_bind_parameter(5, task.plugin)?;
+                    insert.raw_bind_parameter(6, task.status.as_str())?;
+                    insert.raw_bind_parameter(7, task.attempts)?;
+                    insert.raw_bind_parameter(8, to_sql_int(task.input_bytes))?;
+                    insert.raw_bind_parameter(9, to_sql_int(task.estimate_bytes))?;
+                    insert.raw_bind_parameter(10, task.estimate_source)?;
+                    insert.raw_bind_parameter(11, to_sql_int(task.plugin_estimate_bytes))?;
+                    insert.raw_bind_parameter(12, to_sql_int(task.peak_bytes))?;
+                    insert.raw_bind_parameter(13, to_sql_int(task.output_bytes))?;
+                    insert.raw_bind_parameter(14, to_sql_int(task.wall_ms))?;
+                    insert.raw_bind_parameter(15, task.error.as_deref())?;
+                    insert.raw_execute()?;
+                    let id = tx.last_insert_rowid();
+                    range = match range {
+                        Some((first, last)) if id == last + 1 => Some((first, id)),
+                        Some((first, last)) => {
+                            write_block(&mut block, first, last)?;
+                            Some((id, id))
+                        }
+                        None => Some((id, id)),
+                    };
+                }
+                if let Some((first, last)) = range {
+                    write_block(&mut block, first, last)?;
+                }
             }
         }
-        if let Some(outcome) = finish {
-            let mut counts = self.counts;
-            for task in batch {
-                counts.add(task);
-            }
+        if let Some((outcome, counts)) = self.finish {
             let finished = outcome.status != RunStatus::Aborted;
             tx.execute(
                 FINISH_RUN,
@@ -336,6 +430,14 @@ impl Writer {
         }
         tx.commit()
     }
+}
+
+/// Records that tasks `first..=last` are one block of the step bound to `block`.
+fn write_block(block: &mut Statement<'_>, first: i64, last: i64) -> rusqlite::Result<()> {
+    block.raw_bind_parameter(3, first)?;
+    block.raw_bind_parameter(4, last)?;
+    block.raw_bind_parameter(5, last - first + 1)?;
+    block.raw_execute().map(drop)
 }
 
 fn thread_cpu_time() -> Duration {
