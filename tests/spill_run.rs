@@ -117,19 +117,24 @@ fn wait_for_spill_folder(spill: &Path) -> PathBuf {
     }
 }
 
-#[test]
-fn a_killed_runs_spill_folder_is_removed_by_the_next_run() {
-    let dir = tempfile::tempdir().unwrap();
-    // Spills early, then holds on in a slow last task.
+/// Starts a run in `dir` that spills early, then holds on in a slow last task; returns it once
+/// its spill folder holds files, with that folder.
+fn spawn_spilling_run(dir: &Path) -> (Child, PathBuf) {
     let slow = "  slow:\n    plugin: alloc\n    inputs: {all: all}\n    args: {bytes: 1MiB, hold_ms: 30000}\n";
-    std::fs::write(dir.path().join("g.yaml"), gather_recipe(8, slow)).unwrap();
-    let mut child = runner()
+    std::fs::write(dir.join("g.yaml"), gather_recipe(8, slow)).unwrap();
+    let child = runner()
         .args(["run", "g.yaml", "--budget", "400MiB", "--no-record", "--spill-dir", "spill"])
-        .current_dir(dir.path())
+        .current_dir(dir)
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let folder = wait_for_spill_folder(&dir.path().join("spill"));
+    (child, wait_for_spill_folder(&dir.join("spill")))
+}
+
+#[test]
+fn a_killed_runs_spill_folder_is_removed_by_the_next_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, folder) = spawn_spilling_run(dir.path());
     child.kill().unwrap();
     child.wait().unwrap();
     assert!(folder.exists(), "a SIGKILLed run cannot clean up after itself");
@@ -175,15 +180,7 @@ fn an_unusable_spill_dir_is_named_and_the_run_goes_on() {
 #[test]
 fn ctrl_c_removes_the_spill_folder() {
     let dir = tempfile::tempdir().unwrap();
-    let slow = "  slow:\n    plugin: alloc\n    inputs: {all: all}\n    args: {bytes: 1MiB, hold_ms: 30000}\n";
-    std::fs::write(dir.path().join("g.yaml"), gather_recipe(8, slow)).unwrap();
-    let mut child = runner()
-        .args(["run", "g.yaml", "--budget", "400MiB", "--no-record", "--spill-dir", "spill"])
-        .current_dir(dir.path())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let folder = wait_for_spill_folder(&dir.path().join("spill"));
+    let (mut child, folder) = spawn_spilling_run(dir.path());
     // SAFETY: sending SIGINT to our own child.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
     let status = child.wait().unwrap();

@@ -110,8 +110,6 @@ pub struct State<'g> {
     models: Vec<Option<StepModel>>,
     /// Steps whose plugin estimates each task from its inputs at dispatch.
     follows_data: Vec<bool>,
-    /// Tasks taken out of the queues whose estimate a worker is computing.
-    estimating: usize,
     /// Where buffers go when a reservation cannot fit; `None` once spilling failed.
     spill: Option<&'g SpillDir>,
     /// Bytes moved to disk so far.
@@ -156,7 +154,6 @@ impl<'g> State<'g> {
             newly_ready: Vec::new(),
             models: plan.steps.iter().map(|s| s.model.clone()).collect(),
             follows_data,
-            estimating: 0,
             spill,
             spilled: 0,
             spill_error: None,
@@ -184,7 +181,6 @@ impl<'g> State<'g> {
             }
             if self.follows_data[step] {
                 let Some(index) = self.pop_ready(step) else { continue };
-                self.estimating += 1;
                 return Pick::Estimate(TaskRef { step, index });
             }
             let plugin_estimate = plan.steps[step].plugin_estimate;
@@ -204,24 +200,13 @@ impl<'g> State<'g> {
         plugin_estimate: u64,
         tag_for: impl Fn() -> u32 + Copy,
     ) -> Option<Picked> {
-        self.estimating -= 1;
-        let picked = self.try_start(plan, task, plugin_estimate, tag_for);
-        if picked.is_none() {
-            self.steps[task.step].deferred.push_back((task.index, plugin_estimate));
+        match self.admit(plan, task.step, plugin_estimate) {
+            Some(admitted) => Some(self.start(task, admitted, plugin_estimate, tag_for)),
+            None => {
+                self.steps[task.step].deferred.push_back((task.index, plugin_estimate));
+                None
+            }
         }
-        picked
-    }
-
-    /// Starts `task` if the ledger admits its estimate.
-    fn try_start(
-        &mut self,
-        plan: &Plan,
-        task: TaskRef,
-        plugin_estimate: u64,
-        tag_for: impl Fn() -> u32 + Copy,
-    ) -> Option<Picked> {
-        let admitted = self.admit(plan, task.step, plugin_estimate)?;
-        Some(self.start(task, admitted, plugin_estimate, tag_for))
     }
 
     /// The estimate of a task of `step` whose plugin estimates `plugin_estimate`, and whether
