@@ -2,23 +2,32 @@
 //! cells on its last two axes, separately for each index of the leading axes. At the edges the
 //! mean is over the window cells inside the grid.
 //!
+//! Method: window sums are read from a table of running sums in f64: for a square, the
+//! summed-area table (four look-ups per cell, whatever the radius); for a circle, each row's
+//! running sums (two look-ups per window row, `⌊√(r² − dy²)⌋` cells either side). Values enter
+//! the table as their deviation from the slice's background (below), so a window of background
+//! only sums to exactly 0 and its mean is exactly the background.
+//!
 //! Trimming: fields such as exceedance probabilities are mostly one background value, 0 (dry)
 //! or 1. Each 2-D slice is scanned for the bounding box of the cells that differ from whichever
-//! background gives the smaller box; cells farther than the radius from that box have windows of
-//! background only, so they are set to it exactly, and the work and the temporaries cover only
-//! the box dilated by the radius. A slice of one value is copied through.
+//! background gives the smaller box; cells farther than the radius from that box are set to the
+//! background, and the work covers the box dilated by the radius; the table covers it dilated
+//! twice (every window of every worked-on cell). A slice of one value is copied through. So the
+//! memory a task needs follows the weather: the output plus, per slice being worked on, 8 bytes
+//! per cell of the wet region's dilated box — from little more than the output on a dry day to
+//! three times it when rain covers the grid.
 //!
-//! Trimming never changes a value, because each output cell is computed from its window alone in
-//! a fixed order: for every row of the window, a run sum `((v[x] + v[x-1]) + v[x+1]) + ...` out
-//! to the row's half-width (the radius for a square, `⌊√(r² − dy²)⌋` for a circle), cells outside
-//! the grid counting as 0; then those runs summed from the top row of the window down, starting
-//! from 0; then divided by the number of window cells inside the grid. Nothing depends on where
-//! the box starts. A window of background only gives exactly 0 or exactly 1 by this computation
-//! too (sums of up to 2²⁴ ones are exact), so trimmed and untrimmed results agree bit for bit.
+//! Trimming never changes a value: every running sum starts at the left or top edge of the table
+//! from +0.0, and everything left of and above the table is background, whose deviation is
+//! exactly 0, so each table entry is bit for bit the entry a whole-grid table would hold; the
+//! look-ups, their order and the counts of cells are the same too.
 //!
-//! Cost: O(radius) per cell (each row's runs for all half-widths are built by widening one run),
-//! vectorisable inner loops over columns, one output allocation, and per worker a few rows of
-//! temporaries as wide as the box.
+//! NaN and infinities would spread through running sums to windows that do not hold them, so a
+//! slice holding any is summed window by window instead (O(radius²) per cell), which gives each
+//! window the direct sum's NaN or infinity.
+//!
+//! Cost: one pass to find the box, one to build the table, one to read it; inner loops over
+//! columns vectorise; one output allocation; per slice being worked on, one table.
 
 use std::ops::Range;
 
@@ -129,26 +138,33 @@ impl Plugin for Nbhood {
         let (ny, nx) = (shape[shape.len() - 2], shape[shape.len() - 1]);
         let cells: usize = shape.iter().product();
         let output_bytes = (cells * std::mem::size_of::<f32>()) as u64;
-        if ny == 0 || nx == 0 {
+        if cells == 0 {
             return output_bytes;
         }
-        let window = Window::new(settings.radius, settings.shape, ny, nx);
-        let widest = match dispatch_input.and_then(|array| array.view::<f32>().ok()) {
-            Some(view) => match view.as_slice() {
-                Some(data) => data
-                    .chunks_exact(ny * nx)
-                    .map(|slice| match Content::of(slice, nx).work_area(&window, ny, nx) {
-                        Some((_, cols)) => cols.len(),
-                        None => 0,
-                    })
-                    .max()
-                    .unwrap_or(0),
-                None => nx,
-            },
-            None => nx,
+        let (window, grid) = (Window::new(settings.radius, settings.shape, ny, nx), Grid { ny, nx });
+        let table_of = |work: SliceWork| {
+            work.table_extent(&window, grid).map_or(0, |(rows, cols)| table_bytes(rows.len(), cols.len()))
         };
-        let workers = rayon::current_num_threads() as u64;
-        output_bytes + workers * window.temporary_bytes(widest)
+        let slices = cells / (ny * nx);
+        let whole_grid = SliceWork { background: 0.0, cells: Some((0..ny, 0..nx)) };
+        let mut tables: Vec<u64> = match dispatch_input.and_then(|array| array.view::<f32>().ok()) {
+            Some(view) if view.is_standard_layout() => view
+                .as_slice()
+                .expect("a standard layout view is contiguous")
+                .chunks_exact(ny * nx)
+                .map(|slice| table_of(SliceWork::plan(&Content::of(slice, nx), true, &window, grid)))
+                .collect(),
+            _ => vec![table_of(whole_grid); slices],
+        };
+        // As `run` does it: slices spread over the workers each build a table at the same time;
+        // fewer slices than workers are done one after another.
+        let workers = rayon::current_num_threads().max(1);
+        let alive = if slices >= workers { workers } else { 1 };
+        tables.sort_unstable_by(|a, b| b.cmp(a));
+        let table_total: u64 = tables.iter().take(alive).sum();
+        // Each band being worked on holds a row of sums and one of cell counts.
+        let row_buffers = if table_total > 0 { (workers * 2 * nx * std::mem::size_of::<f64>()) as u64 } else { 0 };
+        output_bytes + table_total + row_buffers
     }
 
     fn run(&self, ctx: &TaskContext, args: &Args, inputs: &Inputs) -> Result<Value, TaskError> {
@@ -189,50 +205,56 @@ pub(crate) fn neighbourhood_mean(
     let standard = input.as_standard_layout();
     let data = standard.as_slice().expect("standard layout is contiguous");
     let window = Window::new(radius, shape, ny, nx);
+    let grid = Grid { ny, nx };
     let flat = out.as_slice_mut().expect("a new array is in C order");
     let workers = rayon::current_num_threads().max(1);
     let slices = flat.len() / plane;
-    let content_of = |slice: &[f32]| {
-        if trim { Content::of(slice, nx) } else { Content::Everything }
-    };
+    let work_of = |slice: &[f32]| SliceWork::plan(&Content::of(slice, nx), trim, &window, grid);
 
     if slices >= workers {
-        // Enough slices to keep every worker busy: one slice per piece of work.
+        // Enough slices to keep every worker busy: one slice, and its table, per piece of work.
         ctx.par_chunks_mut(flat, plane, |s, out_slice| {
             let slice = &data[s * plane..(s + 1) * plane];
-            smooth_band(slice, out_slice, 0..ny, &window, &content_of(slice), ny, nx);
+            let work = work_of(slice);
+            let table = Table::build(ctx, slice, &work, &window, grid);
+            smooth_band(slice, &table, &work, out_slice, 0..ny, &window, grid);
         });
     } else {
-        // Few large slices: split each into bands of rows.
-        let band_rows = ny.div_ceil(2 * workers).max(MIN_BAND_ROWS).max(4 * window.reach_y);
+        // Few large slices: one table per slice, its rows smoothed in parallel bands.
+        let band_rows = ny.div_ceil(2 * workers).max(MIN_BAND_ROWS);
         for (slice, out_slice) in data.chunks_exact(plane).zip(flat.chunks_exact_mut(plane)) {
-            let content = content_of(slice);
+            let work = work_of(slice);
+            let table = Table::build(ctx, slice, &work, &window, grid);
             ctx.par_chunks_mut(out_slice, band_rows * nx, |b, out_band| {
                 let rows = b * band_rows..(b * band_rows + out_band.len() / nx);
-                smooth_band(slice, out_band, rows, &window, &content, ny, nx);
+                smooth_band(slice, &table, &work, out_band, rows, &window, grid);
             });
         }
     }
     out
 }
 
+/// The size of one 2-D slice.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    ny: usize,
+    nx: usize,
+}
+
 /// The window on one grid, clamped to what the grid can hold: rows beyond the grid's height
-/// and columns beyond its width only ever add zeros, so leaving them out changes nothing.
+/// and columns beyond its width never hold a cell, so leaving them out changes nothing.
 struct Window {
+    shape: WindowShape,
     /// Rows of the window above (and below) its centre: min(radius, ny − 1).
     reach_y: usize,
     /// Half-width of the window's row at offset `dy`, at index `dy + reach_y`; at most nx − 1.
     half_widths: Vec<usize>,
-    /// For each row offset, the slot of its run sums among `distinct`.
-    slots: Vec<usize>,
-    /// The distinct half-widths, ascending.
-    distinct: Vec<usize>,
 }
 
 impl Window {
     fn new(radius: usize, shape: WindowShape, ny: usize, nx: usize) -> Window {
         let reach_y = radius.min(ny.saturating_sub(1));
-        let half_widths: Vec<usize> = (0..=2 * reach_y)
+        let half_widths = (0..=2 * reach_y)
             .map(|i| {
                 let dy = i.abs_diff(reach_y) as u64;
                 let full = match shape {
@@ -242,34 +264,26 @@ impl Window {
                 full.min(nx.saturating_sub(1))
             })
             .collect();
-        let mut distinct = half_widths.clone();
-        distinct.sort_unstable();
-        distinct.dedup();
-        let slots =
-            half_widths.iter().map(|w| distinct.binary_search(w).expect("every half-width is listed")).collect();
-        Window { reach_y, half_widths, slots, distinct }
+        Window { shape, reach_y, half_widths }
     }
 
     /// Half-width of the widest row.
     fn reach_x(&self) -> usize {
-        self.distinct.last().copied().unwrap_or(0)
+        self.half_widths.iter().copied().max().unwrap_or(0)
     }
 
-    /// Bytes of temporaries one worker needs for a box `width` columns wide.
-    fn temporary_bytes(&self, width: usize) -> u64 {
-        if width == 0 {
-            return 0;
-        }
-        let floats = (width + 2 * self.reach_x()) + (self.distinct.len() + 2) * width;
-        (floats * std::mem::size_of::<f32>()) as u64
+    /// Grid rows and columns whose cells lie in the windows of the cells of `rows` × `cols`.
+    fn reach_of(&self, rows: &Range<usize>, cols: &Range<usize>, grid: Grid) -> (Range<usize>, Range<usize>) {
+        (
+            rows.start.saturating_sub(self.reach_y)..(rows.end + self.reach_y).min(grid.ny),
+            cols.start.saturating_sub(self.reach_x())..(cols.end + self.reach_x()).min(grid.nx),
+        )
     }
 }
 
 /// What trimming found in one 2-D slice.
 #[derive(Debug, Clone, PartialEq)]
 enum Content {
-    /// Trimming is off: every cell is worked on.
-    Everything,
     /// Every cell is `value`, 0 or 1: so is every window mean.
     Uniform(f32),
     /// Cells other than `background` (0 or 1) lie within `rows` × `cols`.
@@ -289,26 +303,106 @@ impl Content {
         }
     }
 
-    /// The cells whose windows reach a non-background cell, and the background elsewhere;
-    /// `None` when no cell needs work.
-    fn work_area(&self, window: &Window, ny: usize, nx: usize) -> Option<(Range<usize>, Range<usize>)> {
-        match self {
-            Content::Everything => Some((0..ny, 0..nx)),
-            Content::Uniform(_) => None,
-            Content::Patch { rows, cols, .. } => Some((
-                rows.start.saturating_sub(window.reach_y)..(rows.end + window.reach_y).min(ny),
-                cols.start.saturating_sub(window.reach_x())..(cols.end + window.reach_x()).min(nx),
-            )),
-        }
-    }
-
     fn background(&self) -> f32 {
         match self {
-            Content::Everything => 0.0,
             Content::Uniform(value) => *value,
             Content::Patch { background, .. } => *background,
         }
     }
+}
+
+/// Which cells of one slice are worked on, and the value of all the others.
+#[derive(Debug, Clone)]
+struct SliceWork {
+    /// Every cell outside `cells` is this, and so is every window mean there.
+    background: f32,
+    /// Rows and columns of the cells whose windows reach a non-background cell: the non-background
+    /// box dilated by the window's reach (the whole grid when not trimming); `None` if none does.
+    cells: Option<(Range<usize>, Range<usize>)>,
+}
+
+impl SliceWork {
+    fn plan(content: &Content, trim: bool, window: &Window, grid: Grid) -> SliceWork {
+        let background = content.background();
+        let cells = match content {
+            _ if !trim => Some((0..grid.ny, 0..grid.nx)),
+            Content::Uniform(_) => None,
+            Content::Patch { rows, cols, .. } => Some(window.reach_of(rows, cols, grid)),
+        };
+        SliceWork { background, cells }
+    }
+
+    /// Grid rows and columns the table must cover: every window of every worked-on cell.
+    fn table_extent(&self, window: &Window, grid: Grid) -> Option<(Range<usize>, Range<usize>)> {
+        self.cells.as_ref().map(|(rows, cols)| window.reach_of(rows, cols, grid))
+    }
+}
+
+/// What the windows' sums are read from, over the grid rows and columns `rows` × `cols`, in f64:
+/// for a square window the summed-area table (entry `[i][j]` is the sum of the first `i` rows and
+/// `j` columns, so a window is four look-ups); for a circle, each row's running sums (entry
+/// `[i + 1][j]` is the sum of the first `j` cells of row `i`, so a window is two per row). Values
+/// enter as their deviation from the slice's background, so everything outside the worked-on
+/// area is exactly 0.
+struct Table {
+    rows: Range<usize>,
+    cols: Range<usize>,
+    /// Entries per table row: one more than the columns.
+    stride: usize,
+    entries: Vec<f64>,
+    /// False if a value is NaN or infinite: running sums would spread it beyond its windows.
+    finite: bool,
+}
+
+impl Table {
+    /// Builds the table for `work`, announcing its size first; empty if no cell needs work.
+    fn build(ctx: &TaskContext, slice: &[f32], work: &SliceWork, window: &Window, grid: Grid) -> Table {
+        let Some((rows, cols)) = work.table_extent(window, grid) else {
+            return Table { rows: 0..0, cols: 0..0, stride: 1, entries: Vec::new(), finite: true };
+        };
+        let stride = cols.len() + 1;
+        ctx.will_allocate(table_bytes(rows.len(), cols.len()));
+        let mut entries = Vec::with_capacity((rows.len() + 1) * stride);
+        entries.resize(stride, 0.0f64);
+        let background = f64::from(work.background);
+        let summed_area = window.shape == WindowShape::Square;
+        let mut finite = true;
+        for (i, y) in rows.clone().enumerate() {
+            let source = &slice[y * grid.nx..][cols.clone()];
+            // Each row is zeroed just before it is written, while it is in cache, rather than
+            // the whole table up front.
+            entries.resize((i + 2) * stride, 0.0);
+            let (done, row) = entries.split_at_mut((i + 1) * stride);
+            let above = &done[i * stride..];
+            // Running sums strictly left to right from +0.0: cells left of and above the table are
+            // background (deviation 0), so each entry is the same whatever the table's extent.
+            let mut sum = 0.0f64;
+            if summed_area {
+                for ((entry, &up), &value) in row[1..].iter_mut().zip(&above[1..]).zip(source) {
+                    sum += f64::from(value) - background;
+                    *entry = up + sum;
+                }
+            } else {
+                for (entry, &value) in row[1..].iter_mut().zip(source) {
+                    sum += f64::from(value) - background;
+                    *entry = sum;
+                }
+            }
+            finite &= sum.is_finite();
+        }
+        Table { rows, cols, stride, entries, finite }
+    }
+
+    /// Entries of the table row holding grid row `y`'s sums (summed-area: the rows above `y`).
+    fn row(&self, y: usize) -> &[f64] {
+        let i = y - self.rows.start;
+        &self.entries[i * self.stride..(i + 1) * self.stride]
+    }
+}
+
+/// Bytes of a table over `rows` × `cols` grid cells.
+fn table_bytes(rows: usize, cols: usize) -> u64 {
+    ((rows + 1) * (cols + 1) * std::mem::size_of::<f64>()) as u64
 }
 
 /// Rows and columns spanned by the cells that are not `background` (NaN counts as not).
@@ -354,127 +448,162 @@ fn last_other(row: &[f32], background: f32) -> Option<usize> {
 /// Computes output rows `band` of one slice into `out_band` (those rows, full width).
 fn smooth_band(
     slice: &[f32],
+    table: &Table,
+    work: &SliceWork,
     out_band: &mut [f32],
     band: Range<usize>,
     window: &Window,
-    content: &Content,
-    ny: usize,
-    nx: usize,
+    grid: Grid,
 ) {
-    let background = content.background();
-    let Some((rows, cols)) = content.work_area(window, ny, nx) else {
+    let background = work.background;
+    let Some((rows, cols)) = work.cells.clone() else {
         out_band.fill(background);
         return;
     };
-    let rows = rows.start.max(band.start)..rows.end.min(band.end);
     if background != 0.0 {
+        // The output starts zeroed; cells left out of the work area are the background.
         out_band.fill(background);
     }
-    for y in rows.clone() {
-        // Window sums accumulate in place from +0.0, over any background filled in above.
-        out_band[(y - band.start) * nx..][cols.clone()].fill(0.0);
-    }
-    if rows.is_empty() {
-        return;
-    }
-    let mut out_rows = OutRows { data: out_band, first_row: band.start, nx, cols: cols.clone() };
-    sum_windows(slice, &mut out_rows, rows.clone(), window, ny, nx);
-    divide_by_counts(&mut out_rows, rows, window, ny, nx);
-}
-
-/// Mutable access to the `cols` of rows of the output, by grid row.
-struct OutRows<'a> {
-    data: &'a mut [f32],
-    first_row: usize,
-    nx: usize,
-    cols: Range<usize>,
-}
-
-impl OutRows<'_> {
-    fn row(&mut self, y: usize) -> &mut [f32] {
-        let start = (y - self.first_row) * self.nx;
-        &mut self.data[start + self.cols.start..start + self.cols.end]
-    }
-}
-
-/// Adds to each cell of `rows` × `out.cols` the sum of its window, in the documented order.
-fn sum_windows(slice: &[f32], out: &mut OutRows<'_>, rows: Range<usize>, window: &Window, ny: usize, nx: usize) {
-    let cols = out.cols.clone();
-    let width = cols.len();
-    let pad = window.reach_x();
-    // One input row over the box's columns plus `pad` either side, zero outside the grid.
-    let mut padded = vec![0.0f32; width + 2 * pad];
-    let mut run = vec![0.0f32; width];
-    let mut runs = vec![0.0f32; window.distinct.len() * width];
-    let grid_cols = cols.start.saturating_sub(pad)..(cols.end + pad).min(nx);
-    let offset = grid_cols.start + pad - cols.start;
-
-    let reach = window.reach_y;
-    for source in rows.start.saturating_sub(reach)..(rows.end + reach).min(ny) {
-        padded[offset..offset + grid_cols.len()].copy_from_slice(&slice[source * nx..][grid_cols.clone()]);
-        row_runs(&padded, pad, &window.distinct, &mut run, &mut runs);
-        // Output rows whose windows include this source row, each receiving it in top-down order.
-        for y in source.saturating_sub(reach).max(rows.start)..(source + reach + 1).min(rows.end) {
-            let slot = window.slots[source + reach - y];
-            let sums = &runs[slot * width..(slot + 1) * width];
-            for (cell, &sum) in out.row(y).iter_mut().zip(sums) {
-                *cell += sum;
-            }
-        }
-    }
-}
-
-/// Run sums of one padded row for every half-width in `distinct`: run `w` at column `x` is
-/// `((v[x] + v[x-1]) + v[x+1]) + ... + v[x+w]`, built by widening the run one step at a time.
-fn row_runs(padded: &[f32], pad: usize, distinct: &[usize], run: &mut [f32], runs: &mut [f32]) {
-    let width = run.len();
-    run.copy_from_slice(&padded[pad..pad + width]);
-    let mut slots = distinct.iter().enumerate().peekable();
-    for w in 0..=pad {
-        if w > 0 {
-            let left = &padded[pad - w..pad - w + width];
-            let right = &padded[pad + w..pad + w + width];
-            for ((sum, &l), &r) in run.iter_mut().zip(left).zip(right) {
-                *sum = *sum + l + r;
-            }
-        }
-        if let Some((slot, _)) = slots.next_if(|&(_, &half_width)| half_width == w) {
-            runs[slot * width..(slot + 1) * width].copy_from_slice(run);
-        }
-    }
-}
-
-/// Divides each window sum by the number of the window's cells that lie inside the grid.
-fn divide_by_counts(out: &mut OutRows<'_>, rows: Range<usize>, window: &Window, ny: usize, nx: usize) {
-    let cols = out.cols.clone();
-    let mut counts = vec![0.0f32; cols.len()];
+    let rows = rows.start.max(band.start)..rows.end.min(band.end);
+    let mut sums = vec![0.0f64; cols.len()];
+    let mut shares = vec![0.0f64; cols.len()];
     let mut counted_offsets = None;
     for y in rows {
         // Window rows inside the grid, as indices into `half_widths`; rows away from the top and
         // bottom edges share them, so their counts are computed once.
-        let reach = window.reach_y;
-        let offsets = reach.saturating_sub(y)..(reach + ny - y).min(2 * reach + 1);
+        let offsets = window.reach_y.saturating_sub(y)..(window.reach_y + grid.ny - y).min(2 * window.reach_y + 1);
         if counted_offsets.as_ref() != Some(&offsets) {
-            fill_counts(&mut counts, &window.half_widths[offsets.clone()], cols.clone(), nx);
-            counted_offsets = Some(offsets);
+            fill_shares(&mut shares, &window.half_widths[offsets.clone()], cols.clone(), grid.nx);
+            counted_offsets = Some(offsets.clone());
         }
-        for (cell, &count) in out.row(y).iter_mut().zip(&counts) {
-            *cell /= count;
+        let first_row = y + offsets.start - window.reach_y;
+        if !table.finite {
+            let half_widths = &window.half_widths[offsets];
+            window_sums_directly(slice, work.background, &mut sums, first_row, half_widths, cols.clone(), grid);
+        } else if window.shape == WindowShape::Square {
+            rectangle_sums(
+                table,
+                &mut sums,
+                first_row..first_row + offsets.len(),
+                window.reach_x(),
+                cols.clone(),
+                grid,
+            );
+        } else {
+            run_sums(table, &mut sums, first_row, &window.half_widths[offsets], cols.clone(), grid);
+        }
+        let background = f64::from(background);
+        let out_row = &mut out_band[(y - band.start) * grid.nx..][cols.clone()];
+        for ((cell, &sum), &share) in out_row.iter_mut().zip(&sums).zip(&shares) {
+            *cell = (background + sum * share) as f32;
         }
     }
 }
 
-/// For each column of `cols`, how many cells of rows with these half-widths lie inside the grid.
-fn fill_counts(counts: &mut [f32], half_widths: &[usize], cols: Range<usize>, nx: usize) {
+/// The columns of `cols` split into those whose window row of half-width `half_width` is cut by
+/// the grid's left edge, those whose window row lies inside the grid, and those cut by the
+/// right edge: the middle part reads the table at fixed offsets, which vectorises.
+fn edge_split(cols: &Range<usize>, half_width: usize, nx: usize) -> [Range<usize>; 3] {
+    let inner_start = half_width.clamp(cols.start, cols.end);
+    let inner_end = (nx.saturating_sub(half_width + 1)).clamp(inner_start, cols.end);
+    [cols.start..inner_start, inner_start..inner_end, inner_end..cols.end]
+}
+
+/// Table column of the left end (inclusive) and right end (exclusive) of the window row of
+/// `half_width` centred on grid column `x`, cut to the grid.
+fn row_ends(table: &Table, x: usize, half_width: usize, nx: usize) -> (usize, usize) {
+    (x.saturating_sub(half_width) - table.cols.start, (x + half_width + 1).min(nx) - table.cols.start)
+}
+
+/// Square windows: each window's sum from four entries of the summed-area table, for the
+/// window's rows `rows` (inside the grid) and half-width `half_width`.
+fn rectangle_sums(
+    table: &Table,
+    sums: &mut [f64],
+    rows: Range<usize>,
+    half_width: usize,
+    cols: Range<usize>,
+    grid: Grid,
+) {
+    let (top, bottom) = (table.row(rows.start), table.row(rows.end));
+    let sum_of = |lo: usize, hi: usize| ((bottom[hi] - top[hi]) - bottom[lo]) + top[lo];
+    let [left, inner, right] = edge_split(&cols, half_width, grid.nx);
+    for x in left.chain(right.clone()) {
+        let (lo, hi) = row_ends(table, x, half_width, grid.nx);
+        sums[x - cols.start] = sum_of(lo, hi);
+    }
+    if inner.is_empty() {
+        return;
+    }
+    let (lo, hi) = row_ends(table, inner.start, half_width, grid.nx);
+    let n = inner.len();
+    let out = &mut sums[inner.start - cols.start..][..n];
+    let (top_lo, top_hi, bottom_lo, bottom_hi) =
+        (&top[lo..lo + n], &top[hi..hi + n], &bottom[lo..lo + n], &bottom[hi..hi + n]);
+    for i in 0..n {
+        out[i] = ((bottom_hi[i] - top_hi[i]) - bottom_lo[i]) + top_lo[i];
+    }
+}
+
+/// Circular windows: each window's sum row by row, top to bottom from 0, each row's part from two
+/// entries of that row's running sums. `half_widths` are those of the window rows inside the
+/// grid, the first of which is grid row `first_row`.
+fn run_sums(table: &Table, sums: &mut [f64], first_row: usize, half_widths: &[usize], cols: Range<usize>, grid: Grid) {
+    sums.fill(0.0);
+    for (dy, &half_width) in half_widths.iter().enumerate() {
+        let row = table.row(first_row + dy + 1);
+        let [left, inner, right] = edge_split(&cols, half_width, grid.nx);
+        for x in left.chain(right.clone()) {
+            let (lo, hi) = row_ends(table, x, half_width, grid.nx);
+            sums[x - cols.start] += row[hi] - row[lo];
+        }
+        if inner.is_empty() {
+            continue;
+        }
+        let (lo, hi) = row_ends(table, inner.start, half_width, grid.nx);
+        let n = inner.len();
+        let out = &mut sums[inner.start - cols.start..][..n];
+        for ((sum, &l), &h) in out.iter_mut().zip(&row[lo..lo + n]).zip(&row[hi..hi + n]) {
+            *sum += h - l;
+        }
+    }
+}
+
+/// Windows of a slice holding NaN or infinite values, summed cell by cell from the input so that
+/// such values reach only their own windows (as a direct sum would), at O(radius²) per cell.
+fn window_sums_directly(
+    slice: &[f32],
+    background: f32,
+    sums: &mut [f64],
+    first_row: usize,
+    half_widths: &[usize],
+    cols: Range<usize>,
+    grid: Grid,
+) {
+    let background = f64::from(background);
+    sums.fill(0.0);
+    for (dy, &half_width) in half_widths.iter().enumerate() {
+        let row = &slice[(first_row + dy) * grid.nx..][..grid.nx];
+        for (sum, x) in sums.iter_mut().zip(cols.clone()) {
+            let cells = &row[x.saturating_sub(half_width)..(x + half_width + 1).min(grid.nx)];
+            *sum += cells.iter().map(|&v| f64::from(v) - background).sum::<f64>();
+        }
+    }
+}
+
+/// For each column of `cols`, one over the number of cells of rows with these half-widths that
+/// lie inside the grid: a window's mean is its sum times this (a multiplication vectorises
+/// better than a division).
+fn fill_shares(shares: &mut [f64], half_widths: &[usize], cols: Range<usize>, nx: usize) {
     let widest = half_widths.iter().copied().max().unwrap_or(0);
     let full: u64 = half_widths.iter().map(|&w| 2 * w as u64 + 1).sum();
-    for (count, x) in counts.iter_mut().zip(cols) {
+    for (share, x) in shares.iter_mut().zip(cols) {
         let cells = if x >= widest && x + widest < nx {
             full
         } else {
             half_widths.iter().map(|&w| ((x + w).min(nx - 1) - x.saturating_sub(w) + 1) as u64).sum()
         };
-        *count = cells as f32;
+        *share = 1.0 / cells as f64;
     }
 }
 
@@ -626,6 +755,29 @@ mod tests {
     }
 
     #[test]
+    fn nan_and_infinities_reach_only_their_own_windows() {
+        for background in [0.0f32, 1.0] {
+            let mut field = patch_field(40, 50, background, 10..30, 10..40);
+            field[[15, 20]] = f32::NAN;
+            field[[25, 30]] = f32::INFINITY;
+            field[[25, 34]] = f32::NEG_INFINITY;
+            for shape in SHAPES {
+                let what = format!("background {background} {shape:?}");
+                let got = smoothed(&field, 3, shape, true);
+                let expected = brute_force(&field, 3, shape);
+                for (i, (&g, &e)) in got.iter().zip(expected.iter()).enumerate() {
+                    if e.is_finite() {
+                        assert!((f64::from(g) - e).abs() <= 1e-5, "{what}: cell {i}: {g} vs {e}");
+                    } else {
+                        assert!(g.is_nan() == e.is_nan() && (g.is_nan() || f64::from(g) == e), "{what}: {i}: {g} {e}");
+                    }
+                }
+                assert_bitwise_equal(&got, &smoothed(&field, 3, shape, false), &what);
+            }
+        }
+    }
+
+    #[test]
     fn trimming_finds_the_smaller_box_of_either_background() {
         let dry = patch_field(20, 30, 0.0, 4..7, 10..12);
         let wet = patch_field(20, 30, 1.0, 15..20, 0..3);
@@ -728,6 +880,10 @@ mod tests {
         let large = estimate_for(patch_field(970, 1042, 0.0, 100..900, 50..1000));
         assert_eq!(dry, output_bytes);
         assert!(output_bytes < small && small < large && large <= planned, "{small} {large} {planned}");
+        // The table covers the patch dilated twice by the radius, 8 bytes a cell.
+        let large_table = (800 + 4 * 5 + 1) * (950 + 4 * 5 + 1) * 8;
+        assert!(large >= output_bytes + large_table && large < output_bytes + large_table + (1 << 20), "{large}");
+        assert!(planned >= 3 * output_bytes, "a rainy grid needs three times the output: {planned}");
     }
 
     #[test]
