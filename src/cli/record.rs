@@ -2,7 +2,7 @@
 //! `--no-record`), learning estimates from it before a run, and recording every task into it.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::Context as _;
 
@@ -64,23 +64,31 @@ pub fn learn(store: &Store, compiled: &mut Compiled) {
     plan.learn(steps, &history, Params::default());
 }
 
-/// Records finished tasks through a store's writer thread.
+/// Records a worker buffers before sending them on, at most.
+const RECORDS_PER_MESSAGE: usize = 256;
+
+/// Records finished tasks through a store's writer thread, a batch of a worker's tasks at a
+/// time (one channel message per batch rather than per task).
 pub struct StoreSink {
     pub recorder: RunRecorder,
     /// Step names shared by every record of the step.
     steps: Vec<Arc<str>>,
+    /// Each worker's records since its last flush; only that worker touches its own.
+    pending: Box<[Mutex<Vec<TaskRecord>>]>,
 }
 
 impl StoreSink {
-    pub fn new(recorder: RunRecorder, compiled: &Compiled) -> StoreSink {
-        StoreSink { recorder, steps: compiled.recipe.steps.iter().map(|s| Arc::from(s.name.as_str())).collect() }
+    pub fn new(recorder: RunRecorder, compiled: &Compiled, workers: usize) -> StoreSink {
+        StoreSink {
+            recorder,
+            steps: compiled.recipe.steps.iter().map(|s| Arc::from(s.name.as_str())).collect(),
+            pending: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
+        }
     }
-}
 
-impl TaskSink for StoreSink {
-    fn record(&self, task: &TaskReport<'_>) {
+    fn to_record(&self, task: &TaskReport<'_>) -> TaskRecord {
         let step = self.steps.iter().find(|s| &***s == task.step).cloned().unwrap_or_else(|| Arc::from(task.step));
-        self.recorder.record(TaskRecord {
+        TaskRecord {
             step,
             key: task.key.to_string(),
             plugin: task.plugin,
@@ -98,6 +106,32 @@ impl TaskSink for StoreSink {
             output_bytes: task.output_bytes,
             wall_ms: task.wall.as_millis() as u64,
             error: task.error.map(str::to_string),
-        });
+        }
+    }
+}
+
+impl TaskSink for StoreSink {
+    fn record(&self, task: &TaskReport<'_>) {
+        let record = self.to_record(task);
+        match self.pending.get(task.worker) {
+            Some(pending) => {
+                let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
+                pending.push(record);
+                // A long run of skipped tasks is reported before any flush: bound what waits here.
+                if pending.len() >= RECORDS_PER_MESSAGE {
+                    self.recorder.record_all(std::mem::take(&mut *pending));
+                }
+            }
+            None => self.recorder.record(record),
+        }
+    }
+
+    fn flush(&self, worker: usize) {
+        if let Some(pending) = self.pending.get(worker) {
+            let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
+            if !pending.is_empty() {
+                self.recorder.record_all(std::mem::take(&mut *pending));
+            }
+        }
     }
 }

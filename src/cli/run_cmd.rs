@@ -63,7 +63,7 @@ pub fn execute(
         })?),
         _ => None,
     };
-    let sink = recorder.map(|recorder| StoreSink::new(recorder, compiled));
+    let sink = recorder.map(|recorder| StoreSink::new(recorder, compiled, options.workers.max(1)));
     // Each run of a replay reports its own peak, not the process's.
     let _ = measure::reset_peak_rss();
     let progress = Progress::default();

@@ -94,9 +94,27 @@ impl Ledger {
         if self.used().saturating_add(estimate) <= self.budget { Admission::Fits } else { Admission::Wait }
     }
 
+    /// How many more tasks of `estimate` bytes each, up to `wanted`, fit beside everything
+    /// already running (one reading of the counters for the lot: a worker claiming a batch of
+    /// quick tasks asks once, not once per task). Never admits anything alone.
+    pub fn admit_many(&self, estimate: u64, wanted: usize) -> usize {
+        if self.running.is_empty() || measure::live_bytes() > self.budget {
+            return 0;
+        }
+        let room = self.budget.saturating_sub(self.used());
+        let fitting = room.checked_div(estimate).unwrap_or(u64::MAX);
+        wanted.min(usize::try_from(fitting).unwrap_or(usize::MAX))
+    }
+
     /// Records that task `tag` started with `bytes` reserved.
     pub fn start(&mut self, tag: u32, bytes: u64) {
-        self.running.push(Reservation { tag, bytes, growing: false });
+        self.start_all([tag], bytes);
+    }
+
+    /// Records that the tasks `tags` started with `bytes` reserved each; the peak is taken once
+    /// for the lot, since reading it walks every running task.
+    pub fn start_all(&mut self, tags: impl IntoIterator<Item = u32>, bytes: u64) {
+        self.running.extend(tags.into_iter().map(|tag| Reservation { tag, bytes, growing: false }));
         self.note_peak();
     }
 
@@ -176,6 +194,17 @@ mod tests {
         assert_eq!(ledger.admission(400 * U), Admission::Fits);
         assert_eq!(ledger.admission(800 * U), Admission::Alone { oversized: false });
         assert_eq!(ledger.peak_used(), 900 * U);
+    }
+
+    #[test]
+    fn batches_admit_as_many_as_fit() {
+        let mut ledger = Ledger::new(1000 * U);
+        assert_eq!(ledger.admit_many(U, 10), 0, "a batch follows a task admitted on its own");
+        ledger.start(A, 600 * U);
+        assert_eq!(ledger.admit_many(100 * U, 10), 4);
+        assert_eq!(ledger.admit_many(100 * U, 3), 3);
+        assert_eq!(ledger.admit_many(500 * U, 3), 0);
+        assert_eq!(ledger.admit_many(0, 7), 7);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
+use std::time::Duration;
 
 use runner_plugin::Value;
 
@@ -46,6 +47,9 @@ struct StepState {
     /// Tasks whose plugin estimate (at dispatch) did not fit yet, with that estimate.
     deferred: VecDeque<(u64, u64)>,
     is_source: bool,
+    /// Tasks finished so far and their summed wall time, to tell quick steps.
+    timed: u64,
+    wall_nanos: u64,
 }
 
 /// How a task ended.
@@ -116,7 +120,15 @@ pub struct State<'g> {
     pub spilled: u64,
     /// Why spilling stopped, if it did.
     pub spill_error: Option<String>,
+    /// Workers waiting for something to change: only then is there anyone to wake.
+    pub sleepers: usize,
 }
+
+/// A step whose tasks take less than this on average is quick: workers claim its tasks in
+/// batches, so the lock is taken once per batch rather than once per task.
+const QUICK_TASK: Duration = Duration::from_micros(20);
+/// Tasks of a step timed before it can count as quick.
+const TIMED_BEFORE_BATCHING: u64 = 16;
 
 impl<'g> State<'g> {
     pub fn new(
@@ -135,6 +147,8 @@ impl<'g> State<'g> {
                 ready: VecDeque::new(),
                 deferred: VecDeque::new(),
                 is_source: s.inputs.is_empty(),
+                timed: 0,
+                wall_nanos: 0,
             })
             .collect();
         let mut priority: Vec<StepId> = (0..graph.steps.len()).collect();
@@ -157,6 +171,7 @@ impl<'g> State<'g> {
             spill,
             spilled: 0,
             spill_error: None,
+            sleepers: 0,
         }
     }
 
@@ -207,6 +222,28 @@ impl<'g> State<'g> {
                 None
             }
         }
+    }
+
+    /// Whether tasks of `step` are quick enough to be claimed in batches.
+    pub fn is_quick(&self, step: StepId) -> bool {
+        let s = &self.steps[step];
+        s.timed >= TIMED_BEFORE_BATCHING && s.wall_nanos < s.timed * QUICK_TASK.as_nanos() as u64
+    }
+
+    /// Claims up to `wanted` more ready tasks of `first`'s step with the same estimate, as many
+    /// as fit beside what runs, each reserved under its own tag, appended to `out`.
+    pub fn pick_more(&mut self, first: &Picked, wanted: usize, tag_for: impl Fn() -> u32, out: &mut Vec<Picked>) {
+        let step = first.task.step;
+        if !self.steps[step].deferred.is_empty() {
+            return;
+        }
+        let admitted = self.ledger.admit_many(first.estimate, wanted);
+        let from = out.len();
+        for _ in 0..admitted {
+            let Some(index) = self.pop_ready(step) else { break };
+            out.push(Picked { task: TaskRef { step, index }, tag: tag_for(), ..*first });
+        }
+        self.ledger.start_all(out[from..].iter().map(|picked| picked.tag), first.estimate);
     }
 
     /// The estimate of a task of `step` whose plugin estimates `plugin_estimate`, and whether
@@ -284,6 +321,9 @@ impl<'g> State<'g> {
     }
 
     fn pop_ready(&mut self, step: StepId) -> Option<u64> {
+        if !self.has_ready(step) {
+            return None;
+        }
         let s = &mut self.steps[step];
         if s.is_source {
             let n = s.next_source;
@@ -315,10 +355,13 @@ impl<'g> State<'g> {
         bytes
     }
 
-    /// Records the end of a running task: frees its reservation and inputs, keeps its output
-    /// for its consumers, and makes ready the consumers whose last input this was.
-    pub fn finish(&mut self, task: TaskRef, tag: u32, outcome: Outcome, output: Value) {
+    /// Records the end of a running task that took `wall`: frees its reservation and inputs,
+    /// keeps its output for its consumers, and makes ready the consumers whose last input this was.
+    pub fn finish(&mut self, task: TaskRef, tag: u32, outcome: Outcome, output: Value, wall: Duration) {
         self.ledger.finish(tag);
+        let step = &mut self.steps[task.step];
+        step.timed += 1;
+        step.wall_nanos = step.wall_nanos.saturating_add(wall.as_nanos().try_into().unwrap_or(u64::MAX));
         self.complete(task, outcome, output);
     }
 

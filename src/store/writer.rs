@@ -22,8 +22,9 @@ use rusqlite::{Connection, Statement, TransactionBehavior, params};
 
 use super::{RunOutcome, RunStatus, StoreError, TaskRecord, TaskStatus, connect, now_text, to_sql_int};
 
-/// Records that may wait in the channel before senders block (about 200 bytes each).
-pub const CHANNEL_CAPACITY: usize = 64 * 1024;
+/// Messages (a record, or a worker's batch of up to a few hundred) that may wait in the channel
+/// before senders block.
+pub const CHANNEL_CAPACITY: usize = 256;
 /// Rows per transaction at most.
 pub const BATCH_ROWS: usize = 10_000;
 /// A batch is written at the latest this long after its first row arrived.
@@ -31,9 +32,28 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 /// Attempts at a batch that finds the file locked for longer than the busy timeout.
 const BUSY_ATTEMPTS: u32 = 3;
 
-const INSERT_TASK: &str = "INSERT INTO tasks (run_id, cycle, step, key, plugin, status, attempts, input_bytes, \
-     estimate_bytes, estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+/// Rows per `INSERT` statement: one statement per row spends most of its time starting and
+/// finishing the statement rather than inserting.
+const ROWS_PER_INSERT: usize = 32;
+/// Parameters every row of a statement shares: run id, cycle, step.
+const SHARED_PARAMS: usize = 3;
+/// Parameters of each row of its own (see [`bind_row`]).
+const ROW_PARAMS: usize = 13;
+
+/// `INSERT INTO tasks` of `rows` rows: `?1`..`?3` shared, then [`ROW_PARAMS`] per row.
+fn insert_tasks_sql(rows: usize) -> String {
+    let mut sql = String::from(
+        "INSERT INTO tasks (task_id, run_id, cycle, step, key, plugin, status, attempts, input_bytes, \
+         estimate_bytes, estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error) VALUES ",
+    );
+    for row in 0..rows {
+        let first = SHARED_PARAMS + row * ROW_PARAMS + 1;
+        let own: Vec<String> = (first..first + ROW_PARAMS).map(|p| format!("?{p}")).collect();
+        let separator = if row > 0 { ", " } else { "" };
+        sql.push_str(&format!("{separator}({}, ?1, ?2, ?3, {})", own[0], own[1..].join(", ")));
+    }
+    sql
+}
 
 const INSERT_BLOCK: &str =
     "INSERT INTO task_blocks (run_id, step, first_task_id, last_task_id, tasks) VALUES (?1, ?2, ?3, ?4, ?5)";
@@ -44,6 +64,7 @@ const FINISH_RUN: &str = "UPDATE runs SET finished_at = ?2, status = ?3, wall_ms
 
 enum Message {
     Task(TaskRecord),
+    Tasks(Vec<TaskRecord>),
     Finish(RunOutcome),
 }
 
@@ -123,6 +144,16 @@ impl RunRecorder {
         let sent = self.sender.as_ref().is_some_and(|s| s.send(Message::Task(task)).is_ok());
         if !sent {
             self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Queues a batch of task rows in one message: what workers use, so the channel is crossed
+    /// once per batch. Blocks only while the channel is full.
+    pub fn record_all(&self, tasks: Vec<TaskRecord>) {
+        let count = tasks.len() as u64;
+        let sent = self.sender.as_ref().is_some_and(|s| s.send(Message::Tasks(tasks)).is_ok());
+        if !sent {
+            self.dropped.fetch_add(count, Ordering::Relaxed);
         }
     }
 
@@ -247,6 +278,7 @@ impl Writer {
             for message in self.receiver.iter() {
                 match message {
                     Message::Task(_) => self.received += 1,
+                    Message::Tasks(tasks) => self.received += tasks.len() as u64,
                     Message::Finish(_) => break,
                 }
             }
@@ -278,6 +310,16 @@ impl Writer {
                         deadline = Instant::now() + FLUSH_INTERVAL;
                     }
                     batch.push(task);
+                    if batch.len() >= BATCH_ROWS {
+                        self.write(&mut batch, None)?;
+                    }
+                }
+                Ok(Message::Tasks(mut tasks)) => {
+                    self.received += tasks.len() as u64;
+                    if batch.is_empty() {
+                        deadline = Instant::now() + FLUSH_INTERVAL;
+                    }
+                    batch.append(&mut tasks);
                     if batch.len() >= BATCH_ROWS {
                         self.write(&mut batch, None)?;
                     }
@@ -368,45 +410,41 @@ impl Batch<'_> {
     fn commit(&self, conn: &mut Connection) -> rusqlite::Result<()> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if !self.tasks.is_empty() {
-            let mut insert = tx.prepare_cached(INSERT_TASK)?;
+            // The write lock is ours (`BEGIN IMMEDIATE`): ids from max + 1 are free and, given
+            // here rather than by SQLite, each step's rows are one block by construction.
+            let mut next_id: i64 = tx.query_row("SELECT coalesce(max(task_id), 0) + 1 FROM tasks", [], |r| r.get(0))?;
+            let mut many = tx.prepare_cached(&insert_tasks_sql(ROWS_PER_INSERT))?;
+            let mut one = tx.prepare_cached(&insert_tasks_sql(1))?;
             let mut block = tx.prepare_cached(INSERT_BLOCK)?;
-            // Bindings survive the reset after each row: what rows share is bound once.
-            insert.raw_bind_parameter(1, self.run_id)?;
-            insert.raw_bind_parameter(2, self.cycle)?;
+            // Bindings survive the reset after each statement: what rows share is bound once.
+            for insert in [&mut many, &mut one] {
+                insert.raw_bind_parameter(1, self.run_id)?;
+                insert.raw_bind_parameter(2, self.cycle)?;
+            }
             block.raw_bind_parameter(1, self.run_id)?;
             for group in self.groups {
-                insert.raw_bind_parameter(3, &*group.step)?;
+                many.raw_bind_parameter(3, &*group.step)?;
+                one.raw_bind_parameter(3, &*group.step)?;
+                let first = next_id;
+                let chunks = group.rows.chunks_exact(ROWS_PER_INSERT);
+                let rest = chunks.remainder();
+                for chunk in chunks {
+                    for (row, &index) in chunk.iter().enumerate() {
+                        bind_row(&mut many, row, next_id, &self.tasks[index as usize])?;
+                        next_id += 1;
+                    }
+                    many.raw_execute()?;
+                }
+                for &index in rest {
+                    bind_row(&mut one, 0, next_id, &self.tasks[index as usize])?;
+                    next_id += 1;
+                    one.raw_execute()?;
+                }
                 block.raw_bind_parameter(2, &*group.step)?;
-                // Task ids are consecutive within a transaction (max + 1), but check.
-                let mut range: Option<(i64, i64)> = None;
-                for &index in &group.rows {
-                    let task = &self.tasks[index as usize];
-                    insert.raw_bind_parameter(4, task.key.as_str())?;
-                    insert.raw_bind_parameter(5, task.plugin)?;
-                    insert.raw_bind_parameter(6, task.status.as_str())?;
-                    insert.raw_bind_parameter(7, task.attempts)?;
-                    insert.raw_bind_parameter(8, to_sql_int(task.input_bytes))?;
-                    insert.raw_bind_parameter(9, to_sql_int(task.estimate_bytes))?;
-                    insert.raw_bind_parameter(10, task.estimate_source)?;
-                    insert.raw_bind_parameter(11, to_sql_int(task.plugin_estimate_bytes))?;
-                    insert.raw_bind_parameter(12, to_sql_int(task.peak_bytes))?;
-                    insert.raw_bind_parameter(13, to_sql_int(task.output_bytes))?;
-                    insert.raw_bind_parameter(14, to_sql_int(task.wall_ms))?;
-                    insert.raw_bind_parameter(15, task.error.as_deref())?;
-                    insert.raw_execute()?;
-                    let id = tx.last_insert_rowid();
-                    range = match range {
-                        Some((first, last)) if id == last + 1 => Some((first, id)),
-                        Some((first, last)) => {
-                            write_block(&mut block, first, last)?;
-                            Some((id, id))
-                        }
-                        None => Some((id, id)),
-                    };
-                }
-                if let Some((first, last)) = range {
-                    write_block(&mut block, first, last)?;
-                }
+                block.raw_bind_parameter(3, first)?;
+                block.raw_bind_parameter(4, next_id - 1)?;
+                block.raw_bind_parameter(5, next_id - first)?;
+                block.raw_execute()?;
             }
         }
         if let Some((outcome, counts)) = self.finish {
@@ -432,12 +470,22 @@ impl Batch<'_> {
     }
 }
 
-/// Records that tasks `first..=last` are one block of the step bound to `block`.
-fn write_block(block: &mut Statement<'_>, first: i64, last: i64) -> rusqlite::Result<()> {
-    block.raw_bind_parameter(3, first)?;
-    block.raw_bind_parameter(4, last)?;
-    block.raw_bind_parameter(5, last - first + 1)?;
-    block.raw_execute().map(drop)
+/// Binds task `task`, to be stored as `task_id`, as row `row` of an insert statement.
+fn bind_row(insert: &mut Statement<'_>, row: usize, task_id: i64, task: &TaskRecord) -> rusqlite::Result<()> {
+    let at = SHARED_PARAMS + row * ROW_PARAMS;
+    insert.raw_bind_parameter(at + 1, task_id)?;
+    insert.raw_bind_parameter(at + 2, task.key.as_str())?;
+    insert.raw_bind_parameter(at + 3, task.plugin)?;
+    insert.raw_bind_parameter(at + 4, task.status.as_str())?;
+    insert.raw_bind_parameter(at + 5, task.attempts)?;
+    insert.raw_bind_parameter(at + 6, to_sql_int(task.input_bytes))?;
+    insert.raw_bind_parameter(at + 7, to_sql_int(task.estimate_bytes))?;
+    insert.raw_bind_parameter(at + 8, task.estimate_source)?;
+    insert.raw_bind_parameter(at + 9, to_sql_int(task.plugin_estimate_bytes))?;
+    insert.raw_bind_parameter(at + 10, to_sql_int(task.peak_bytes))?;
+    insert.raw_bind_parameter(at + 11, to_sql_int(task.output_bytes))?;
+    insert.raw_bind_parameter(at + 12, to_sql_int(task.wall_ms))?;
+    insert.raw_bind_parameter(at + 13, task.error.as_deref())
 }
 
 fn thread_cpu_time() -> Duration {
@@ -462,5 +510,14 @@ mod tests {
     #[test]
     fn recorder_is_shareable_between_workers() {
         assert_sync::<RunRecorder>();
+    }
+
+    #[test]
+    fn multi_row_inserts_number_their_parameters_in_order() {
+        assert_eq!(
+            insert_tasks_sql(2).split("VALUES ").nth(1).unwrap(),
+            "(?4, ?1, ?2, ?3, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16), \
+             (?17, ?1, ?2, ?3, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)"
+        );
     }
 }
