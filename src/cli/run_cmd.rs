@@ -80,13 +80,20 @@ pub fn execute(
     let summary = RunSummary::new(&compiled.recipe, &report, peak_rss);
     if let Some(sink) = sink {
         let status = if summary.status == "ok" { RunStatus::Ok } else { RunStatus::Failed };
-        sink.recorder.finish(RunOutcome {
+        let written = sink.recorder.finish(RunOutcome {
             status,
             wall_ms: report.wall.as_millis() as u64,
             peak_rss_bytes: peak_rss,
             peak_reserved_bytes: report.peak_reserved,
             spilled_bytes: report.spilled_bytes,
         })?;
+        tracing::debug!(
+            rows = written.rows,
+            batches = written.batches,
+            write_ms = written.write_time.as_millis() as u64,
+            writer_cpu_ms = written.cpu_time.as_millis() as u64,
+            "recorded the run's tasks"
+        );
     }
     Ok(summary)
 }

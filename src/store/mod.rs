@@ -401,7 +401,7 @@ impl Store {
             )
             .map_err(|e| self.err("inserting the run row", e))?;
         let run_id = self.conn.last_insert_rowid();
-        RunRecorder::start(&self.path, run_id, start.cycle.clone()).inspect_err(|_| {
+        RunRecorder::start(&self.path, run_id).inspect_err(|_| {
             // Best effort: the error being returned is what matters.
             let _ = self.conn.execute("UPDATE runs SET status = 'aborted' WHERE run_id = ?1", [run_id]);
         })

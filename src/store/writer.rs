@@ -35,22 +35,23 @@ const BUSY_ATTEMPTS: u32 = 3;
 /// Rows per `INSERT` statement: one statement per row spends most of its time starting and
 /// finishing the statement rather than inserting.
 const ROWS_PER_INSERT: usize = 32;
-/// Parameters every row of a statement shares: run id, cycle, step.
+/// Parameters every row of a statement shares: run id, step, plugin.
 const SHARED_PARAMS: usize = 3;
 /// Parameters of each row of its own (see [`bind_row`]).
-const ROW_PARAMS: usize = 13;
+const ROW_PARAMS: usize = 11;
 
-/// `INSERT INTO tasks` of `rows` rows: `?1`..`?3` shared, then [`ROW_PARAMS`] per row.
+/// `INSERT INTO tasks` of `rows` rows: `?1`..`?3` shared, then [`ROW_PARAMS`] per row. Task ids
+/// are left to SQLite, which appends (one more than the largest) faster than it places a given id.
 fn insert_tasks_sql(rows: usize) -> String {
     let mut sql = String::from(
-        "INSERT INTO tasks (task_id, run_id, cycle, step, key, plugin, status, attempts, input_bytes, \
-         estimate_bytes, estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error) VALUES ",
+        "INSERT INTO tasks (run_id, step, plugin, key, status, attempts, input_bytes, estimate_bytes, \
+         estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error) VALUES ",
     );
     for row in 0..rows {
         let first = SHARED_PARAMS + row * ROW_PARAMS + 1;
         let own: Vec<String> = (first..first + ROW_PARAMS).map(|p| format!("?{p}")).collect();
         let separator = if row > 0 { ", " } else { "" };
-        sql.push_str(&format!("{separator}({}, ?1, ?2, ?3, {})", own[0], own[1..].join(", ")));
+        sql.push_str(&format!("{separator}(?1, ?2, ?3, {})", own.join(", ")));
     }
     sql
 }
@@ -102,14 +103,13 @@ impl std::fmt::Debug for RunRecorder {
 }
 
 impl RunRecorder {
-    pub(crate) fn start(path: &Path, run_id: i64, cycle: String) -> Result<RunRecorder, StoreError> {
+    pub(crate) fn start(path: &Path, run_id: i64) -> Result<RunRecorder, StoreError> {
         let conn = connect(path)?;
         let (sender, receiver) = channel::bounded(CHANNEL_CAPACITY);
         let committed = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             conn,
             run_id,
-            cycle,
             receiver,
             committed: committed.clone(),
             groups: Vec::new(),
@@ -239,16 +239,16 @@ struct WriterEnd {
     error: Option<rusqlite::Error>,
 }
 
-/// A batch's rows of one step, by index in the batch, in recording order.
+/// A batch's rows of one step (and plugin), by index in the batch, in recording order.
 struct Group {
     step: Arc<str>,
+    plugin: &'static str,
     rows: Vec<u32>,
 }
 
 /// What one transaction writes.
 struct Batch<'a> {
     run_id: i64,
-    cycle: &'a str,
     tasks: &'a [TaskRecord],
     groups: &'a [Group],
     finish: Option<(RunOutcome, Counts)>,
@@ -257,7 +257,6 @@ struct Batch<'a> {
 struct Writer {
     conn: Connection,
     run_id: i64,
-    cycle: String,
     receiver: Receiver<Message>,
     /// Reused from batch to batch (see [`Writer::group`]).
     groups: Vec<Group>,
@@ -352,7 +351,6 @@ impl Writer {
         }
         let write = Batch {
             run_id: self.run_id,
-            cycle: &self.cycle,
             tasks: batch,
             groups: &self.groups[..used],
             finish: finish.map(|outcome| (outcome, counts)),
@@ -376,21 +374,22 @@ impl Writer {
     /// Sorts the batch's rows by step, keeping their order within a step, into the first groups
     /// of `self.groups`; returns how many groups there are.
     fn group(&mut self, batch: &[TaskRecord]) -> usize {
-        fn same(a: &Arc<str>, b: &Arc<str>) -> bool {
-            Arc::ptr_eq(a, b) || a == b
+        fn same(group: &Group, task: &TaskRecord) -> bool {
+            (Arc::ptr_eq(&group.step, &task.step) || group.step == task.step) && group.plugin == task.plugin
         }
         let groups = &mut self.groups;
         let mut used = 0;
         let mut current = 0;
         for (index, task) in batch.iter().enumerate() {
-            if used == 0 || !same(&groups[current].step, &task.step) {
-                current = match groups[..used].iter().position(|g| same(&g.step, &task.step)) {
+            if used == 0 || !same(&groups[current], task) {
+                current = match groups[..used].iter().position(|g| same(g, task)) {
                     Some(found) => found,
                     None => {
                         if used == groups.len() {
-                            groups.push(Group { step: task.step.clone(), rows: Vec::new() });
+                            groups.push(Group { step: task.step.clone(), plugin: task.plugin, rows: Vec::new() });
                         } else {
                             groups[used].step = task.step.clone();
+                            groups[used].plugin = task.plugin;
                             groups[used].rows.clear();
                         }
                         used += 1;
@@ -410,8 +409,9 @@ impl Batch<'_> {
     fn commit(&self, conn: &mut Connection) -> rusqlite::Result<()> {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         if !self.tasks.is_empty() {
-            // The write lock is ours (`BEGIN IMMEDIATE`): ids from max + 1 are free and, given
-            // here rather than by SQLite, each step's rows are one block by construction.
+            // The write lock is ours (`BEGIN IMMEDIATE`), and SQLite gives each new row one more
+            // than the largest id (while that is below 2⁶³ − 1): so this batch's rows get the ids
+            // from max + 1 in insertion order, and each step's rows are one block.
             let mut next_id: i64 = tx.query_row("SELECT coalesce(max(task_id), 0) + 1 FROM tasks", [], |r| r.get(0))?;
             let mut many = tx.prepare_cached(&insert_tasks_sql(ROWS_PER_INSERT))?;
             let mut one = tx.prepare_cached(&insert_tasks_sql(1))?;
@@ -419,27 +419,28 @@ impl Batch<'_> {
             // Bindings survive the reset after each statement: what rows share is bound once.
             for insert in [&mut many, &mut one] {
                 insert.raw_bind_parameter(1, self.run_id)?;
-                insert.raw_bind_parameter(2, self.cycle)?;
             }
             block.raw_bind_parameter(1, self.run_id)?;
             for group in self.groups {
-                many.raw_bind_parameter(3, &*group.step)?;
-                one.raw_bind_parameter(3, &*group.step)?;
+                for insert in [&mut many, &mut one] {
+                    insert.raw_bind_parameter(2, &*group.step)?;
+                    insert.raw_bind_parameter(3, group.plugin)?;
+                }
                 let first = next_id;
                 let chunks = group.rows.chunks_exact(ROWS_PER_INSERT);
                 let rest = chunks.remainder();
                 for chunk in chunks {
                     for (row, &index) in chunk.iter().enumerate() {
-                        bind_row(&mut many, row, next_id, &self.tasks[index as usize])?;
-                        next_id += 1;
+                        bind_row(&mut many, row, &self.tasks[index as usize])?;
                     }
                     many.raw_execute()?;
                 }
                 for &index in rest {
-                    bind_row(&mut one, 0, next_id, &self.tasks[index as usize])?;
-                    next_id += 1;
+                    bind_row(&mut one, 0, &self.tasks[index as usize])?;
                     one.raw_execute()?;
                 }
+                next_id += group.rows.len() as i64;
+                debug_assert_eq!(tx.last_insert_rowid(), next_id - 1, "task ids are consecutive");
                 block.raw_bind_parameter(2, &*group.step)?;
                 block.raw_bind_parameter(3, first)?;
                 block.raw_bind_parameter(4, next_id - 1)?;
@@ -470,22 +471,20 @@ impl Batch<'_> {
     }
 }
 
-/// Binds task `task`, to be stored as `task_id`, as row `row` of an insert statement.
-fn bind_row(insert: &mut Statement<'_>, row: usize, task_id: i64, task: &TaskRecord) -> rusqlite::Result<()> {
+/// Binds `task` as row `row` of an insert statement.
+fn bind_row(insert: &mut Statement<'_>, row: usize, task: &TaskRecord) -> rusqlite::Result<()> {
     let at = SHARED_PARAMS + row * ROW_PARAMS;
-    insert.raw_bind_parameter(at + 1, task_id)?;
-    insert.raw_bind_parameter(at + 2, task.key.as_str())?;
-    insert.raw_bind_parameter(at + 3, task.plugin)?;
-    insert.raw_bind_parameter(at + 4, task.status.as_str())?;
-    insert.raw_bind_parameter(at + 5, task.attempts)?;
-    insert.raw_bind_parameter(at + 6, to_sql_int(task.input_bytes))?;
-    insert.raw_bind_parameter(at + 7, to_sql_int(task.estimate_bytes))?;
-    insert.raw_bind_parameter(at + 8, task.estimate_source)?;
-    insert.raw_bind_parameter(at + 9, to_sql_int(task.plugin_estimate_bytes))?;
-    insert.raw_bind_parameter(at + 10, to_sql_int(task.peak_bytes))?;
-    insert.raw_bind_parameter(at + 11, to_sql_int(task.output_bytes))?;
-    insert.raw_bind_parameter(at + 12, to_sql_int(task.wall_ms))?;
-    insert.raw_bind_parameter(at + 13, task.error.as_deref())
+    insert.raw_bind_parameter(at + 1, task.key.as_str())?;
+    insert.raw_bind_parameter(at + 2, task.status.as_str())?;
+    insert.raw_bind_parameter(at + 3, task.attempts)?;
+    insert.raw_bind_parameter(at + 4, to_sql_int(task.input_bytes))?;
+    insert.raw_bind_parameter(at + 5, to_sql_int(task.estimate_bytes))?;
+    insert.raw_bind_parameter(at + 6, task.estimate_source)?;
+    insert.raw_bind_parameter(at + 7, to_sql_int(task.plugin_estimate_bytes))?;
+    insert.raw_bind_parameter(at + 8, to_sql_int(task.peak_bytes))?;
+    insert.raw_bind_parameter(at + 9, to_sql_int(task.output_bytes))?;
+    insert.raw_bind_parameter(at + 10, to_sql_int(task.wall_ms))?;
+    insert.raw_bind_parameter(at + 11, task.error.as_deref())
 }
 
 fn thread_cpu_time() -> Duration {
@@ -516,8 +515,8 @@ mod tests {
     fn multi_row_inserts_number_their_parameters_in_order() {
         assert_eq!(
             insert_tasks_sql(2).split("VALUES ").nth(1).unwrap(),
-            "(?4, ?1, ?2, ?3, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16), \
-             (?17, ?1, ?2, ?3, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25, ?26, ?27, ?28, ?29)"
+            "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14), \
+             (?1, ?2, ?3, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)"
         );
     }
 }
