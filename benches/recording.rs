@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use runner::Compiled;
+use runner::cli::record::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, step_observations};
 use runner::estimate::{Observation, Params};
 use runner::recipe::CompileOptions;
 use runner::registry::Registry;
@@ -32,11 +33,8 @@ use runner::store::{RunOutcome, RunRecorder, RunStart, RunStatus, RunWritten, St
 
 /// Rows per recorded run in `record`.
 const ROWS: u64 = 100_000;
-/// Runs and tasks per run in the history the readers read.
-const HISTORY_RUNS: usize = 16;
+/// Tasks per run in the history the readers read (as many runs as `runner run` reads).
 const HISTORY_TASKS: u64 = 10_000;
-/// Rows per run the estimator reads at most (as `runner run` does).
-const HISTORY_TASKS_PER_RUN: u64 = 5_000;
 const RECIPE: &str = "bench-recording";
 
 /// The recipe the history belongs to: 10 000 `noop` tasks of one step, `cache`.
@@ -141,26 +139,9 @@ fn record(c: &mut Criterion) {
     }
 }
 
-/// The estimator's observations of `step`: its last runs' rows, ages counted back from the
-/// newest run (as the CLI's `learn` builds them before `Plan::learn`).
+/// The estimator's observations of `step`, read as a run reads them before `Plan::learn`.
 fn observations(store: &Store, step: &str) -> Vec<Observation> {
-    let mut rows: Vec<(usize, Observation)> = Vec::new();
-    let runs = store
-        .task_history(RECIPE, step, HISTORY_RUNS, Some(HISTORY_TASKS_PER_RUN), |_, task| {
-            if task.status != TaskStatus::Skipped {
-                let observation = Observation {
-                    age: 0,
-                    peak: task.peak_bytes,
-                    plugin_estimate: task.plugin_estimate_bytes.unwrap_or(0),
-                    input_bytes: task.input_bytes,
-                    estimate: task.estimate_bytes,
-                };
-                rows.push((task.run_index, observation));
-            }
-        })
-        .expect("the history is readable");
-    let newest = runs.len().saturating_sub(1);
-    rows.into_iter().map(|(index, o)| Observation { age: (newest - index) as u32, ..o }).collect()
+    step_observations(store, RECIPE, step).expect("the history is readable")
 }
 
 fn history(c: &mut Criterion) {

@@ -71,9 +71,9 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
     let conn = raw(path);
     let mut stmt = conn
         .prepare(
-            "SELECT run_id, cycle, step, key, plugin, status, attempts, input_bytes, estimate_bytes, \
-             estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error \
-             FROM tasks WHERE run_id = ?1 ORDER BY input_bytes",
+            "SELECT t.run_id, r.cycle, step, key, plugin, t.status, attempts, input_bytes, estimate_bytes, \
+             estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, t.wall_ms, error \
+             FROM tasks t JOIN runs r USING (run_id) WHERE run_id = ?1 ORDER BY input_bytes",
         )
         .unwrap();
     let mut rows = stmt.query([run_id]).unwrap();
@@ -160,7 +160,6 @@ fn schema_version_tables_and_columns() {
     for column in [
         "task_id",
         "run_id",
-        "cycle",
         "step",
         "key",
         "plugin",

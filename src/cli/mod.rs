@@ -7,7 +7,7 @@ mod interrupt;
 mod plan_cmd;
 mod plugins_cmd;
 mod progress;
-mod record;
+pub mod record;
 mod replay_cmd;
 mod run_cmd;
 mod summary;

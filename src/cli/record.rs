@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use crate::Compiled;
 use crate::estimate::{Observation, Params};
 use crate::scheduler::{Outcome, TaskReport, TaskSink};
-use crate::store::{RunRecorder, Store, TaskRecord, TaskStatus};
+use crate::store::{RunRecorder, Store, StoreError, TaskRecord, TaskStatus};
 
 /// Runs of a step the estimator learns from.
 pub const HISTORY_RUNS: usize = 16;
@@ -31,34 +31,35 @@ pub fn default_db() -> PathBuf {
     std::env::var_os("RUNNER_DB").map_or_else(|| PathBuf::from("runner.db"), PathBuf::from)
 }
 
+/// What the estimator learns `step` of `recipe` from: its last [`HISTORY_RUNS`] runs' tasks
+/// (a sample of [`HISTORY_TASKS_PER_RUN`] of each), their ages counted back from the newest run.
+pub fn step_observations(store: &Store, recipe: &str, step: &str) -> Result<Vec<Observation>, StoreError> {
+    // (run index, observation with age still unknown).
+    let mut rows: Vec<(usize, Observation)> = Vec::new();
+    let runs = store.task_history(recipe, step, HISTORY_RUNS, Some(HISTORY_TASKS_PER_RUN), |_, task| {
+        if task.status != TaskStatus::Skipped {
+            let observation = Observation {
+                age: 0,
+                peak: task.peak_bytes,
+                plugin_estimate: task.plugin_estimate_bytes.unwrap_or(0),
+                input_bytes: task.input_bytes,
+                estimate: task.estimate_bytes,
+            };
+            rows.push((task.run_index, observation));
+        }
+    })?;
+    let newest = runs.len().saturating_sub(1);
+    Ok(rows.into_iter().map(|(index, o)| Observation { age: (newest - index) as u32, ..o }).collect())
+}
+
 /// Makes each step's history the source of its estimates, where there is history.
 pub fn learn(store: &Store, compiled: &mut Compiled) {
     let recipe = compiled.recipe.name.clone();
     let history = |step: &str| -> Vec<Observation> {
-        // (run index, observation with age still unknown): ages count back from the newest run.
-        let mut rows: Vec<(usize, Observation)> = Vec::new();
-        let result = store.task_history(&recipe, step, HISTORY_RUNS, Some(HISTORY_TASKS_PER_RUN), |_, task| {
-            if task.status != TaskStatus::Skipped {
-                let observation = Observation {
-                    age: 0,
-                    peak: task.peak_bytes,
-                    plugin_estimate: task.plugin_estimate_bytes.unwrap_or(0),
-                    input_bytes: task.input_bytes,
-                    estimate: task.estimate_bytes,
-                };
-                rows.push((task.run_index, observation));
-            }
-        });
-        match result {
-            Ok(runs) => {
-                let newest = runs.len().saturating_sub(1);
-                rows.into_iter().map(|(index, o)| Observation { age: (newest - index) as u32, ..o }).collect()
-            }
-            Err(e) => {
-                tracing::warn!("cannot read the history of step `{step}`: {e}");
-                Vec::new()
-            }
-        }
+        step_observations(store, &recipe, step).unwrap_or_else(|e| {
+            tracing::warn!("cannot read the history of step `{step}`: {e}");
+            Vec::new()
+        })
     };
     let Compiled { recipe: steps, plan, .. } = compiled;
     plan.learn(steps, &history, Params::default());
