@@ -4,7 +4,8 @@
 //! sender waits (back-pressure: the records in flight never exceed the capacity plus one batch).
 //! One writer thread per run, with its own connection, takes them out and inserts them in
 //! transactions of up to [`BATCH_ROWS`] rows, or whatever arrived within [`FLUSH_INTERVAL`] of a
-//! batch's first row, through one prepared statement. A batch is written a step at a time, so a
+//! batch's first row, 32 rows per prepared `INSERT`, binding only what differs from the row
+//! bound before in the same place. A batch is written a step at a time, so a
 //! step's rows get consecutive task ids, recorded as one `task_blocks` row (the history reads
 //! find a step's rows by these blocks; a per-row index would double the cost of recording). Each
 //! transaction takes the write lock immediately (`BEGIN IMMEDIATE`) and holds it only while
@@ -421,22 +422,28 @@ impl Batch<'_> {
                 insert.raw_bind_parameter(1, self.run_id)?;
             }
             block.raw_bind_parameter(1, self.run_id)?;
+            // The task last bound to each row of each statement: a value equal to what is bound
+            // already (most of a step's statuses, sources, sizes) is not bound again.
+            let mut bound_many: [Option<&TaskRecord>; ROWS_PER_INSERT] = [None; ROWS_PER_INSERT];
+            let mut bound_one: [Option<&TaskRecord>; 1] = [None];
             for group in self.groups {
+                let first = next_id;
                 for insert in [&mut many, &mut one] {
                     insert.raw_bind_parameter(2, &*group.step)?;
                     insert.raw_bind_parameter(3, group.plugin)?;
                 }
-                let first = next_id;
                 let chunks = group.rows.chunks_exact(ROWS_PER_INSERT);
                 let rest = chunks.remainder();
                 for chunk in chunks {
                     for (row, &index) in chunk.iter().enumerate() {
-                        bind_row(&mut many, row, &self.tasks[index as usize])?;
+                        let task = &self.tasks[index as usize];
+                        bind_row(&mut many, row, task, bound_many[row].replace(task))?;
                     }
                     many.raw_execute()?;
                 }
                 for &index in rest {
-                    bind_row(&mut one, 0, &self.tasks[index as usize])?;
+                    let task = &self.tasks[index as usize];
+                    bind_row(&mut one, 0, task, bound_one[0].replace(task))?;
                     one.raw_execute()?;
                 }
                 next_id += group.rows.len() as i64;
@@ -471,20 +478,41 @@ impl Batch<'_> {
     }
 }
 
-/// Binds `task` as row `row` of an insert statement.
-fn bind_row(insert: &mut Statement<'_>, row: usize, task: &TaskRecord) -> rusqlite::Result<()> {
+/// Binds `task` as row `row` of an insert statement whose row holds `bound`'s values now (if
+/// any): only the values that differ are bound.
+fn bind_row(
+    insert: &mut Statement<'_>,
+    row: usize,
+    task: &TaskRecord,
+    bound: Option<&TaskRecord>,
+) -> rusqlite::Result<()> {
     let at = SHARED_PARAMS + row * ROW_PARAMS;
+    let changed = |field: fn(&TaskRecord) -> i64| bound.is_none_or(|b| field(b) != field(task));
     insert.raw_bind_parameter(at + 1, task.key.as_str())?;
-    insert.raw_bind_parameter(at + 2, task.status.as_str())?;
-    insert.raw_bind_parameter(at + 3, task.attempts)?;
-    insert.raw_bind_parameter(at + 4, to_sql_int(task.input_bytes))?;
-    insert.raw_bind_parameter(at + 5, to_sql_int(task.estimate_bytes))?;
-    insert.raw_bind_parameter(at + 6, task.estimate_source)?;
-    insert.raw_bind_parameter(at + 7, to_sql_int(task.plugin_estimate_bytes))?;
-    insert.raw_bind_parameter(at + 8, to_sql_int(task.peak_bytes))?;
-    insert.raw_bind_parameter(at + 9, to_sql_int(task.output_bytes))?;
-    insert.raw_bind_parameter(at + 10, to_sql_int(task.wall_ms))?;
-    insert.raw_bind_parameter(at + 11, task.error.as_deref())
+    if bound.is_none_or(|b| b.status != task.status) {
+        insert.raw_bind_parameter(at + 2, task.status.as_str())?;
+    }
+    let ints: [(usize, fn(&TaskRecord) -> i64); 7] = [
+        (3, |t| i64::from(t.attempts)),
+        (4, |t| to_sql_int(t.input_bytes)),
+        (5, |t| to_sql_int(t.estimate_bytes)),
+        (7, |t| to_sql_int(t.plugin_estimate_bytes)),
+        (8, |t| to_sql_int(t.peak_bytes)),
+        (9, |t| to_sql_int(t.output_bytes)),
+        (10, |t| to_sql_int(t.wall_ms)),
+    ];
+    for (param, field) in ints {
+        if changed(field) {
+            insert.raw_bind_parameter(at + param, field(task))?;
+        }
+    }
+    if bound.is_none_or(|b| b.estimate_source != task.estimate_source) {
+        insert.raw_bind_parameter(at + 6, task.estimate_source)?;
+    }
+    if bound.is_none_or(|b| b.error.is_some() || task.error.is_some()) {
+        insert.raw_bind_parameter(at + 11, task.error.as_deref())?;
+    }
+    Ok(())
 }
 
 fn thread_cpu_time() -> Duration {
