@@ -478,6 +478,9 @@ impl Batch<'_> {
     }
 }
 
+/// One integer column of a task row, as SQLite stores it.
+type IntField = fn(&TaskRecord) -> i64;
+
 /// Binds `task` as row `row` of an insert statement whose row holds `bound`'s values now (if
 /// any): only the values that differ are bound.
 fn bind_row(
@@ -487,12 +490,12 @@ fn bind_row(
     bound: Option<&TaskRecord>,
 ) -> rusqlite::Result<()> {
     let at = SHARED_PARAMS + row * ROW_PARAMS;
-    let changed = |field: fn(&TaskRecord) -> i64| bound.is_none_or(|b| field(b) != field(task));
+    let changed = |field: IntField| bound.is_none_or(|b| field(b) != field(task));
     insert.raw_bind_parameter(at + 1, task.key.as_str())?;
     if bound.is_none_or(|b| b.status != task.status) {
         insert.raw_bind_parameter(at + 2, task.status.as_str())?;
     }
-    let ints: [(usize, fn(&TaskRecord) -> i64); 7] = [
+    let ints: [(usize, IntField); 7] = [
         (3, |t| i64::from(t.attempts)),
         (4, |t| to_sql_int(t.input_bytes)),
         (5, |t| to_sql_int(t.estimate_bytes)),
