@@ -53,6 +53,15 @@ pub use tally::{
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc::new();
 
+/// jemalloc's start-up options (it reads this symbol; `_RJEM_MALLOC_CONF` in the environment
+/// still overrides). By default jemalloc gives blocks over 8 MiB back to the OS as soon as they
+/// are freed, so every such output (a 970×1042 field with 8 thresholds is 31 MiB) is
+/// page-faulted in afresh, which costs more than computing it. Up to 64 MiB, freed blocks are
+/// kept for reuse and returned over jemalloc's decay time (10 s); larger ones still go at once,
+/// so what is kept beyond live bytes stays small next to a budget.
+#[unsafe(export_name = "_rjem_malloc_conf")]
+pub static JEMALLOC_OPTIONS: &[u8; 28] = b"oversize_threshold:67108864\0";
+
 /// What can go wrong when starting or ending a task's measurement, or reading memory statistics.
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {
