@@ -146,7 +146,7 @@ impl Plan {
     /// makes it the estimate's source where there is any.
     pub fn learn(&mut self, recipe: &Recipe, history: &dyn Fn(&str) -> Vec<Observation>, params: Params) {
         for (plan, step) in self.steps.iter_mut().zip(&recipe.steps) {
-            plan.model = StepModel::learn(&history(&step.name), params);
+            plan.model = StepModel::learn(&history(&step.name), params, step.plugin.estimate_follows_data());
             (plan.estimate, plan.source) =
                 plan.estimate_for(plan.model.as_ref(), plan.plugin_estimate, plan.input_bytes);
         }
