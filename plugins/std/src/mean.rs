@@ -184,6 +184,19 @@ mod tests {
         }
     }
 
+    /// The bytes of f32 and f64 means, pinned: faster kernels must not change them (the hashes
+    /// were taken from the straightforward kernel, summing in list order and then dividing).
+    #[test]
+    fn mean_bytes_are_pinned() {
+        let len = 5 * 40_001;
+        let (_, input) = members(12, len, |v| v - 3.0);
+        let out = run(&Mean, json!({}), &[input]).unwrap();
+        assert_eq!(crate::fnv1a64(out.as_array().unwrap().bytes()), 9475576212920788091, "f32");
+        let (_, input) = members(7, 5 * 3001, |v| f64::from(v) / 3.0);
+        let out = run(&Mean, json!({}), &[input]).unwrap();
+        assert_eq!(crate::fnv1a64(out.as_array().unwrap().bytes()), 11850720463319817315, "f64");
+    }
+
     #[test]
     fn f64_mean_matches_a_naive_loop_and_keeps_f64() {
         let (data, input) = members(3, 20, f64::from);

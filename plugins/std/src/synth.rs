@@ -438,6 +438,22 @@ mod tests {
         assert!(mean > 2.0 * EDGE_RATE && mean < max, "{mean}");
     }
 
+    /// The bytes of fields of several shapes and wet fractions, pinned: faster kernels must not
+    /// change what a seed gives (the hashes were taken from the straightforward kernel).
+    #[test]
+    fn field_bytes_are_pinned() {
+        for (ny, nx, wet, seed, expected) in [
+            (97, 104, 0.3, "2026-11-01T00Z/3/12", 10583158620679962312),
+            (300, 257, 0.02, "pinned", 10176656061249716069),
+            (300, 257, 0.6, "pinned", 8428035585344154552),
+            (211, 1003, 1.0, "all wet", 10124021760852383920),
+            (1, 5000, 0.5, "one row", 105462800531112377),
+        ] {
+            let bytes: Vec<u8> = field(ny, nx, wet, seed).iter().flat_map(|v| v.to_le_bytes()).collect();
+            assert_eq!(crate::fnv1a64(&bytes), expected, "{ny}×{nx}, wet {wet}, seed {seed}");
+        }
+    }
+
     #[test]
     fn radix_selection_matches_a_sort() {
         let mut rng = testing::TestRng::new(3);

@@ -249,6 +249,24 @@ mod tests {
         assert_eq!(out, vec![0.0, 0.0, 1.0]);
     }
 
+    /// The bytes of step and fuzzy probabilities of a random field, pinned: faster kernels must
+    /// not change them (the hashes were taken from the straightforward kernel).
+    #[test]
+    fn probability_bytes_are_pinned() {
+        let mut rng = testing::TestRng::new(11);
+        let mut values: Vec<f32> = (0..300_007).map(|_| rng.unit() * 10.0 - 1.0).collect();
+        values[5] = f32::NAN;
+        values[6] = 2.0;
+        values[7] = 0.0;
+        for (args, expected) in [
+            (json!({"thresholds": [0.0, 2.0, 8.0]}), 12763425294579915173),
+            (json!({"thresholds": [-0.5, 0.0, 2.0, 8.0], "fuzzy_factor": 0.7}), 15623023250986027798),
+        ] {
+            let out = run(&Threshold, args.clone(), &[single("f", array(&[300_007], values.clone()))]).unwrap();
+            assert_eq!(crate::fnv1a64(out.as_array().unwrap().bytes()), expected, "{args}");
+        }
+    }
+
     #[test]
     fn output_metadata_and_attrs() {
         let input = meta("field", ValueMeta::Array { dtype: DType::F32, shape: vec![3, 4] });
