@@ -22,6 +22,9 @@ const ARGS: &[ArgSpec] = &[
     ArgSpec::optional("fuzzy_factor", "none", "width of a linear band around each threshold, in (0, 1)"),
 ];
 
+/// Elements per parallel chunk: big enough to amortise scheduling, small enough to spread work.
+const CHUNK: usize = 1 << 16;
+
 pub struct Threshold;
 
 /// The arguments, parsed and checked.
@@ -159,7 +162,11 @@ impl Plugin for Threshold {
         let rules = settings.rules();
         let flat = out.as_slice_mut().expect("a new array is in C order");
         if !values.is_empty() {
-            ctx.par_chunks_mut(flat, values.len(), |i, chunk| rules[i].apply(values, chunk));
+            // One slab of the output per threshold, each in chunks, so that a single large field
+            // is shared between threads too.
+            ctx.par_chunks_mut(flat, values.len(), |i, slab| {
+                ctx.par_chunks_mut(slab, CHUNK, |j, chunk| rules[i].apply(&values[j * CHUNK..][..chunk.len()], chunk));
+            });
         }
 
         let mut array = Array::from_ndarray(out).with_attr("thresholds", json!(settings.thresholds));
