@@ -82,9 +82,12 @@ impl<'a> TaskContext<'a> {
 
     /// A zero-filled array, announced to the memory ledger before it is allocated.
     pub fn zeros<T: Element>(&self, shape: &[usize]) -> ArrayD<T> {
-        let bytes = shape.iter().product::<usize>() as u64 * std::mem::size_of::<T>() as u64;
-        self.host.will_allocate(bytes);
-        ArrayD::default(IxDyn(shape))
+        let len = shape.iter().product::<usize>();
+        self.host.will_allocate(len as u64 * std::mem::size_of::<T>() as u64);
+        // Every element type's default is all zero bits, and `vec!` of a zero value asks the
+        // allocator for zeroed memory (calloc): pages fresh from the kernel are zero already, so
+        // a large output is not written twice (`ArrayD::default` would memset it).
+        ArrayD::from_shape_vec(IxDyn(shape), vec![T::default(); len]).expect("the length is the shape's product")
     }
 
     /// Announces a large allocation the task is about to make by other means.

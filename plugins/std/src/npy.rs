@@ -33,7 +33,8 @@ const GROWTH_AXIS_MAX_DIGITS: usize = 21;
 /// Headers longer than this are not something NumPy writes for the dtypes we support; refusing
 /// them keeps a corrupt length field from causing a huge allocation.
 const MAX_HEADER_LEN: usize = 1 << 20;
-/// Buffer of the file reader and writer; the only memory besides the array itself.
+/// Buffer of the file reader (and of the writer on a big-endian machine, which must swap bytes);
+/// the only memory besides the array itself.
 const IO_BUFFER: usize = 64 << 10;
 
 const ARGS: &[ArgSpec] = &[ArgSpec::required("path", "the .npy file, relative to the directory runner started in")];
@@ -128,22 +129,31 @@ pub fn write_array(path: &Path, array: &Array) -> Result<(), String> {
 }
 
 fn write_file(path: &Path, array: &Array) -> std::io::Result<()> {
-    let mut out = BufWriter::with_capacity(IO_BUFFER, File::create_new(path)?);
-    out.write_all(&header_bytes(array.dtype(), array.shape()))?;
+    let mut file = File::create_new(path)?;
+    let header = header_bytes(array.dtype(), array.shape());
     let data = array.bytes();
-    if cfg!(target_endian = "little") || array.dtype().size() == 1 {
-        out.write_all(data)?;
+    let size = array.dtype().size();
+    if cfg!(target_endian = "little") || size == 1 {
+        // The data is already as the file holds it: written straight from the array, in one
+        // call, rather than copied through a buffer.
+        file.write_all(&header)?;
+        file.write_all(data)?;
     } else {
         // `.npy` data is little-endian whatever the machine: reverse each element's bytes.
-        for element in data.chunks_exact(array.dtype().size()) {
-            let mut le = element.to_vec();
+        let mut out = BufWriter::with_capacity(IO_BUFFER, file);
+        out.write_all(&header)?;
+        let mut element_bytes = [0u8; 8];
+        for element in data.chunks_exact(size) {
+            let le = &mut element_bytes[..size];
+            le.copy_from_slice(element);
             le.reverse();
-            out.write_all(&le)?;
+            out.write_all(le)?;
         }
+        out.flush()?;
     }
     // No fsync: the rename guards against failed tasks, not against power loss, and syncing
     // every output would slow a cycle down for nothing.
-    out.flush()
+    Ok(())
 }
 
 /// Opens a `.npy` file and reads its header, leaving the reader at the start of the data, after
@@ -472,7 +482,8 @@ impl Plugin for WriteNpy {
         Ok(ValueMeta::Path)
     }
 
-    /// The data goes straight from the input buffer to the file; only the write buffer is new.
+    /// The data goes straight from the input buffer to the file; the header, the paths and, on a
+    /// big-endian machine, a write buffer are all the task allocates.
     fn estimate(&self, _args: &Args, _inputs: InputsForEstimate<'_>, _output: &ValueMeta) -> u64 {
         IO_BUFFER as u64
     }

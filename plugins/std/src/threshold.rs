@@ -22,6 +22,9 @@ const ARGS: &[ArgSpec] = &[
     ArgSpec::optional("fuzzy_factor", "none", "width of a linear band around each threshold, in (0, 1)"),
 ];
 
+/// Elements per parallel chunk: big enough to amortise scheduling, small enough to spread work.
+const CHUNK: usize = 1 << 16;
+
 pub struct Threshold;
 
 /// The arguments, parsed and checked.
@@ -159,7 +162,11 @@ impl Plugin for Threshold {
         let rules = settings.rules();
         let flat = out.as_slice_mut().expect("a new array is in C order");
         if !values.is_empty() {
-            ctx.par_chunks_mut(flat, values.len(), |i, chunk| rules[i].apply(values, chunk));
+            // One slab of the output per threshold, each in chunks, so that a single large field
+            // is shared between threads too.
+            ctx.par_chunks_mut(flat, values.len(), |i, slab| {
+                ctx.par_chunks_mut(slab, CHUNK, |j, chunk| rules[i].apply(&values[j * CHUNK..][..chunk.len()], chunk));
+            });
         }
 
         let mut array = Array::from_ndarray(out).with_attr("thresholds", json!(settings.thresholds));
@@ -247,6 +254,24 @@ mod tests {
     fn zero_threshold_has_no_fuzzy_band() {
         let out = probabilities(json!({"thresholds": [0], "fuzzy_factor": 0.5}), vec![-0.1, 0.0, 1e-6]);
         assert_eq!(out, vec![0.0, 0.0, 1.0]);
+    }
+
+    /// The bytes of step and fuzzy probabilities of a random field, pinned: faster kernels must
+    /// not change them (the hashes were taken from the straightforward kernel).
+    #[test]
+    fn probability_bytes_are_pinned() {
+        let mut rng = testing::TestRng::new(11);
+        let mut values: Vec<f32> = (0..300_007).map(|_| rng.unit() * 10.0 - 1.0).collect();
+        values[5] = f32::NAN;
+        values[6] = 2.0;
+        values[7] = 0.0;
+        for (args, expected) in [
+            (json!({"thresholds": [0.0, 2.0, 8.0]}), 12763425294579915173),
+            (json!({"thresholds": [-0.5, 0.0, 2.0, 8.0], "fuzzy_factor": 0.7}), 15623023250986027798),
+        ] {
+            let out = run(&Threshold, args.clone(), &[single("f", array(&[300_007], values.clone()))]).unwrap();
+            assert_eq!(crate::fnv1a64(out.as_array().unwrap().bytes()), expected, "{args}");
+        }
     }
 
     #[test]
