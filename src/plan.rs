@@ -68,10 +68,15 @@ impl StepPlan {
         match (model, self.hint) {
             (Some(model), _) => (model.predict(plugin_estimate, input_bytes), EstimateSource::History),
             (None, Some(hint)) => (hint, EstimateSource::Hint),
-            (None, None) => (plugin_estimate, EstimateSource::Plugin),
+            (None, None) => (plugin_estimate.saturating_add(PLUGIN_ESTIMATE_ALLOWANCE), EstimateSource::Plugin),
         }
     }
 }
+
+/// Added to a plugin's own estimate when nothing better is known: plugins count their arrays,
+/// while each block's allocator header, a task's bookkeeping and small buffers come on top
+/// (a few KiB), which would otherwise make nearly every first-run task an under-estimate.
+pub const PLUGIN_ESTIMATE_ALLOWANCE: u64 = 64 << 10;
 
 /// The plan of a whole recipe.
 #[derive(Debug, Clone)]
