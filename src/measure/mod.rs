@@ -54,13 +54,17 @@ pub use tally::{
 static GLOBAL: CountingAlloc = CountingAlloc::new();
 
 /// jemalloc's start-up options (it reads this symbol; `_RJEM_MALLOC_CONF` in the environment
-/// still overrides). By default jemalloc gives blocks over 8 MiB back to the OS as soon as they
-/// are freed, so every such output (a 970×1042 field with 8 thresholds is 31 MiB) is
-/// page-faulted in afresh, which costs more than computing it. Up to 64 MiB, freed blocks are
-/// kept for reuse and returned over jemalloc's decay time (10 s); larger ones still go at once,
-/// so what is kept beyond live bytes stays small next to a budget.
+/// still overrides):
+/// - `oversize_threshold`: by default jemalloc gives blocks over 8 MiB back to the OS as soon as
+///   they are freed, so every such output (a 970×1042 field with 8 thresholds is 31 MiB) is
+///   page-faulted in afresh, which costs more than computing it. Up to 64 MiB, freed blocks are
+///   kept for reuse and returned over jemalloc's decay time; larger ones still go at once.
+/// - `narenas:1`: one arena for all threads, so a block freed by one worker is reused by the
+///   next task on any other instead of sitting in its thread's arena until it decays (peak RSS
+///   of the 8 × 24 weather benchmark: 77–125 MiB with an arena per thread, 66–71 MiB with one).
+///   Small allocations still go through per-thread caches.
 #[unsafe(export_name = "_rjem_malloc_conf")]
-pub static JEMALLOC_OPTIONS: &[u8; 28] = b"oversize_threshold:67108864\0";
+pub static JEMALLOC_OPTIONS: &[u8; 38] = b"oversize_threshold:67108864,narenas:1\0";
 
 /// What can go wrong when starting or ending a task's measurement, or reading memory statistics.
 #[derive(Debug, thiserror::Error)]
