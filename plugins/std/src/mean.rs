@@ -7,7 +7,7 @@ use runner_plugin::{
     TaskError, Value, ValueMeta,
 };
 
-use crate::support::{array_shape_of, expect_array};
+use crate::support::{array_shape_of, expect_array, written_array};
 
 const DTYPES: &[DType] = &[DType::F32, DType::F64];
 
@@ -133,8 +133,9 @@ impl Float for f64 {
 }
 
 /// Sums the arrays in list order, starting from 0, then divides by their count: block by block
-/// within chunks processed in parallel. Each element sees the same additions in the same order
-/// as in an input-by-input accumulation, so the bytes do not depend on the blocking.
+/// within chunks processed in parallel, each block's sums written to the output once. Each
+/// element sees the same additions in the same order as in an input-by-input accumulation, so
+/// the bytes do not depend on the blocking.
 fn mean_of<T: Float>(ctx: &TaskContext, arrays: &[&Array]) -> Result<Array, TaskError> {
     let views = arrays.iter().map(|a| a.view::<T>()).collect::<Result<Vec<_>, _>>().map_err(TaskError::msg)?;
     let slices: Vec<&[T]> = views
@@ -142,35 +143,35 @@ fn mean_of<T: Float>(ctx: &TaskContext, arrays: &[&Array]) -> Result<Array, Task
         .map(|v| v.as_slice().ok_or_else(|| TaskError::msg("input array is not in C order")))
         .collect::<Result<_, _>>()?;
     let count = T::from_count(slices.len());
-    let mut out = ctx.zeros::<T>(arrays[0].shape());
-    let flat = out.as_slice_mut().expect("a new array is in C order");
-    ctx.par_chunks_mut(flat, CHUNK, |chunk_index, chunk| {
-        let first = chunk_index * CHUNK;
-        let len = chunk.len();
-        let mut blocks = chunk.chunks_exact_mut(BLOCK);
-        for (block_start, block) in (first..).step_by(BLOCK).zip(blocks.by_ref()) {
-            let mut sums = [T::default(); BLOCK];
+    let out = written_array(ctx, arrays[0].shape(), CHUNK, |chunk, out| {
+        let start = chunk * CHUNK;
+        let end = start + out.remaining();
+        let full_blocks_end = end - (end - start) % BLOCK;
+        for block_start in (start..full_blocks_end).step_by(BLOCK) {
+            // A whole block has a size known at compile time, so its sums live in registers.
+            let mut means = [T::default(); BLOCK];
             for slice in &slices {
                 let values: &[T; BLOCK] = slice[block_start..][..BLOCK].try_into().expect("a block of every input");
-                for (sum, &value) in sums.iter_mut().zip(values) {
+                for (sum, &value) in means.iter_mut().zip(values) {
                     *sum += value;
                 }
             }
-            for (mean, sum) in block.iter_mut().zip(sums) {
-                *mean = sum / count;
+            for mean in &mut means {
+                *mean = *mean / count;
             }
+            out.write_slice(&means);
         }
-        // The last few elements accumulate in the output itself, which starts at 0.
-        let tail = blocks.into_remainder();
-        let tail_start = first + len - tail.len();
+        let mut tail = [T::default(); BLOCK];
+        let tail = &mut tail[..end - full_blocks_end];
         for slice in &slices {
-            for (sum, &value) in tail.iter_mut().zip(&slice[tail_start..]) {
+            for (sum, &value) in tail.iter_mut().zip(&slice[full_blocks_end..end]) {
                 *sum += value;
             }
         }
         for mean in tail.iter_mut() {
             *mean = *mean / count;
         }
+        out.write_slice(tail);
     });
     Ok(Array::from_ndarray(out))
 }

@@ -1,14 +1,80 @@
 //! Helpers shared by several plugins: the FNV-1a hash, argument checks with messages that name
-//! the argument, and checks of the inputs' kind and shape at plan time and at run time.
+//! the argument, checks of the inputs' kind and shape at plan time and at run time, new arrays
+//! written once in parallel, and AVX2 detection for kernels compiled twice.
 
+use std::mem::MaybeUninit;
+
+use runner_plugin::ndarray::{ArrayD, IxDyn};
 use runner_plugin::serde_json::Value as Json;
-use runner_plugin::{ArgError, Array, DType, Input, InputMeta, Inputs, TaskError, Value, ValueMeta};
+use runner_plugin::{
+    ArgError, Array, DType, Element, Input, InputMeta, Inputs, TaskContext, TaskError, Value, ValueMeta,
+};
 
 /// FNV-1a, 64 bits: a tiny, well-known, stable hash for turning task keys and seeds into numbers.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     bytes.iter().fold(OFFSET_BASIS, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(PRIME))
+}
+
+/// A new array of `shape` whose every element is written once by `fill(chunk_index, writer)`,
+/// chunk by chunk of `chunk_len` elements, in parallel; announced to the memory ledger before it
+/// is allocated, like [`TaskContext::zeros`].
+///
+/// For outputs that a kernel computes in full this saves a pass over memory: zeroing the array
+/// first (which the allocator does by `memset`, or for large blocks by handing pages back to the
+/// kernel, which then faults them in again) only to overwrite every element.
+///
+/// Panics if `fill` leaves part of a chunk unwritten.
+pub(crate) fn written_array<T, F>(ctx: &TaskContext, shape: &[usize], chunk_len: usize, fill: F) -> ArrayD<T>
+where
+    T: Element,
+    F: Fn(usize, &mut ChunkWriter<'_, T>) + Sync + Send,
+{
+    let len: usize = shape.iter().product();
+    ctx.will_allocate((len * size_of::<T>()) as u64);
+    let mut data = Vec::<T>::with_capacity(len);
+    ctx.par_chunks_mut(&mut data.spare_capacity_mut()[..len], chunk_len, |index, slots| {
+        let mut writer = ChunkWriter { slots, written: 0 };
+        fill(index, &mut writer);
+        assert_eq!(writer.remaining(), 0, "chunk {index} of a new array was left partly unwritten");
+    });
+    // SAFETY: the chunks cover the first `len` elements, and each chunk's writer wrote all of
+    // its elements, front to back (asserted above; had any chunk panicked, `par_chunks_mut`
+    // would have passed the panic on before this line).
+    unsafe { data.set_len(len) };
+    ArrayD::from_shape_vec(IxDyn(shape), data).expect("the length is the shape's product")
+}
+
+/// Writes the elements of one chunk of a [`written_array`], front to back.
+pub(crate) struct ChunkWriter<'a, T> {
+    slots: &'a mut [MaybeUninit<T>],
+    written: usize,
+}
+
+impl<T: Copy> ChunkWriter<'_, T> {
+    /// Elements of the chunk still to write.
+    pub(crate) fn remaining(&self) -> usize {
+        self.slots.len() - self.written
+    }
+
+    /// Writes `values` next. Panics if they do not fit in the chunk.
+    #[inline(always)]
+    pub(crate) fn write_slice(&mut self, values: &[T]) {
+        self.slots[self.written..][..values.len()].write_copy_of_slice(values);
+        self.written += values.len();
+    }
+
+    /// Writes the items of `values` next, as many as fit in the chunk.
+    #[inline(always)]
+    pub(crate) fn write_iter(&mut self, values: impl Iterator<Item = T>) {
+        let mut written = 0;
+        for (slot, value) in self.slots[self.written..].iter_mut().zip(values) {
+            slot.write(value);
+            written += 1;
+        }
+        self.written += written;
+    }
 }
 
 /// Whether the CPU has AVX2, for kernels that keep a second copy of their loops compiled for it.
@@ -130,6 +196,30 @@ fn listed<'n>(names: impl Iterator<Item = &'n str>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn written_array_holds_what_every_chunk_wrote() {
+        let array = crate::testing::with_context(|ctx| {
+            written_array(ctx, &[3, 7], 4, |chunk, out| {
+                // Two ways of writing, in either order, each start where the last stopped.
+                let start = chunk * 4;
+                out.write_slice(&[start as i32]);
+                out.write_iter((start as i32 + 1..).take(out.remaining()));
+            })
+        });
+        assert_eq!(array.shape(), &[3, 7]);
+        assert_eq!(array.iter().copied().collect::<Vec<i32>>(), (0..21).collect::<Vec<i32>>());
+        let empty = crate::testing::with_context(|ctx| written_array::<f32, _>(ctx, &[0, 5], 4, |_, _| unreachable!()));
+        assert_eq!(empty.shape(), &[0, 5]);
+    }
+
+    #[test]
+    #[should_panic(expected = "left partly unwritten")]
+    fn written_array_refuses_a_chunk_left_short() {
+        crate::testing::with_context(|ctx| {
+            written_array(ctx, &[10], 4, |_, out| out.write_iter(std::iter::repeat_n(1.0f32, 3)));
+        });
+    }
 
     #[test]
     fn fnv1a64_matches_published_test_vectors() {

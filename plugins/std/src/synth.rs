@@ -25,13 +25,14 @@
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
 
+use runner_plugin::ndarray::ArrayD;
 use runner_plugin::serde_json::json;
 use runner_plugin::{
     ArgError, ArgSpec, Args, Array, DType, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError, Value,
     ValueMeta,
 };
 
-use crate::support::{fnv1a64, has_avx2, positive_whole, shown};
+use crate::support::{ChunkWriter, fnv1a64, has_avx2, positive_whole, shown, written_array};
 
 const ARGS: &[ArgSpec] = &[
     ArgSpec::required("ny", "rows of the field"),
@@ -128,25 +129,23 @@ impl Plugin for Synth {
         Ok(ValueMeta::Array { dtype: DType::F32, shape: vec![settings.ny, settings.nx] })
     }
 
-    /// The field is built in the output itself. Besides it: the blobs' profiles (exact: the storm
-    /// is drawn from the seed here too), the high-digit counts of the bands being built and their
-    /// total, then that total and the low-digit counts.
+    /// The field is written into the output once. Besides it: the blobs' profiles (exact: the
+    /// storm is drawn from the seed here too), a row and the high-digit counts of each band being
+    /// built and their total, then that total and the low-digit counts.
     fn estimate(&self, args: &Args, _inputs: InputsForEstimate<'_>, _output: &ValueMeta) -> u64 {
         let Ok(settings) = Settings::from_args(args) else {
             return 0;
         };
         let field = settings.cells() * size_of::<f32>();
         let profiles = profile_bytes(settings.ny, settings.nx, settings.wet_fraction, &settings.seed);
-        let bands = (MAX_BANDS + 1) * HIGH_VALUES * size_of::<u32>();
+        let bands = (MAX_BANDS + 1) * HIGH_VALUES * size_of::<u32>() + MAX_BANDS * settings.nx * size_of::<f32>();
         let select = (HIGH_VALUES + LOW_VALUES) * size_of::<u32>();
         (field + profiles + bands.max(select)) as u64
     }
 
     fn run(&self, ctx: &TaskContext, args: &Args, _inputs: &Inputs) -> Result<Value, TaskError> {
         let settings = Settings::from_args(args).map_err(|e| TaskError::msg(e.message))?;
-        let mut field = ctx.zeros::<f32>(&[settings.ny, settings.nx]);
-        let cells = field.as_slice_mut().expect("a new array is in C order");
-        synthesise(ctx, cells, settings.ny, settings.nx, settings.wet_fraction, &settings.seed);
+        let field = synthesise(ctx, settings.ny, settings.nx, settings.wet_fraction, &settings.seed);
         let array = Array::from_ndarray(field)
             .with_attr("units", "mm/h")
             .with_attr("wet_fraction", json!(settings.wet_fraction))
@@ -155,12 +154,12 @@ impl Plugin for Synth {
     }
 }
 
-/// Fills `out` (`ny × nx`, C order, zero on entry) with the field for these arguments.
-pub(crate) fn synthesise(ctx: &TaskContext, out: &mut [f32], ny: usize, nx: usize, wet_fraction: f64, seed: &str) {
+/// The field for these arguments, `[ny, nx]`.
+pub(crate) fn synthesise(ctx: &TaskContext, ny: usize, nx: usize, wet_fraction: f64, seed: &str) -> ArrayD<f32> {
     let cells = ny * nx;
     let wet_cells = ((wet_fraction * cells as f64).round() as usize).min(cells);
     if wet_cells == 0 {
-        return;
+        return ctx.zeros(&[ny, nx]);
     }
     let storm = Storm::draw(&mut SplitMix64(fnv1a64(seed.as_bytes())));
     let shape = storm.shape(ny, nx, wet_fraction);
@@ -173,25 +172,27 @@ pub(crate) fn synthesise(ctx: &TaskContext, out: &mut [f32], ny: usize, nx: usiz
     let band_rows = ny.div_ceil(MAX_BANDS).max(MIN_BAND_ROWS);
 
     let total = Mutex::new(FieldSummary::new());
-    ctx.par_chunks_mut(out, band_rows * nx, |band, cells| {
-        let summary = build_rows_fastest(cells, band * band_rows, nx, &blobs, &envelope);
+    let mut field = written_array(ctx, &[ny, nx], band_rows * nx, |band, out| {
+        let summary = build_rows_fastest(out, band * band_rows, nx, &blobs, &envelope);
         total.lock().unwrap_or_else(PoisonError::into_inner).merge(&summary);
     });
     let total = total.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let out = field.as_slice_mut().expect("a new array is in C order");
 
     // Exactly `wet_cells` values lie above the value ranked just below them (ties aside).
     let threshold = if wet_cells == cells { -1.0 } else { select_counted(out, &total.high, cells - wet_cells - 1) };
     if total.max <= threshold {
         out.fill(0.0);
-        return;
+    } else {
+        let rain = RainRate::new(threshold, total.max, storm.peak_rate);
+        ctx.par_chunks_mut(out, band_rows * nx, |_, cells| rain.apply_fastest(cells));
     }
-    let rain = RainRate::new(threshold, total.max, storm.peak_rate);
-    ctx.par_chunks_mut(out, band_rows * nx, |_, cells| rain.apply_fastest(cells));
+    field
 }
 
 /// [`build_rows`], compiled for AVX2 when the CPU has it (see [`has_avx2`]).
 fn build_rows_fastest(
-    cells: &mut [f32],
+    out: &mut ChunkWriter<'_, f32>,
     first_row: usize,
     nx: usize,
     blobs: &[BlobProfiles],
@@ -201,39 +202,41 @@ fn build_rows_fastest(
     if has_avx2() {
         #[target_feature(enable = "avx2")]
         fn avx2(
-            cells: &mut [f32],
+            out: &mut ChunkWriter<'_, f32>,
             first_row: usize,
             nx: usize,
             blobs: &[BlobProfiles],
             envelope: &Envelope,
         ) -> FieldSummary {
-            build_rows(cells, first_row, nx, blobs, envelope)
+            build_rows(out, first_row, nx, blobs, envelope)
         }
         // SAFETY: the CPU has AVX2, as just checked; that is all `avx2` requires.
-        return unsafe { avx2(cells, first_row, nx, blobs, envelope) };
+        return unsafe { avx2(out, first_row, nx, blobs, envelope) };
     }
-    build_rows(cells, first_row, nx, blobs, envelope)
+    build_rows(out, first_row, nx, blobs, envelope)
 }
 
-/// Builds the grid rows from `first_row` on that make up `cells`, each while it is in L1: the
-/// floor, every blob that reaches it in the blobs' order (as a blob-by-blob build would add them
-/// to each cell), then the envelope; and sums up what the rain needs to know of them.
+/// Writes the grid rows from `first_row` on that `out` holds, each built in a row that stays in
+/// L1: the floor, every blob that reaches it in the blobs' order (as a blob-by-blob build would
+/// add them to each cell), then the envelope; and sums up what the rain needs to know of them.
 #[inline(always)]
 fn build_rows(
-    cells: &mut [f32],
+    out: &mut ChunkWriter<'_, f32>,
     first_row: usize,
     nx: usize,
     blobs: &[BlobProfiles],
     envelope: &Envelope,
 ) -> FieldSummary {
     let mut summary = FieldSummary::new();
-    for (row, y) in cells.chunks_exact_mut(nx).zip(first_row..) {
+    let mut row = vec![BASE; nx];
+    for y in first_row..first_row + out.remaining() / nx {
         row.fill(BASE);
         for blob in blobs {
-            blob.add_to_row(row, y);
+            blob.add_to_row(&mut row, y);
         }
-        envelope.apply(row, y);
-        summary.add(row);
+        envelope.apply(&mut row, y);
+        summary.add(&row);
+        out.write_slice(&row);
     }
     summary
 }

@@ -15,7 +15,9 @@ use runner_plugin::{
     ValueMeta,
 };
 
-use crate::support::{array_shape_of, expect_array, one_input_meta, one_input_value, shown};
+use crate::support::{
+    ChunkWriter, array_shape_of, expect_array, one_input_meta, one_input_value, shown, written_array,
+};
 
 const ARGS: &[ArgSpec] = &[
     ArgSpec::required("thresholds", "a number or a list of numbers to compare the field with"),
@@ -87,30 +89,26 @@ impl Rule {
         if lower < threshold && threshold < upper { Rule::Ramp { lower, threshold, upper } } else { step }
     }
 
-    /// Writes the probability of each value into `out` (same length).
-    fn apply(self, values: &[f32], out: &mut [f32]) {
+    /// Writes the probability of each of `values` next in `out`.
+    fn write(self, values: &[f32], out: &mut ChunkWriter<'_, f32>) {
         match self {
-            Rule::Step { threshold } => {
-                for (p, &v) in out.iter_mut().zip(values) {
-                    *p = if v > threshold { 1.0 } else { 0.0 };
-                }
-            }
+            Rule::Step { threshold } => out.write_iter(values.iter().map(|&v| if v > threshold { 1.0 } else { 0.0 })),
             Rule::Ramp { lower, threshold, upper } => {
                 // Two half-ramps like IMPROVER's, so 0.5 falls exactly on the threshold even if
                 // rounding made the band a little asymmetric; the edges are exact by selection.
                 let below = 0.5 / (threshold - lower);
                 let above = 0.5 / (upper - threshold);
-                for (p, &v) in out.iter_mut().zip(values) {
+                out.write_iter(values.iter().map(|&v| {
                     let ramp = if v < threshold { (v - lower) * below } else { 0.5 + (v - threshold) * above };
                     // NaN fails both comparisons and lands on 0.
-                    *p = if v > lower && v < upper {
+                    if v > lower && v < upper {
                         ramp.clamp(0.0, 1.0)
                     } else if v >= upper {
                         1.0
                     } else {
                         0.0
-                    };
-                }
+                    }
+                }));
             }
         }
     }
@@ -158,16 +156,20 @@ impl Plugin for Threshold {
         let view = input.view::<f32>().map_err(TaskError::msg)?;
         let values = view.as_slice().ok_or_else(|| TaskError::msg("input array is not in C order"))?;
 
-        let mut out = ctx.zeros::<f32>(&output_shape(&settings, input.shape()));
         let rules = settings.rules();
-        let flat = out.as_slice_mut().expect("a new array is in C order");
-        if !values.is_empty() {
-            // One slab of the output per threshold, each in chunks, so that a single large field
-            // is shared between threads too.
-            ctx.par_chunks_mut(flat, values.len(), |i, slab| {
-                ctx.par_chunks_mut(slab, CHUNK, |j, chunk| rules[i].apply(&values[j * CHUNK..][..chunk.len()], chunk));
-            });
-        }
+        let len = values.len();
+        // Chunks of the flat output, [thresholds, ...input shape], computed in parallel, so that
+        // a single large field is shared between threads too.
+        let out = written_array(ctx, &output_shape(&settings, input.shape()), CHUNK, |chunk, out| {
+            // A chunk may span the end of one threshold's slab and the start of the next.
+            let mut at = chunk * CHUNK;
+            while out.remaining() > 0 {
+                let (slab, offset) = (at / len, at % len);
+                let n = out.remaining().min(len - offset);
+                rules[slab].write(&values[offset..offset + n], out);
+                at += n;
+            }
+        });
 
         let mut array = Array::from_ndarray(out).with_attr("thresholds", json!(settings.thresholds));
         if let Some(factor) = settings.fuzzy_factor {
