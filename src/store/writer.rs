@@ -65,7 +65,6 @@ const FINISH_RUN: &str = "UPDATE runs SET finished_at = ?2, status = ?3, wall_ms
      underestimates = ?11 WHERE run_id = ?1";
 
 enum Message {
-    Task(TaskRecord),
     Tasks(Vec<TaskRecord>),
     Finish(RunOutcome),
 }
@@ -138,14 +137,12 @@ impl RunRecorder {
         self.run_id
     }
 
-    /// Queues one task row. Cheap (a channel send); blocks only while the channel is full. After
+    /// Queues one task row, as a message of its own ([`record_all`](RunRecorder::record_all)
+    /// sends many in one). Blocks only while the channel is full. After
     /// a write error the writer discards what it receives, counting it as lost, and
     /// [`finish`](RunRecorder::finish) reports the error.
     pub fn record(&self, task: TaskRecord) {
-        let sent = self.sender.as_ref().is_some_and(|s| s.send(Message::Task(task)).is_ok());
-        if !sent {
-            self.dropped.fetch_add(1, Ordering::Relaxed);
-        }
+        self.record_all(vec![task]);
     }
 
     /// Queues a batch of task rows in one message: what workers use, so the channel is crossed
@@ -277,7 +274,6 @@ impl Writer {
             // that senders never block on a writer that has stopped writing.
             for message in self.receiver.iter() {
                 match message {
-                    Message::Task(_) => self.received += 1,
                     Message::Tasks(tasks) => self.received += tasks.len() as u64,
                     Message::Finish(_) => break,
                 }
@@ -304,16 +300,6 @@ impl Writer {
                 self.receiver.recv_deadline(deadline)
             };
             match message {
-                Ok(Message::Task(task)) => {
-                    self.received += 1;
-                    if batch.is_empty() {
-                        deadline = Instant::now() + FLUSH_INTERVAL;
-                    }
-                    batch.push(task);
-                    if batch.len() >= BATCH_ROWS {
-                        self.write(&mut batch, None)?;
-                    }
-                }
                 Ok(Message::Tasks(mut tasks)) => {
                     self.received += tasks.len() as u64;
                     if batch.is_empty() {
