@@ -88,7 +88,11 @@ impl StoreSink {
     }
 
     fn to_record(&self, task: &TaskReport<'_>) -> TaskRecord {
-        let step = self.steps.iter().find(|s| &***s == task.step).cloned().unwrap_or_else(|| Arc::from(task.step));
+        // By index, not by comparing names: this runs for every task.
+        let step = match self.steps.get(task.step_id) {
+            Some(name) if &**name == task.step => name.clone(),
+            _ => Arc::from(task.step),
+        };
         TaskRecord {
             step,
             key: task.key.to_string(),

@@ -66,6 +66,8 @@ pub struct Progress {
 pub struct TaskReport<'a> {
     /// The worker that reports it, `0..workers`: a sink may buffer per worker.
     pub worker: usize,
+    /// The step's index in the recipe, and its name.
+    pub step_id: StepId,
     pub step: &'a str,
     pub key: &'a str,
     pub plugin: &'static str,
@@ -322,6 +324,7 @@ impl<'s, 'r> Worker<'s, 'r> {
                 let plan = &self.shared.plan.steps[task.step];
                 sink.record(&TaskReport {
                     worker: self.id,
+                    step_id: task.step,
                     step: &step.name,
                     key: &self.key,
                     plugin: step.plugin.name(),
@@ -499,6 +502,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             let step_def = &self.shared.recipe.steps[step];
             sink.record(&TaskReport {
                 worker: self.id,
+                step_id: step,
                 step: &step_def.name,
                 key: &self.key,
                 plugin: step_def.plugin.name(),
