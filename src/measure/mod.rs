@@ -66,6 +66,34 @@ static GLOBAL: CountingAlloc = CountingAlloc::new();
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static JEMALLOC_OPTIONS: &[u8; 38] = b"oversize_threshold:67108864,narenas:1\0";
 
+/// How a task's peak bytes were measured (`tasks.peak_source` in the store).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PeakSource {
+    /// The counting allocator: the task's own heap blocks at their highest (in-process plugins).
+    #[default]
+    Allocator,
+    /// A memory cgroup of the task's own: its process tree's resident bytes, sampled from the
+    /// cgroup's `memory.stat`, and never below the largest process's `ru_maxrss`.
+    Cgroup,
+    /// No cgroup could be made: the largest process's `ru_maxrss` from `wait4`, and the tree's
+    /// resident bytes sampled from `/proc`.
+    Wait4Sampled,
+}
+
+impl PeakSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PeakSource::Allocator => "allocator",
+            PeakSource::Cgroup => "cgroup",
+            PeakSource::Wait4Sampled => "wait4+sampled",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<PeakSource> {
+        [PeakSource::Allocator, PeakSource::Cgroup, PeakSource::Wait4Sampled].into_iter().find(|s| s.as_str() == text)
+    }
+}
+
 /// What can go wrong when starting or ending a task's measurement, or reading memory statistics.
 #[derive(Debug, thiserror::Error)]
 pub enum MeasureError {

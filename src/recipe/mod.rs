@@ -43,6 +43,7 @@ pub struct Recipe {
     pub cycle: String,
     pub dims: Vec<Dim>,
     pub steps: Vec<Step>,
+    pub paths: PathPolicy,
 }
 
 /// One validated step.
@@ -57,6 +58,33 @@ pub struct Step {
     pub arg_locs: Vec<(String, Loc)>,
     pub memory_hint: Option<u64>,
     pub description: Option<String>,
+    /// `retries:` more attempts after a failed one (SPEC, "Step keys for every plugin").
+    pub retries: u32,
+    /// `timeout:` how long one attempt may run.
+    pub timeout: Option<std::time::Duration>,
+    /// `on_missing:` what a missing input of a task means.
+    pub on_missing: OnMissing,
+    /// `cache:` keep this step's in-memory outputs so that `--resume` can reuse them.
+    pub cache: bool,
+}
+
+/// What a task whose input is missing ([`runner_plugin::FailureKind::MissingInput`]) becomes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnMissing {
+    /// The task fails (and its dependants are skipped): the run fails.
+    #[default]
+    Error,
+    /// The task and everything downstream of it are skipped; the run does not fail.
+    Skip,
+    /// The task is dropped from its consumers' gathers (a gather left empty is skipped).
+    Ignore,
+}
+
+/// `paths:` of the recipe: where rendered output paths may point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PathPolicy {
+    /// Output paths may leave the working directory.
+    pub allow_outside: bool,
 }
 
 impl Step {
@@ -411,7 +439,15 @@ impl Compiler<'_> {
             }
         }
         let dims = std::mem::take(&mut self.dims);
-        Some(Recipe { name, description: raw.description, source, cycle: self.options.cycle.clone(), dims, steps })
+        Some(Recipe {
+            name,
+            description: raw.description,
+            source,
+            cycle: self.options.cycle.clone(),
+            dims,
+            steps,
+            paths: PathPolicy::default(),
+        })
     }
 
     fn apply_overrides(&mut self) {
@@ -606,7 +642,21 @@ impl Compiler<'_> {
         let memory_hint = raw_step.memory.and_then(|m| self.memory_hint(&name, m));
         let plugin = plugin?;
         let (args, arg_locs) = self.compile_args(&name, loc, &*plugin, raw_step.args, &over)?;
-        Some(Step { name, loc, plugin, over, inputs, args, arg_locs, memory_hint, description: raw_step.description })
+        Some(Step {
+            name,
+            loc,
+            plugin,
+            over,
+            inputs,
+            args,
+            arg_locs,
+            memory_hint,
+            description: raw_step.description,
+            retries: 0,
+            timeout: None,
+            on_missing: OnMissing::Error,
+            cache: false,
+        })
     }
 
     fn compile_over(&mut self, step: &str, over: Option<&Spanned<DimNames>>) -> Vec<DimId> {

@@ -22,7 +22,7 @@ use runner_plugin::{DimValue, Host, Input, Inputs, InputsForEstimate, TaskContex
 use smallvec::SmallVec;
 
 use crate::graph::Graph;
-use crate::measure::{self, TaskMemory};
+use crate::measure::{self, PeakSource, TaskMemory};
 use crate::memory::Admission;
 use crate::memory::spill::SpillDir;
 use crate::plan::{EstimateSource, Plan};
@@ -79,6 +79,14 @@ pub struct TaskReport<'a> {
     pub peak: u64,
     pub output_bytes: u64,
     pub wall: Duration,
+    /// When the task started, since the run started (zero for a skipped task).
+    pub started: Duration,
+    /// Attempts made (0 for a task that never ran).
+    pub attempts: u32,
+    /// How `peak` was measured.
+    pub peak_source: PeakSource,
+    /// The file holding what the task printed (external commands), if there is one.
+    pub log_path: Option<&'a std::path::Path>,
     pub error: Option<&'a str>,
 }
 
@@ -133,6 +141,8 @@ struct Shared<'r> {
     progress: &'r Progress,
     sink: Option<&'r dyn TaskSink>,
     next_tag: AtomicU64,
+    /// When the run started: task start times are offsets from it.
+    started: Instant,
 }
 
 /// Runs every task of `recipe` and reports what happened.
@@ -173,6 +183,7 @@ pub fn run(
         progress,
         sink,
         next_tag: AtomicU64::new(1),
+        started,
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
     progress.budget.store(options.budget, Ordering::Relaxed);
@@ -336,6 +347,10 @@ impl<'s, 'r> Worker<'s, 'r> {
                     peak: 0,
                     output_bytes: 0,
                     wall: Duration::ZERO,
+                    started: Duration::ZERO,
+                    attempts: 0,
+                    peak_source: PeakSource::Allocator,
+                    log_path: None,
                     error: Some("an input failed"),
                 });
             }
@@ -514,6 +529,10 @@ impl<'s, 'r> Worker<'s, 'r> {
                 peak,
                 output_bytes,
                 wall,
+                started: started.saturating_duration_since(self.shared.started),
+                attempts: 1,
+                peak_source: PeakSource::Allocator,
+                log_path: None,
                 error: error.as_deref(),
             });
         }

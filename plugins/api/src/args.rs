@@ -15,15 +15,42 @@ pub struct ArgSpec {
     /// `None` for a required argument, else the default as shown to users.
     pub default: Option<&'static str>,
     pub about: &'static str,
+    /// What the value names, so the engine can check paths before anything runs.
+    pub kind: ArgKind,
+}
+
+/// What an argument's value is, as far as the engine cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ArgKind {
+    /// Anything else.
+    #[default]
+    Value,
+    /// A file or directory the task reads.
+    InputPath,
+    /// A file or directory the task writes: two tasks of a run must never render the same one,
+    /// and it must stay inside the working directory unless the recipe allows otherwise.
+    OutputPath,
 }
 
 impl ArgSpec {
     pub const fn required(name: &'static str, about: &'static str) -> ArgSpec {
-        ArgSpec { name, default: None, about }
+        ArgSpec { name, default: None, about, kind: ArgKind::Value }
     }
 
     pub const fn optional(name: &'static str, default: &'static str, about: &'static str) -> ArgSpec {
-        ArgSpec { name, default: Some(default), about }
+        ArgSpec { name, default: Some(default), about, kind: ArgKind::Value }
+    }
+
+    /// This argument names a file or directory the task writes ([`ArgKind::OutputPath`]).
+    pub const fn output_path(mut self) -> ArgSpec {
+        self.kind = ArgKind::OutputPath;
+        self
+    }
+
+    /// This argument names a file or directory the task reads ([`ArgKind::InputPath`]).
+    pub const fn input_path(mut self) -> ArgSpec {
+        self.kind = ArgKind::InputPath;
+        self
     }
 
     pub fn is_required(&self) -> bool {

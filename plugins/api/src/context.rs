@@ -19,6 +19,11 @@ pub trait Host: Sync {
     /// the run's memory ledger can make room (spilling or pausing other work) before the
     /// allocation happens rather than after.
     fn will_allocate(&self, bytes: u64);
+    /// True once the task should stop: its step's `timeout` has passed, or the run is being
+    /// interrupted or aborted.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// The context of one running task.
@@ -88,6 +93,13 @@ impl<'a> TaskContext<'a> {
         // allocator for zeroed memory (calloc): pages fresh from the kernel are zero already, so
         // a large output is not written twice (`ArrayD::default` would memset it).
         ArrayD::from_shape_vec(IxDyn(shape), vec![T::default(); len]).expect("the length is the shape's product")
+    }
+
+    /// True once the task should stop early (its step's `timeout` has passed, or the run is
+    /// ending): a long-running plugin polls it and returns an error. Whatever the task returns
+    /// after its timeout counts as timed out.
+    pub fn cancelled(&self) -> bool {
+        self.host.cancelled()
     }
 
     /// Announces a large allocation the task is about to make by other means.

@@ -25,6 +25,24 @@ impl ArgError {
     }
 }
 
+/// What kind of failure a [`TaskError`] is: the engine reacts to some kinds (a step's
+/// `on_missing`, a retry with a larger reservation), and reports every kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum FailureKind {
+    /// Any other failure.
+    #[default]
+    Error,
+    /// An input the task reads (a file named in its args) does not exist: the step's
+    /// `on_missing` decides whether that fails the task, skips it or drops it from gathers.
+    MissingInput,
+    /// The task (or the process tree it ran) ran out of memory: a retry gets a larger reservation.
+    OutOfMemory,
+    /// The task ran past its step's `timeout`.
+    TimedOut,
+    /// The run was interrupted or aborted while the task ran.
+    Cancelled,
+}
+
 /// Why a task failed. Any `std::error::Error` converts into it, so plugins can use `?` freely.
 ///
 /// Like `anyhow::Error`, it deliberately does not implement `std::error::Error` itself: that is
@@ -32,17 +50,32 @@ impl ArgError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskError {
     message: String,
+    kind: FailureKind,
 }
 
 impl TaskError {
     /// A failure described in words.
     pub fn msg(message: impl Into<String>) -> Self {
-        TaskError { message: message.into() }
+        TaskError { message: message.into(), kind: FailureKind::Error }
+    }
+
+    /// A failure of a given kind.
+    pub fn of_kind(kind: FailureKind, message: impl Into<String>) -> Self {
+        TaskError { message: message.into(), kind }
+    }
+
+    /// An input the task needs is not there, e.g. `no file work/a.nc` (see [`FailureKind::MissingInput`]).
+    pub fn missing(message: impl Into<String>) -> Self {
+        Self::of_kind(FailureKind::MissingInput, message)
     }
 
     /// The failure's description.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    pub fn kind(&self) -> FailureKind {
+        self.kind
     }
 }
 
@@ -62,6 +95,6 @@ impl<E: std::error::Error> From<E> for TaskError {
             message.push_str(&cause.to_string());
             source = cause.source();
         }
-        TaskError { message }
+        TaskError { message, kind: FailureKind::Error }
     }
 }

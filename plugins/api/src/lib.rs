@@ -31,9 +31,9 @@ pub mod size;
 pub mod task_tag;
 mod value;
 
-pub use args::{ArgSpec, Args};
+pub use args::{ArgKind, ArgSpec, Args};
 pub use context::{Host, TaskContext};
-pub use error::{ArgError, TaskError};
+pub use error::{ArgError, FailureKind, TaskError};
 pub use inputs::{Input, InputMeta, Inputs, InputsForEstimate};
 pub use plugin::Plugin;
 pub use value::{Array, Attrs, DType, DimValue, Element, ExternalBytes, Storage, Value, ValueMeta};

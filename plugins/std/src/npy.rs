@@ -37,7 +37,10 @@ const MAX_HEADER_LEN: usize = 1 << 20;
 /// the only memory besides the array itself.
 const IO_BUFFER: usize = 64 << 10;
 
-const ARGS: &[ArgSpec] = &[ArgSpec::required("path", "the .npy file, relative to the directory runner started in")];
+const READ_ARGS: &[ArgSpec] =
+    &[ArgSpec::required("path", "the .npy file, relative to the directory runner started in").input_path()];
+const WRITE_ARGS: &[ArgSpec] =
+    &[ArgSpec::required("path", "the .npy file, relative to the directory runner started in").output_path()];
 
 /// What the header of a `.npy` file says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -423,7 +426,7 @@ impl Plugin for ReadNpy {
     }
 
     fn args(&self) -> &'static [ArgSpec] {
-        ARGS
+        READ_ARGS
     }
 
     fn check(&self, args: &Args) -> Result<(), ArgError> {
@@ -468,7 +471,7 @@ impl Plugin for WriteNpy {
     }
 
     fn args(&self) -> &'static [ArgSpec] {
-        ARGS
+        WRITE_ARGS
     }
 
     fn check(&self, args: &Args) -> Result<(), ArgError> {
