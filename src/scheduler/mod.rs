@@ -55,9 +55,16 @@ pub struct Progress {
     pub total: AtomicU64,
     pub finished: AtomicU64,
     pub failed: AtomicU64,
+    /// What the ledger counts: running tasks' reservations (or live bytes) plus resident buffers.
     pub reserved: AtomicU64,
+    /// Bytes of buffers kept in memory for their consumers.
+    pub resident: AtomicU64,
+    /// Tasks running now.
+    pub running: AtomicU64,
     pub budget: AtomicU64,
     pub spilled: AtomicU64,
+    /// Spills so far (a sampler sees a spill event when it grows).
+    pub spills: AtomicU64,
     pub done: AtomicBool,
 }
 
@@ -477,6 +484,9 @@ impl<'s, 'r> Worker<'s, 'r> {
         p.finished.store(state.finished, Ordering::Relaxed);
         p.reserved.store(state.ledger.used(), Ordering::Relaxed);
         p.spilled.store(state.spilled, Ordering::Relaxed);
+        p.resident.store(state.ledger.resident(), Ordering::Relaxed);
+        p.running.store(state.ledger.running() as u64, Ordering::Relaxed);
+        p.spills.store(state.spill_count, Ordering::Relaxed);
     }
 
     /// Runs claimed task `at`, which starts at `started`, outside the lock, and measures it.

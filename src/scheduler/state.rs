@@ -116,8 +116,9 @@ pub struct State<'g> {
     follows_data: Vec<bool>,
     /// Where buffers go when a reservation cannot fit; `None` once spilling failed.
     spill: Option<&'g SpillDir>,
-    /// Bytes moved to disk so far.
+    /// Bytes moved to disk so far, in how many spills.
     pub spilled: u64,
+    pub spill_count: u64,
     /// Why spilling stopped, if it did.
     pub spill_error: Option<String>,
     /// Workers waiting for something to change: only then is there anyone to wake.
@@ -170,6 +171,7 @@ impl<'g> State<'g> {
             follows_data,
             spill,
             spilled: 0,
+            spill_count: 0,
             spill_error: None,
             sleepers: 0,
         }
@@ -297,6 +299,7 @@ impl<'g> State<'g> {
                     live.resident_bytes -= moved.min(live.resident_bytes);
                     self.ledger.remove_resident(moved);
                     self.spilled += moved;
+                    self.spill_count += 1;
                 }
                 Err(error) => {
                     tracing::warn!("spilling failed, going on without spilling: {error}");
