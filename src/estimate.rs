@@ -2,25 +2,37 @@
 //!
 //! What is learned is not a number of bytes but how a step's measured peaks relate to a
 //! *basis*: the plugin's own estimate for the task, the task's input bytes, or (when neither
-//! explains the peaks) a constant. A content-aware plugin estimate — `nbhood` looks at this
-//! cycle's wet area — is therefore calibrated, not replaced: when the weather turns, the plugin's
-//! estimate moves and the learned ratio carries over.
+//! explains the peaks) a constant. Each task is predicted from its own basis — the plugin's
+//! estimate for *that* task, *its* input bytes — so the tasks of one step may differ in size. A
+//! content-aware plugin estimate (`nbhood` looks at this cycle's wet area) is calibrated, not
+//! replaced: when the weather turns, the plugin's estimate moves and the learned ratio carries
+//! over.
 //!
-//! The model of a step, from its recent tasks (newest run first):
-//! - each task gives a ratio `peak / basis`, weighted by recency: a half-life of
-//!   [`Params::half_life_runs`] runs;
-//! - the basis is the one whose ratios vary least (weighted coefficient of variation) — except
-//!   for a step whose plugin estimates each task from its inputs at dispatch
-//!   (`estimate_follows_data`): its basis is the plugin's estimate whenever that covers the
-//!   tasks, because in a spell of steady weather a constant can fit the peaks a little better
-//!   and would then miss the front that the plugin sees coming;
-//! - the prediction is `basis × q(ratio) × (1 + margin)`, with `q` the weighted
-//!   [`Params::quantile`] and the margin [`Params::base_margin`] plus twice the weighted mean
-//!   overshoot of recent tasks past their estimates (so a step whose estimates were recently
-//!   exceeded by much gets more headroom), at most [`Params::max_margin`];
-//! - within a run, a task whose peak exceeds its estimate bumps the step's ratio to what was
+//! The model of a step, from its recent tasks:
+//! - **basis**: the one whose `peak / basis` ratios vary least over the recent tasks (coefficient
+//!   of variation), ties (within [`TIE`]) going to the plugin's estimate, then to input bytes,
+//!   then to a constant; a step whose plugin estimates each task from its inputs at dispatch
+//!   (`estimate_follows_data`) keeps the plugin's estimate whenever it covers the tasks, because
+//!   in steady weather a constant can fit the peaks a little better and would then miss the front
+//!   the plugin sees coming;
+//! - **size groups**: tasks are grouped by the size of their basis values (input bytes and the
+//!   plugin's estimate, in steps of [`GROUP_STEP`]×), and each group learns its own ratio, so a
+//!   step whose small and large tasks relate differently to their basis is right for both;
+//! - **recent runs only**: a group's ratio is the [`Params::quantile`] of `peak / basis` over its
+//!   newest runs, as few as hold [`MIN_TASKS`] of its tasks (at most [`MAX_WINDOW`] runs): a
+//!   spike or a spell stops counting as soon as one clean run of the group has enough tasks;
+//! - **margin**: [`Params::base_margin`] plus twice how far recent history-based estimates fell
+//!   short (each task's shortfall capped at [`MAX_OVERSHOOT`], recency-weighted with a half-life
+//!   of one run), at most [`Params::max_margin`]; tasks estimated without history (a first run)
+//!   do not count, so a first cycle's misses cannot pin the margin, and it decays after clean
+//!   runs;
+//! - the prediction is `basis × ratio × (1 + margin)`, never below [`Params::floor_bytes`];
+//! - within a run, a task whose peak exceeds its estimate bumps its group's ratio to what was
 //!   observed at once ([`StepModel::bump`]), so the rest of the cycle is not under-estimated the
-//!   same way.
+//!   same way; a step without history gets a model from its first such task
+//!   ([`StepModel::from_first_task`]).
+
+use std::fmt;
 
 /// One finished task of a step, as the store keeps it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -33,12 +45,13 @@ pub struct Observation {
     pub input_bytes: u64,
     /// The estimate admission used (to learn from past errors).
     pub estimate: u64,
+    /// Whether that estimate came from history (only those teach the margin).
+    pub from_history: bool,
 }
 
 /// The model's parameters (documented in the README).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Params {
-    pub half_life_runs: f64,
     pub quantile: f64,
     pub base_margin: f64,
     pub max_margin: f64,
@@ -48,9 +61,22 @@ pub struct Params {
 
 impl Default for Params {
     fn default() -> Self {
-        Params { half_life_runs: 4.0, quantile: 0.98, base_margin: 0.05, max_margin: 0.5, floor_bytes: 64 << 10 }
+        Params { quantile: 0.98, base_margin: 0.05, max_margin: 0.5, floor_bytes: 64 << 10 }
     }
 }
+
+/// A group learns from its newest runs that hold at least this many of its tasks...
+pub const MIN_TASKS: usize = 8;
+/// ...but from no more than this many runs.
+pub const MAX_WINDOW: u32 = 4;
+/// Coefficients of variation closer than this (relative, or absolutely below 0.5%) are a tie.
+pub const TIE: f64 = 0.1;
+/// Size groups are this factor wide.
+pub const GROUP_STEP: f64 = 1.5;
+/// One task's shortfall counts towards the margin up to this much (a surprise is the bump's job).
+pub const MAX_OVERSHOOT: f64 = 0.25;
+/// A basis must be known (non-zero) for this share of the tasks to be chosen.
+const COVERAGE: f64 = 0.9;
 
 /// What the learned ratio multiplies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,6 +87,9 @@ pub enum Basis {
 }
 
 impl Basis {
+    /// In order of preference on a tie.
+    const ALL: [Basis; 3] = [Basis::PluginEstimate, Basis::InputBytes, Basis::Constant];
+
     fn of(self, plugin_estimate: u64, input_bytes: u64) -> Option<f64> {
         let value = match self {
             Basis::PluginEstimate => plugin_estimate,
@@ -79,14 +108,54 @@ impl Basis {
     }
 }
 
+/// Why the basis was chosen, for `runner plan`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BasisReason {
+    /// The plugin estimates each task from its inputs at dispatch.
+    ContentAware,
+    /// It explains the peaks best (its ratios vary least).
+    BestFit,
+    /// Others explain them as well; it comes first in the order of preference.
+    Tie,
+    /// No other basis is known for enough tasks.
+    OnlyOne,
+    /// Learned from this run's first measured task.
+    FirstTask,
+}
+
+/// Tasks of similar size, by the scale of their basis values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct GroupKey {
+    input: i32,
+    plugin: i32,
+}
+
+impl GroupKey {
+    fn of(plugin_estimate: u64, input_bytes: u64) -> GroupKey {
+        let scale = |v: u64| if v == 0 { i32::MIN } else { ((v as f64).ln() / GROUP_STEP.ln()).floor() as i32 };
+        GroupKey { input: scale(input_bytes), plugin: scale(plugin_estimate) }
+    }
+}
+
+/// What one size group learned.
+#[derive(Debug, Clone, PartialEq)]
+struct Group {
+    key: GroupKey,
+    /// High quantile of peak / basis.
+    ratio: f64,
+    /// High quantile of the peaks themselves, for tasks whose basis is 0.
+    absolute: f64,
+}
+
 /// A step's learned footprint.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepModel {
     pub basis: Basis,
-    /// High quantile of peak / basis.
-    pub ratio: f64,
-    /// High quantile of the peaks themselves, for tasks whose basis is 0.
-    pub absolute: f64,
+    pub reason: BasisReason,
+    /// Per size group; tasks of a size never seen use `pooled`.
+    groups: Vec<Group>,
+    /// Over all recent tasks.
+    pooled: Group,
     pub margin: f64,
     /// Tasks and runs behind the model.
     pub tasks: usize,
@@ -101,71 +170,192 @@ impl StepModel {
         if history.is_empty() {
             return None;
         }
-        let weight = |o: &Observation| 0.5f64.powf(o.age as f64 / params.half_life_runs);
-        // A basis must explain (nearly) every task to be trusted.
-        let covers = |basis: Basis| {
-            let samples = ratios(history, basis, &weight);
-            (samples.len() * 10 >= history.len() * 9).then(|| (basis, dispersion(&samples)))
-        };
-        let basis = match covers(Basis::PluginEstimate) {
-            Some(_) if content_aware => Basis::PluginEstimate,
-            _ => [Basis::PluginEstimate, Basis::InputBytes, Basis::Constant]
-                .into_iter()
-                .filter_map(covers)
-                .min_by(|a, b| a.1.total_cmp(&b.1))
-                .map_or(Basis::Constant, |(basis, _)| basis),
-        };
-        let ratio = weighted_quantile(&mut ratios(history, basis, &weight), params.quantile);
-        let mut peaks: Vec<(f64, f64)> = history.iter().map(|o| (o.peak as f64, weight(o))).collect();
-        let absolute = weighted_quantile(&mut peaks, params.quantile);
-        // How far past estimates went recently: tiny overshoots barely move the margin, a
-        // front that doubled some footprints widens it.
-        let (overshoot, total) = history.iter().fold((0.0, 0.0), |(sum, t), o| {
-            let w = weight(o);
-            let excess = if o.estimate > 0 { (o.peak as f64 / o.estimate as f64 - 1.0).max(0.0) } else { 0.0 };
-            (sum + w * excess, t + w)
-        });
-        let margin = (params.base_margin + 2.0 * overshoot / total).min(params.max_margin);
+        let recent = window(history.iter().collect());
+        let (basis, reason) = choose_basis(&recent, content_aware);
+        let mut keys: Vec<GroupKey> = history.iter().map(|o| GroupKey::of(o.plugin_estimate, o.input_bytes)).collect();
+        keys.sort_unstable_by_key(|k| (k.input, k.plugin));
+        keys.dedup();
+        let groups = keys
+            .into_iter()
+            .map(|key| {
+                let members = history.iter().filter(|o| GroupKey::of(o.plugin_estimate, o.input_bytes) == key).collect();
+                learn_group(key, &window(members), basis, params)
+            })
+            .collect();
+        let pooled = learn_group(GroupKey { input: 0, plugin: 0 }, &recent, basis, params);
         let runs = history.iter().map(|o| o.age).max().unwrap_or(0) + 1;
-        Some(StepModel { basis, ratio, absolute, margin, tasks: history.len(), runs, params })
+        Some(StepModel {
+            basis,
+            reason,
+            groups,
+            pooled,
+            margin: margin(history, params),
+            tasks: history.len(),
+            runs,
+            params,
+        })
+    }
+
+    /// A model from a run's first task that peaked above its estimate (a step without history):
+    /// the rest of the run reserves at least as much for the same basis.
+    pub fn from_first_task(peak: u64, plugin_estimate: u64, input_bytes: u64, params: Params) -> StepModel {
+        let basis = Basis::ALL.into_iter().find(|b| b.of(plugin_estimate, input_bytes).is_some()).unwrap_or(Basis::Constant);
+        let ratio = basis.of(plugin_estimate, input_bytes).map_or(peak as f64, |b| peak as f64 / b);
+        let group = Group { key: GroupKey::of(plugin_estimate, input_bytes), ratio, absolute: peak as f64 };
+        StepModel {
+            basis,
+            reason: BasisReason::FirstTask,
+            groups: vec![group.clone()],
+            pooled: group,
+            margin: params.base_margin,
+            tasks: 1,
+            runs: 0,
+            params,
+        }
     }
 
     /// Bytes to reserve for a task whose plugin estimates `plugin_estimate` and whose inputs
     /// hold `input_bytes`.
     pub fn predict(&self, plugin_estimate: u64, input_bytes: u64) -> u64 {
+        let group = self.group(plugin_estimate, input_bytes).unwrap_or(&self.pooled);
         let raw = match self.basis.of(plugin_estimate, input_bytes) {
-            Some(basis) => basis * self.ratio,
-            None => self.absolute,
+            Some(basis) => basis * group.ratio,
+            None => group.absolute,
         };
         ((raw * (1.0 + self.margin)).ceil() as u64).max(self.params.floor_bytes)
     }
 
-    /// A task just peaked at `peak` beyond its estimate: raise the ratio (and the margin a
-    /// little) so the rest of the run reserves at least that much for the same basis.
+    /// The factor applied to the basis for a typical task (the pooled ratio with the margin).
+    pub fn factor(&self) -> f64 {
+        self.pooled.ratio * (1.0 + self.margin)
+    }
+
+    /// A task just peaked at `peak` beyond its estimate: raise its group's ratio (and the
+    /// margin a little) so the rest of the run reserves at least that much for the same basis.
     pub fn bump(&mut self, peak: u64, plugin_estimate: u64, input_bytes: u64) {
-        match self.basis.of(plugin_estimate, input_bytes) {
-            Some(basis) => self.ratio = self.ratio.max(peak as f64 / basis),
-            None => self.absolute = self.absolute.max(peak as f64),
+        let key = GroupKey::of(plugin_estimate, input_bytes);
+        let raise = |group: &mut Group| match self.basis.of(plugin_estimate, input_bytes) {
+            Some(basis) => group.ratio = group.ratio.max(peak as f64 / basis),
+            None => group.absolute = group.absolute.max(peak as f64),
+        };
+        match self.groups.iter_mut().find(|g| g.key == key) {
+            Some(group) => raise(group),
+            None => {
+                let mut group = Group { key, ..self.pooled.clone() };
+                raise(&mut group);
+                self.groups.push(group);
+            }
         }
+        raise(&mut self.pooled);
         self.margin = (self.margin + self.params.base_margin).min(self.params.max_margin);
+    }
+
+    fn group(&self, plugin_estimate: u64, input_bytes: u64) -> Option<&Group> {
+        let key = GroupKey::of(plugin_estimate, input_bytes);
+        self.groups.iter().find(|g| g.key == key)
     }
 }
 
-fn ratios(history: &[Observation], basis: Basis, weight: &dyn Fn(&Observation) -> f64) -> Vec<(f64, f64)> {
-    history
-        .iter()
-        .filter_map(|o| basis.of(o.plugin_estimate, o.input_bytes).map(|b| (o.peak as f64 / b, weight(o))))
-        .collect()
+/// In words, for `runner plan`: "× 1.07 of the plugin estimate (best fit), 12 runs, 2 size groups".
+impl fmt::Display for StepModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let why = match self.reason {
+            BasisReason::ContentAware => "the plugin looks at each task's inputs",
+            BasisReason::BestFit => "explains the peaks best",
+            BasisReason::Tie => "others fit as well; preferred",
+            BasisReason::OnlyOne => "the only basis known for the tasks",
+            BasisReason::FirstTask => "from this run's first task",
+        };
+        match self.basis {
+            Basis::Constant => write!(f, "{:.0} bytes a task ({why})", self.pooled.absolute * (1.0 + self.margin))?,
+            basis => write!(f, "× {:.2} of the {} ({why})", self.factor(), basis.as_str())?,
+        }
+        write!(f, ", {} tasks of {} runs", self.tasks, self.runs)?;
+        if self.groups.len() > 1 {
+            write!(f, ", {} size groups", self.groups.len())?;
+        }
+        Ok(())
+    }
 }
 
-/// Weighted coefficient of variation: how well a basis explains the peaks.
-fn dispersion(samples: &[(f64, f64)]) -> f64 {
-    let total: f64 = samples.iter().map(|(_, w)| w).sum();
-    let mean = samples.iter().map(|(r, w)| r * w).sum::<f64>() / total;
+/// The newest runs of `tasks` that hold at least [`MIN_TASKS`] of them, up to [`MAX_WINDOW`].
+fn window(mut tasks: Vec<&Observation>) -> Vec<&Observation> {
+    tasks.sort_by_key(|o| o.age);
+    let mut ages: Vec<u32> = tasks.iter().map(|o| o.age).collect();
+    ages.dedup();
+    let mut count = 0;
+    let mut last_age = ages.first().copied().unwrap_or(0);
+    for (runs, &age) in ages.iter().enumerate() {
+        last_age = age;
+        count += tasks.iter().filter(|o| o.age == age).count();
+        if count >= MIN_TASKS || runs as u32 + 1 >= MAX_WINDOW {
+            break;
+        }
+    }
+    tasks.retain(|o| o.age <= last_age);
+    tasks
+}
+
+/// The basis whose ratios vary least, with the order of preference deciding ties.
+fn choose_basis(tasks: &[&Observation], content_aware: bool) -> (Basis, BasisReason) {
+    let fits: Vec<(Basis, f64)> = Basis::ALL
+        .into_iter()
+        .filter_map(|basis| {
+            let ratios: Vec<f64> = tasks.iter().filter_map(|o| ratio(o, basis)).collect();
+            (ratios.len() as f64 >= tasks.len() as f64 * COVERAGE).then(|| (basis, variation(&ratios)))
+        })
+        .collect();
+    if content_aware && fits.iter().any(|(b, _)| *b == Basis::PluginEstimate) {
+        return (Basis::PluginEstimate, BasisReason::ContentAware);
+    }
+    let Some(best) = fits.iter().map(|(_, v)| *v).min_by(f64::total_cmp) else {
+        return (Basis::Constant, BasisReason::OnlyOne);
+    };
+    let tied = |v: f64| v <= best * (1.0 + TIE) || v - best < 0.005;
+    let (basis, _) = fits.iter().copied().find(|(_, v)| tied(*v)).expect("the best one is tied with itself");
+    let reason = match fits.iter().filter(|(_, v)| tied(*v)).count() {
+        _ if fits.len() == 1 => BasisReason::OnlyOne,
+        1 => BasisReason::BestFit,
+        _ => BasisReason::Tie,
+    };
+    (basis, reason)
+}
+
+fn ratio(o: &Observation, basis: Basis) -> Option<f64> {
+    basis.of(o.plugin_estimate, o.input_bytes).map(|b| o.peak as f64 / b)
+}
+
+/// What one group learned from its recent `tasks` (their newest run weighing most).
+fn learn_group(key: GroupKey, tasks: &[&Observation], basis: Basis, params: Params) -> Group {
+    let weight = |o: &Observation| 0.5f64.powi(o.age as i32);
+    let mut ratios: Vec<(f64, f64)> = tasks.iter().filter_map(|o| ratio(o, basis).map(|r| (r, weight(o)))).collect();
+    let mut peaks: Vec<(f64, f64)> = tasks.iter().map(|o| (o.peak as f64, weight(o))).collect();
+    Group { key, ratio: weighted_quantile(&mut ratios, params.quantile), absolute: weighted_quantile(&mut peaks, params.quantile) }
+}
+
+/// The margin: base, plus twice the recent (half-life: one run) mean shortfall of estimates
+/// that came from history, each capped; at most the maximum.
+fn margin(history: &[Observation], params: Params) -> f64 {
+    let (shortfall, total) = history.iter().filter(|o| o.from_history && o.estimate > 0).fold((0.0, 0.0), |(sum, t), o| {
+        let w = 0.5f64.powi(o.age as i32);
+        let excess = (o.peak as f64 / o.estimate as f64 - 1.0).clamp(0.0, MAX_OVERSHOOT);
+        (sum + w * excess, t + w)
+    });
+    let noise = if total > 0.0 { shortfall / total } else { 0.0 };
+    (params.base_margin + 2.0 * noise).min(params.max_margin)
+}
+
+/// Coefficient of variation: how well a basis explains the peaks (0 = perfectly).
+fn variation(samples: &[f64]) -> f64 {
+    if samples.is_empty() {
+        return f64::INFINITY;
+    }
+    let n = samples.len() as f64;
+    let mean = samples.iter().sum::<f64>() / n;
     if mean <= 0.0 {
         return f64::INFINITY;
     }
-    let variance = samples.iter().map(|(r, w)| w * (r - mean).powi(2)).sum::<f64>() / total;
+    let variance = samples.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / n;
     variance.sqrt() / mean
 }
 
@@ -218,11 +408,33 @@ mod tests {
 
     /// [`replay`] of a step whose plugin estimates at dispatch when `content_aware`.
     fn replay_with(cycles: &[Vec<Task>], content_aware: bool) -> (f64, f64) {
+        let per_cycle = replay_cycles(cycles, content_aware);
+        let counted = &per_cycle[3.min(per_cycle.len())..];
+        let under: usize = counted.iter().map(|c| c.under).sum();
+        let tasks: usize = counted.iter().map(|c| c.tasks).sum();
+        let mut slacks: Vec<f64> = counted.iter().map(|c| c.slack).collect();
+        slacks.sort_by(f64::total_cmp);
+        (under as f64 / tasks as f64, slacks[slacks.len() / 2])
+    }
+
+    /// What one replayed cycle gave.
+    #[derive(Debug)]
+    struct CycleResult {
+        tasks: usize,
+        under: usize,
+        /// Σ estimate / Σ peak − 1.
+        slack: f64,
+        /// The model's margin at the start of the cycle.
+        margin: Option<f64>,
+    }
+
+    /// Replays `cycles` through the estimator as the runner does (learn from history, predict
+    /// with each task's own basis, bump on under-estimates, record), cycle by cycle.
+    fn replay_cycles(cycles: &[Vec<Task>], content_aware: bool) -> Vec<CycleResult> {
         let params = Params::default();
         let mut history: Vec<Vec<Observation>> = Vec::new();
-        let (mut under, mut counted) = (0usize, 0usize);
-        let mut slacks = Vec::new();
-        for (c, tasks) in cycles.iter().enumerate() {
+        let mut results = Vec::new();
+        for tasks in cycles {
             let flat: Vec<Observation> = history
                 .iter()
                 .rev()
@@ -230,21 +442,18 @@ mod tests {
                 .flat_map(|(age, run)| run.iter().map(move |o| Observation { age: age as u32, ..*o }))
                 .collect();
             let mut model = StepModel::learn(&flat, params, content_aware);
+            let from_history = model.is_some();
+            let margin = model.as_ref().map(|m| m.margin);
             let mut run = Vec::new();
-            let (mut sum_estimate, mut sum_peak) = (0u64, 0u64);
+            let (mut under, mut sum_estimate, mut sum_peak) = (0, 0u64, 0u64);
             for t in tasks {
-                let estimate =
-                    model.as_ref().map_or(t.plugin_estimate, |m| m.predict(t.plugin_estimate, t.input_bytes));
+                let estimate = model.as_ref().map_or(t.plugin_estimate, |m| m.predict(t.plugin_estimate, t.input_bytes));
                 if t.peak > estimate {
-                    if let Some(m) = model.as_mut() {
-                        m.bump(t.peak, t.plugin_estimate, t.input_bytes);
+                    under += 1;
+                    match model.as_mut() {
+                        Some(m) => m.bump(t.peak, t.plugin_estimate, t.input_bytes),
+                        None => model = Some(StepModel::from_first_task(t.peak, t.plugin_estimate, t.input_bytes, params)),
                     }
-                    if c >= 3 {
-                        under += 1;
-                    }
-                }
-                if c >= 3 {
-                    counted += 1;
                 }
                 sum_estimate += estimate;
                 sum_peak += t.peak;
@@ -254,15 +463,18 @@ mod tests {
                     plugin_estimate: t.plugin_estimate,
                     input_bytes: t.input_bytes,
                     estimate,
+                    from_history,
                 });
             }
-            if c >= 3 {
-                slacks.push(sum_estimate as f64 / sum_peak as f64 - 1.0);
-            }
+            results.push(CycleResult {
+                tasks: tasks.len(),
+                under,
+                slack: sum_estimate as f64 / sum_peak as f64 - 1.0,
+                margin,
+            });
             history.push(run);
         }
-        slacks.sort_by(f64::total_cmp);
-        (under as f64 / counted as f64, slacks[slacks.len() / 2])
+        results
     }
 
     const MIB: f64 = 1048576.0;
@@ -368,13 +580,123 @@ mod tests {
                 plugin_estimate: 777,
                 input_bytes: 1000 + i * 37,
                 estimate: 0,
+                from_history: false,
             })
             .collect();
         let model = StepModel::learn(&history, Params::default(), false).unwrap();
         assert_eq!(model.basis, Basis::InputBytes);
-        assert!((model.ratio - 2.0).abs() < 0.01, "{}", model.ratio);
+        assert_eq!(model.reason, BasisReason::BestFit);
+        let ratio = model.factor() / (1.0 + model.margin);
+        assert!((ratio - 2.0).abs() < 0.01, "{ratio}");
         assert_eq!(model.runs, 5);
         let predicted = model.predict(777, 10_000 << 10);
         assert!((2 * (10_000 << 10)..=2 * (11_000 << 10)).contains(&predicted), "{predicted}");
+    }
+
+    /// Tasks of one step in two sizes whose peaks relate differently to their input bytes
+    /// (a fixed overhead weighs more on small tasks), interleaved in every cycle.
+    #[test]
+    fn two_size_groups_in_one_step_are_each_right() {
+        let mut rng = Rng(29);
+        let cycles: Vec<Vec<Task>> = (0..16)
+            .map(|_| {
+                (0..96)
+                    .map(|i| {
+                        let (input, ratio) = if i % 2 == 0 { (1u64 << 20, 2.67) } else { (4u64 << 20, 1.05) };
+                        let peak = (input as f64 * ratio * (1.0 + 0.01 * rng.next())) as u64;
+                        Task { plugin_estimate: input, input_bytes: input, peak }
+                    })
+                    .collect()
+            })
+            .collect();
+        let (under, slack) = replay(&cycles);
+        assert!(under <= 0.005, "under-estimate rate {under}");
+        assert!(slack <= 0.10, "median slack {slack}");
+    }
+
+    /// When the plugin's estimate, input bytes and a constant all fit equally, the plugin's
+    /// estimate is the basis, so a later change of the plugin's estimate (more thresholds) is
+    /// followed at once instead of missed.
+    #[test]
+    fn a_tie_prefers_the_plugins_estimate() {
+        let mut rng = Rng(37);
+        // The plugin's estimate is the same for every task, the peaks wobble by ±0.5% around it,
+        // and input bytes happen to wobble nearly with them: every basis explains the peaks to
+        // within half a percent, and a strict comparison would pick input bytes by a hair.
+        let mut steady = |plugin: u64| -> Vec<Task> {
+            (0..40)
+                .map(|_| {
+                    let noise = 0.005 * (2.0 * rng.next() - 1.0);
+                    Task {
+                        plugin_estimate: plugin,
+                        input_bytes: ((4 << 20) as f64 * (1.0 + 0.9 * noise)) as u64,
+                        peak: (plugin as f64 * (1.0 + noise)) as u64,
+                    }
+                })
+                .collect()
+        };
+        let mut cycles: Vec<Vec<Task>> = (0..4).map(|_| steady(2 << 20)).collect();
+        // Thresholds go from 2 to 11: the plugin says 5.5× more, and so do the peaks.
+        cycles.push(steady(11 << 20));
+        let history: Vec<Observation> = cycles[..4]
+            .iter()
+            .rev()
+            .enumerate()
+            .flat_map(|(age, run)| {
+                run.iter().map(move |t| Observation {
+                    age: age as u32,
+                    peak: t.peak,
+                    plugin_estimate: t.plugin_estimate,
+                    input_bytes: t.input_bytes,
+                    estimate: 3 << 20,
+                    from_history: true,
+                })
+            })
+            .collect();
+        let model = StepModel::learn(&history, Params::default(), false).unwrap();
+        assert_eq!((model.basis, model.reason), (Basis::PluginEstimate, BasisReason::Tie), "{model}");
+        assert!(model.to_string().contains("of the plugin estimate"), "{model}");
+        let results = replay_cycles(&cycles, false);
+        assert_eq!(results[4].under, 0, "{results:?}");
+    }
+
+    /// A one-cycle spike (and a short spell) stops inflating estimates after one clean cycle.
+    #[test]
+    fn a_spike_is_forgotten_after_one_clean_cycle() {
+        let mut rng = Rng(31);
+        let cycle = |rng: &mut Rng, mib: f64| -> Vec<Task> {
+            (0..60)
+                .map(|_| Task {
+                    plugin_estimate: 1 << 20,
+                    input_bytes: 0,
+                    peak: (mib * MIB * (1.0 + 0.02 * rng.next())) as u64,
+                })
+                .collect()
+        };
+        let sizes = [8.0, 8.0, 8.0, 8.0, 32.0, 8.0, 8.0, 8.0, 32.0, 32.0, 8.0, 8.0, 8.0];
+        let cycles: Vec<Vec<Task>> = sizes.iter().map(|&mib| cycle(&mut rng, mib)).collect();
+        let results = replay_cycles(&cycles, false);
+        // The cycle right after a spike cannot know it was one; the one after that can.
+        for after_clean in [6, 7, 11, 12] {
+            let r = &results[after_clean];
+            assert!(r.slack <= 0.10, "cycle {after_clean}: slack {:.3} ({results:?})", r.slack);
+            assert!(r.margin.unwrap() <= 0.15, "cycle {after_clean}: margin {:?}", r.margin);
+        }
+    }
+
+    /// A first cycle that misses everywhere (the plugin's guess was far too small) does not pin
+    /// the margin: it is learned from history-based estimates only.
+    #[test]
+    fn first_cycle_misses_do_not_pin_the_margin() {
+        let cycles: Vec<Vec<Task>> = (0..6)
+            .map(|_| (0..50).map(|_| Task { plugin_estimate: 1 << 20, input_bytes: 0, peak: 10 << 20 }).collect())
+            .collect();
+        let results = replay_cycles(&cycles, false);
+        assert!(results[0].under > 0);
+        for r in &results[1..] {
+            assert_eq!(r.under, 0, "{results:?}");
+            assert!(r.margin.unwrap() <= Params::default().base_margin + 1e-9, "{results:?}");
+            assert!(r.slack <= 0.06, "{results:?}");
+        }
     }
 }

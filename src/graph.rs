@@ -60,8 +60,9 @@ pub struct StepShape {
     /// Longest path from a source step; deeper steps free memory, so they go first.
     pub depth: u32,
     /// Positions of `dims` in the order a source step's tasks are started, outermost first:
-    /// dims that some later step gathers vary fastest, so each gather completes (and frees its
-    /// inputs) as early as possible instead of after every other value of the outer dims.
+    /// dims that a nearer step downstream gathers vary faster, so each gather completes (and
+    /// frees its inputs) as early as possible instead of after every other value of the outer
+    /// dims (see `order_starts`).
     pub start_order: Vec<usize>,
 }
 
@@ -286,26 +287,74 @@ impl Graph {
         self.consumer_ranges(&self.edges[edge], producer_index).count()
     }
 
+    /// Writes the key of task `index` of `step` (`member=3,lead=12`; empty without dims) into
+    /// `key`, and its `(dim, value)` pairs into `pairs`, reusing both buffers.
+    pub fn describe_task<'r>(
+        &self,
+        recipe: &'r Recipe,
+        step: StepId,
+        index: u64,
+        key: &mut String,
+        pairs: &mut Vec<(&'r str, runner_plugin::DimValue)>,
+    ) {
+        use std::fmt::Write as _;
+        let shape = &self.steps[step];
+        let coords = shape.coords(index);
+        key.clear();
+        pairs.clear();
+        for (pos, &dim) in shape.dims.iter().enumerate() {
+            let dim = &recipe.dims[dim];
+            let value = dim.value(coords[pos]);
+            if pos > 0 {
+                key.push(',');
+            }
+            let _ = write!(key, "{}={}", dim.name, value);
+            pairs.push((dim.name.as_str(), value));
+        }
+    }
+
     /// Number of producer values of the largest gather through `edge` (for planning).
     pub fn largest_gather(&self, edge: EdgeId) -> u64 {
         self.producer_count(edge, 0)
     }
 }
 
-/// Sets each step's `start_order`: dims every downstream path keeps stay outer, the others
-/// (gathered somewhere downstream) go inner.
+/// Sets each step's `start_order` so that the gathers nearest to it complete first: a dim that
+/// some path downstream gathers after `k` steps varies faster than one gathered only after more
+/// steps, and dims never gathered are outermost. (Dask's ordering reaches the same effect by
+/// finishing the dependents that free memory; here it is index arithmetic per step, with no
+/// object per task.) A terminal gather of small values (a `finalize` over every written path)
+/// therefore cannot turn the order around: what matters is the nearest gather of each dim.
 fn order_starts(steps: &mut [StepShape], edges: &[Edge], topo: &[StepId]) {
-    let mut kept: Vec<Vec<DimId>> = steps.iter().map(|s| s.dims.clone()).collect();
+    // gather_distance[s][pos]: steps downstream of `s` at which its dim at `pos` is first
+    // gathered (or pinned) on some path; u32::MAX when never.
+    let mut gather_distance: Vec<Vec<u32>> = steps.iter().map(|s| vec![u32::MAX; s.dims.len()]).collect();
     for &s in topo.iter().rev() {
-        for &e in &steps[s].outputs {
-            let consumer_kept = kept[edges[e].consumer].clone();
-            kept[s].retain(|d| consumer_kept.contains(d));
+        for pos in 0..steps[s].dims.len() {
+            let dim = steps[s].dims[pos];
+            let nearest = steps[s]
+                .outputs
+                .iter()
+                .map(|&e| {
+                    let consumer = edges[e].consumer;
+                    match edges[e].rules[pos] {
+                        ProducerRule::Match { consumer_pos } => {
+                            debug_assert_eq!(steps[consumer].dims[consumer_pos], dim);
+                            gather_distance[consumer][consumer_pos].saturating_add(1)
+                        }
+                        ProducerRule::All | ProducerRule::Block { .. } | ProducerRule::Pin { .. } => 1,
+                    }
+                })
+                .min()
+                .unwrap_or(u32::MAX);
+            gather_distance[s][pos] = nearest;
         }
     }
-    for (s, step) in steps.iter_mut().enumerate() {
-        let (outer, inner): (Vec<usize>, Vec<usize>) =
-            (0..step.dims.len()).partition(|&p| kept[s].contains(&step.dims[p]));
-        step.start_order = outer.into_iter().chain(inner).collect();
+    for (step, distances) in steps.iter_mut().zip(&gather_distance) {
+        let mut order: Vec<usize> = (0..step.dims.len()).collect();
+        // Outermost first: the dims gathered farthest away (or never); stable otherwise.
+        order.sort_by_key(|&pos| std::cmp::Reverse(distances[pos]));
+        step.start_order = order;
     }
 }
 

@@ -113,7 +113,9 @@ fn tasks_that_announce_more_than_their_estimate_wait_for_room() {
     );
     assert_ok(&m);
     assert!(m.peak_rss <= allowed(budget), "peak RSS {} MiB", m.peak_rss / MIB);
-    assert_eq!(m.summary["underestimates"], 6);
+    // The first task runs alone (its estimate is not the plugin's own), peaks past it, and sets
+    // the step's figure for the other five.
+    assert_eq!(m.summary["underestimates"], 1, "{}", m.summary);
 }
 
 #[test]

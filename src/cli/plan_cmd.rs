@@ -48,13 +48,7 @@ fn text(compiled: &Compiled) -> String {
             p.output.to_string(),
             format_size(p.estimate),
             match &p.model {
-                Some(m) => format!(
-                    "history ({} tasks, {} runs; ×{:.2} {})",
-                    m.tasks,
-                    m.runs,
-                    m.ratio * (1.0 + m.margin),
-                    m.basis.as_str()
-                ),
+                Some(m) => format!("history: {m}"),
                 None => p.source.to_string(),
             },
         ]);

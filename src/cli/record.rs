@@ -44,6 +44,7 @@ pub fn step_observations(store: &Store, recipe: &str, step: &str) -> Result<Vec<
                 plugin_estimate: task.plugin_estimate_bytes.unwrap_or(0),
                 input_bytes: task.input_bytes,
                 estimate: task.estimate_bytes,
+                from_history: task.estimate_source == "history",
             };
             rows.push((task.run_index, observation));
         }

@@ -8,12 +8,26 @@
 
 pub mod spill;
 
-use crate::measure;
+/// Where the ledger reads what running tasks really hold. The engine's own meter reads the
+/// counting allocator and the resident bytes of the external processes tasks run; a remote
+/// executor could feed one from its jobs. Reads must be cheap (a few atomics): the ledger calls
+/// them under the scheduler's lock.
+pub trait Meter: Sync {
+    /// Bytes the task holding reservation `slot` has live now (0 when no task runs there yet).
+    fn task_live(&self, slot: TaskSlot) -> u64;
+    /// Bytes live in the whole process: its heap, plus what external processes hold.
+    fn process_live(&self) -> u64;
+}
+
+/// Names one running task's reservation; chosen by the scheduler, which maps it to whatever
+/// measures the task (see [`Meter::task_live`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TaskSlot(pub u32);
 
 /// One running task's claim.
 #[derive(Debug, Clone, Copy)]
 struct Reservation {
-    tag: u32,
+    slot: TaskSlot,
     bytes: u64,
     /// Waiting in [`Ledger::try_grow`] for room.
     growing: bool,
@@ -32,17 +46,28 @@ pub enum Admission {
 }
 
 /// Reservations and resident buffers against the budget.
-#[derive(Debug, Clone)]
-pub struct Ledger {
+#[derive(Clone)]
+pub struct Ledger<'m> {
     budget: u64,
+    meter: &'m dyn Meter,
     running: Vec<Reservation>,
     resident: u64,
     peak_used: u64,
 }
 
-impl Ledger {
-    pub fn new(budget: u64) -> Ledger {
-        Ledger { budget, running: Vec::new(), resident: 0, peak_used: 0 }
+impl std::fmt::Debug for Ledger<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ledger")
+            .field("budget", &self.budget)
+            .field("running", &self.running.len())
+            .field("resident", &self.resident)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'m> Ledger<'m> {
+    pub fn new(budget: u64, meter: &'m dyn Meter) -> Ledger<'m> {
+        Ledger { budget, meter, running: Vec::new(), resident: 0, peak_used: 0 }
     }
 
     pub fn budget(&self) -> u64 {
@@ -51,7 +76,7 @@ impl Ledger {
 
     /// Bytes the running tasks hold: for each, the larger of its reservation and its live bytes.
     pub fn held_by_tasks(&self) -> u64 {
-        self.running.iter().map(|r| r.bytes.max(measure::task_live(r.tag))).sum()
+        self.running.iter().map(|r| r.bytes.max(self.meter.task_live(r.slot))).sum()
     }
 
     /// Bytes of buffers kept for consumers.
@@ -69,6 +94,7 @@ impl Ledger {
         self.peak_used
     }
 
+    /// Tasks holding a reservation.
     pub fn running(&self) -> usize {
         self.running.len()
     }
@@ -88,7 +114,7 @@ impl Ledger {
         }
         // The process's live heap includes what estimates missed; while it is over budget,
         // starting more work can only make it worse.
-        if measure::live_bytes() > self.budget {
+        if self.meter.process_live() > self.budget {
             return Admission::Wait;
         }
         if self.used().saturating_add(estimate) <= self.budget { Admission::Fits } else { Admission::Wait }
@@ -98,7 +124,7 @@ impl Ledger {
     /// already running (one reading of the counters for the lot: a worker claiming a batch of
     /// quick tasks asks once, not once per task). Never admits anything alone.
     pub fn admit_many(&self, estimate: u64, wanted: usize) -> usize {
-        if self.running.is_empty() || measure::live_bytes() > self.budget {
+        if self.running.is_empty() || self.meter.process_live() > self.budget {
             return 0;
         }
         let room = self.budget.saturating_sub(self.used());
@@ -106,32 +132,53 @@ impl Ledger {
         wanted.min(usize::try_from(fitting).unwrap_or(usize::MAX))
     }
 
-    /// Records that task `tag` started with `bytes` reserved.
-    pub fn start(&mut self, tag: u32, bytes: u64) {
-        self.start_all([tag], bytes);
+    /// Records that the task in `slot` started with `bytes` reserved.
+    pub fn start(&mut self, slot: TaskSlot, bytes: u64) {
+        self.start_all([slot], bytes);
     }
 
-    /// Records that the tasks `tags` started with `bytes` reserved each; the peak is taken once
-    /// for the lot, since reading it walks every running task.
-    pub fn start_all(&mut self, tags: impl IntoIterator<Item = u32>, bytes: u64) {
-        self.running.extend(tags.into_iter().map(|tag| Reservation { tag, bytes, growing: false }));
+    /// Records that the tasks in `slots` started with `bytes` reserved each; the peak is taken
+    /// once for the lot, since reading it walks every running task.
+    pub fn start_all(&mut self, slots: impl IntoIterator<Item = TaskSlot>, bytes: u64) {
+        self.running.extend(slots.into_iter().map(|slot| Reservation { slot, bytes, growing: false }));
         self.note_peak();
     }
 
-    /// Releases task `tag`'s reservation.
-    pub fn finish(&mut self, tag: u32) {
-        if let Some(at) = self.running.iter().position(|r| r.tag == tag) {
+    /// Releases the reservation of the task in `slot`.
+    pub fn finish(&mut self, slot: TaskSlot) {
+        if let Some(at) = self.running.iter().position(|r| r.slot == slot) {
             self.running.swap_remove(at);
         }
     }
 
-    /// Task `tag` is about to allocate `bytes` more than it holds: grows its reservation to
-    /// cover them if that fits the budget, or if every other running task is itself waiting to
-    /// grow (so waiting could never end). Returns false when the caller should wait and retry.
-    pub fn try_grow(&mut self, tag: u32, bytes: u64) -> bool {
-        let Some(at) = self.running.iter().position(|r| r.tag == tag) else { return true };
-        let live = measure::task_live(tag);
-        let needed = live.saturating_add(bytes);
+    /// What the task in `slot` has reserved (0 when it holds no reservation).
+    pub fn reserved(&self, slot: TaskSlot) -> u64 {
+        self.running.iter().find(|r| r.slot == slot).map_or(0, |r| r.bytes)
+    }
+
+    /// The task in `slot` is about to allocate `bytes` more than it holds: grows its reservation
+    /// to cover them if that fits the budget, or if every other running task is itself waiting
+    /// to grow (so waiting could never end). Returns false when the caller should wait and retry.
+    pub fn try_grow(&mut self, slot: TaskSlot, bytes: u64) -> bool {
+        let Some(at) = self.running.iter().position(|r| r.slot == slot) else { return true };
+        let live = self.meter.task_live(slot);
+        self.try_reserve(at, live.saturating_add(bytes))
+    }
+
+    /// Makes the reservation of the task in `slot` `bytes` in all: at once when that is smaller,
+    /// else as [`Ledger::try_grow`] does. Returns false when the caller should wait and retry.
+    pub fn try_resize(&mut self, slot: TaskSlot, bytes: u64) -> bool {
+        let Some(at) = self.running.iter().position(|r| r.slot == slot) else { return true };
+        if bytes <= self.running[at].bytes {
+            self.running[at].bytes = bytes;
+            self.running[at].growing = false;
+            return true;
+        }
+        self.try_reserve(at, bytes)
+    }
+
+    fn try_reserve(&mut self, at: usize, needed: u64) -> bool {
+        let live = self.meter.task_live(self.running[at].slot);
         let current = self.running[at].bytes.max(live);
         if needed <= self.running[at].bytes {
             self.running[at].growing = false;
@@ -150,9 +197,9 @@ impl Ledger {
         }
     }
 
-    /// Stops counting task `tag` as waiting to grow (it gave up or was woken to re-check).
-    pub fn stop_growing(&mut self, tag: u32) {
-        if let Some(r) = self.running.iter_mut().find(|r| r.tag == tag) {
+    /// Stops counting the task in `slot` as waiting to grow (it gave up or was woken to re-check).
+    pub fn stop_growing(&mut self, slot: TaskSlot) {
+        if let Some(r) = self.running.iter_mut().find(|r| r.slot == slot) {
             r.growing = false;
         }
     }
@@ -163,7 +210,7 @@ impl Ledger {
         self.note_peak();
     }
 
-    /// A resident buffer of `bytes` was freed.
+    /// A resident buffer of `bytes` was freed (or spilled).
     pub fn remove_resident(&mut self, bytes: u64) {
         self.resident -= bytes;
     }
@@ -171,18 +218,39 @@ impl Ledger {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
     use super::*;
 
-    // Tags far from anything the engine measures, so live bytes read 0.
-    const A: u32 = 3_000_001;
-    const B: u32 = 3_000_002;
-
-    // Budgets far above the test process's own heap, which the live guard also watches.
+    const A: TaskSlot = TaskSlot(1);
+    const B: TaskSlot = TaskSlot(2);
     const U: u64 = 1 << 30;
+
+    /// Live bytes set by hand: task A's, task B's and the process's.
+    #[derive(Default)]
+    struct FakeMeter {
+        a: AtomicU64,
+        b: AtomicU64,
+        process: AtomicU64,
+    }
+
+    impl Meter for FakeMeter {
+        fn task_live(&self, slot: TaskSlot) -> u64 {
+            match slot {
+                A => self.a.load(Ordering::Relaxed),
+                B => self.b.load(Ordering::Relaxed),
+                _ => 0,
+            }
+        }
+        fn process_live(&self) -> u64 {
+            self.process.load(Ordering::Relaxed)
+        }
+    }
 
     #[test]
     fn admits_what_fits_and_runs_the_oversized_alone() {
-        let mut ledger = Ledger::new(1000 * U);
+        let meter = FakeMeter::default();
+        let mut ledger = Ledger::new(1000 * U, &meter);
         assert_eq!(ledger.admission(2000 * U), Admission::Alone { oversized: true });
         assert_eq!(ledger.admission(600 * U), Admission::Fits);
         ledger.start(A, 600 * U);
@@ -198,7 +266,8 @@ mod tests {
 
     #[test]
     fn batches_admit_as_many_as_fit() {
-        let mut ledger = Ledger::new(1000 * U);
+        let meter = FakeMeter::default();
+        let mut ledger = Ledger::new(1000 * U, &meter);
         assert_eq!(ledger.admit_many(U, 10), 0, "a batch follows a task admitted on its own");
         ledger.start(A, 600 * U);
         assert_eq!(ledger.admit_many(100 * U, 10), 4);
@@ -209,7 +278,8 @@ mod tests {
 
     #[test]
     fn growth_waits_unless_everyone_else_waits() {
-        let mut ledger = Ledger::new(1000 * U);
+        let meter = FakeMeter::default();
+        let mut ledger = Ledger::new(1000 * U, &meter);
         ledger.start(A, 400 * U);
         ledger.start(B, 400 * U);
         // Growth is measured from live bytes (0 here): A asks for 600 in all.
@@ -219,5 +289,32 @@ mod tests {
         assert!(ledger.try_grow(A, 700 * U));
         ledger.finish(A);
         assert!(ledger.try_grow(B, 500 * U));
+    }
+
+    #[test]
+    fn live_bytes_past_a_reservation_count_and_pause_dispatch() {
+        let meter = FakeMeter::default();
+        let mut ledger = Ledger::new(1000 * U, &meter);
+        ledger.start(A, 100 * U);
+        meter.a.store(700 * U, Ordering::Relaxed);
+        assert_eq!(ledger.used(), 700 * U, "a task counts at its live bytes once they pass its reservation");
+        assert_eq!(ledger.admission(400 * U), Admission::Wait);
+        assert_eq!(ledger.admission(300 * U), Admission::Fits);
+        meter.process.store(1001 * U, Ordering::Relaxed);
+        assert_eq!(ledger.admission(U), Admission::Wait, "the process over budget pauses dispatch");
+        assert_eq!(ledger.admit_many(U, 4), 0);
+    }
+
+    #[test]
+    fn a_reservation_shrinks_at_once_and_grows_only_into_room() {
+        let meter = FakeMeter::default();
+        let mut ledger = Ledger::new(1000 * U, &meter);
+        ledger.start(A, 600 * U);
+        ledger.start(B, 300 * U);
+        assert!(ledger.try_resize(A, 200 * U));
+        assert_eq!(ledger.reserved(A), 200 * U);
+        assert!(ledger.try_resize(A, 700 * U), "700 + 300 fits");
+        assert!(!ledger.try_resize(B, 400 * U), "700 + 400 does not");
+        assert_eq!(ledger.reserved(B), 300 * U);
     }
 }

@@ -8,6 +8,7 @@
 //! admission stays per task where it matters. The bookkeeping lives in [`state`]; per-step
 //! statistics are gathered per worker in [`stats`] and merged at the end.
 
+mod meter;
 mod state;
 pub mod stats;
 
@@ -15,7 +16,7 @@ use std::ops::Range;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use runner_plugin::{DimValue, Host, Input, Inputs, InputsForEstimate, TaskContext, TaskError, Value, task_tag};
@@ -23,12 +24,13 @@ use smallvec::SmallVec;
 
 use crate::graph::Graph;
 use crate::measure::{self, PeakSource, TaskMemory};
-use crate::memory::Admission;
-use crate::memory::spill::SpillDir;
+use crate::memory::spill::{SpillDir, release_value_pages};
+use crate::memory::{Admission, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::{Recipe, StepId};
 pub use state::{Outcome, TaskRef};
-use state::{Pick, Picked, State};
+use meter::RunMeter;
+use state::{Garbage, Pick, Picked, SpillDone, SpillJob, State};
 use stats::StepStats;
 
 /// How to run.
@@ -114,6 +116,10 @@ pub struct Failure {
     pub step: String,
     pub key: String,
     pub error: String,
+    /// Where the task is: its step's position in the recipe and its index (failures are listed
+    /// in this order, so `i=2` comes before `i=10`).
+    pub step_id: StepId,
+    pub index: u64,
 }
 
 /// What a run did.
@@ -129,6 +135,10 @@ pub struct RunReport {
     pub spill_error: Option<String>,
     pub workers: usize,
     pub budget: u64,
+    /// An engine failure that ended the run early (a worker's panic outside any plugin, or a
+    /// run left with tasks that could never start), and how many tasks it left unrun.
+    pub internal_error: Option<String>,
+    pub not_run: u64,
 }
 
 impl RunReport {
@@ -136,6 +146,9 @@ impl RunReport {
         self.steps.iter().map(f).sum()
     }
 }
+
+/// Most tasks of a quick step a worker claims at once.
+const MAX_BATCH: usize = 64;
 
 /// Everything workers share.
 struct Shared<'r> {
@@ -147,9 +160,18 @@ struct Shared<'r> {
     wake: Condvar,
     progress: &'r Progress,
     sink: Option<&'r dyn TaskSink>,
-    next_tag: AtomicU64,
+    meter: &'r RunMeter,
+    spill: &'r SpillDir,
     /// When the run started: task start times are offsets from it.
     started: Instant,
+}
+
+impl<'r> Shared<'r> {
+    fn lock(&self) -> MutexGuard<'_, State<'r>> {
+        // A worker that panicked while holding the lock is handled where it panicked; the state
+        // it left is still the best there is.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// Runs every task of `recipe` and reports what happened.
@@ -161,13 +183,19 @@ pub fn run(
     progress: &Progress,
     sink: Option<&dyn TaskSink>,
 ) -> RunReport {
-    let workers = options.workers.max(1);
+    let workers = options.workers.clamp(1, measure::SLOTS);
     // Nested parallel work (TaskContext::join and friends) runs on rayon's global pool; size it
     // like the worker pool. It can only be set once per process, which is fine for the CLI.
     let _ = rayon::ThreadPoolBuilder::new().num_threads(workers).build_global();
     install_panic_hook();
     let started = Instant::now();
     let follows_data = recipe.steps.iter().map(|s| s.plugin.estimate_follows_data()).collect();
+    let on_probation = (0..recipe.steps.len())
+        .map(|id| {
+            plan.steps[id].source == EstimateSource::Plugin
+                && !recipe.steps[id].plugin.estimate_is_exact(&crate::plan::sample_args(recipe, id))
+        })
+        .collect();
     // Folders of killed runs go first; this run's is created on its first spill and removed
     // when `spill` drops at the end of this function, also on error.
     if let Err(error) = SpillDir::remove_stale(&options.spill_parent()) {
@@ -180,16 +208,19 @@ pub fn run(
             spill.parent().display()
         );
     }
+    let meter = RunMeter::new(workers * MAX_BATCH);
+    let state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, true);
     let shared = Shared {
         recipe,
         graph,
         plan,
         options,
-        state: Mutex::new(State::new(graph, plan, follows_data, options.budget, Some(&spill))),
+        state: Mutex::new(state),
         wake: Condvar::new(),
         progress,
         sink,
-        next_tag: AtomicU64::new(1),
+        meter: &meter,
+        spill: &spill,
         started,
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
@@ -204,19 +235,22 @@ pub fn run(
                     .expect("spawning a worker thread")
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| WorkerResult::default())).collect()
+        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
     });
     progress.done.store(true, Ordering::Relaxed);
-    let state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
+    drop(std::mem::take(&mut state.garbage));
     let mut steps = vec![StepStats::default(); recipe.steps.len()];
     let mut failures = Vec::new();
+    let mut internal_error = state.stuck.clone();
     for result in results {
         for (total, part) in steps.iter_mut().zip(&result.steps) {
             total.merge(part);
         }
         failures.extend(result.failures);
+        internal_error = internal_error.or(result.internal_error);
     }
-    failures.sort_by(|a, b| (&a.step, &a.key).cmp(&(&b.step, &b.key)));
+    failures.sort_by_key(|f| (f.step_id, f.index));
     let _ = std::fs::remove_dir_all(&options.work_dir);
     RunReport {
         steps,
@@ -224,10 +258,12 @@ pub fn run(
         wall: started.elapsed(),
         peak_reserved: state.ledger.peak_used(),
         spilled_bytes: state.spilled,
-        spill_count: spill.spill_count(),
+        spill_count: state.spill_count,
         spill_error: state.spill_error.clone(),
         workers,
         budget: options.budget,
+        internal_error,
+        not_run: state.unfinished(),
     }
 }
 
@@ -235,10 +271,8 @@ pub fn run(
 struct WorkerResult {
     steps: Vec<StepStats>,
     failures: Vec<Failure>,
+    internal_error: Option<String>,
 }
-
-/// Most tasks of a quick step a worker claims at once.
-const MAX_BATCH: usize = 64;
 
 /// One worker thread's loop and its reusable buffers.
 struct Worker<'s, 'r> {
@@ -247,10 +281,13 @@ struct Worker<'s, 'r> {
     id: usize,
     stats: Vec<StepStats>,
     failures: Vec<Failure>,
+    internal_error: Option<String>,
     /// Tasks claimed under the lock, run in order outside it.
     claimed: Vec<Claimed>,
     /// Tasks run since the lock was last held, reported together at the next claim.
     done: Vec<(Picked, Finished)>,
+    /// Claimed tasks that turned out to need more than they reserved, with their estimates.
+    regrow: Vec<(Picked, u64)>,
     /// Input values of the claimed tasks, each task's at its `Claimed::values`.
     values: Vec<Arc<Value>>,
     /// Values per input of each claimed task, at its `Claimed::counts`.
@@ -263,6 +300,11 @@ struct Worker<'s, 'r> {
     skipped: Vec<TaskRef>,
     /// Reused by batch claims.
     batch: Vec<Picked>,
+    /// Buffers to spill, chosen under the lock, and what writing them gave.
+    spill_jobs: Vec<SpillJob>,
+    spilled: Vec<SpillDone>,
+    /// Values to free once the lock is released.
+    garbage: Vec<Garbage>,
 }
 
 /// A task claimed to run, with where its inputs are in the worker's buffers.
@@ -270,8 +312,6 @@ struct Claimed {
     picked: Picked,
     values: Range<usize>,
     counts: Range<usize>,
-    /// Buffer bytes of its inputs.
-    input_bytes: u64,
 }
 
 /// What running one task produced.
@@ -280,7 +320,6 @@ struct Finished {
     output: Value,
     peak: u64,
     wall: Duration,
-    input_bytes: u64,
 }
 
 impl<'s, 'r> Worker<'s, 'r> {
@@ -290,8 +329,10 @@ impl<'s, 'r> Worker<'s, 'r> {
             id,
             stats: vec![StepStats::default(); shared.recipe.steps.len()],
             failures: Vec::new(),
+            internal_error: None,
             claimed: Vec::with_capacity(MAX_BATCH),
             done: Vec::with_capacity(MAX_BATCH),
+            regrow: Vec::new(),
             values: Vec::new(),
             counts: Vec::new(),
             none: Arc::new(Value::None),
@@ -299,30 +340,68 @@ impl<'s, 'r> Worker<'s, 'r> {
             index: Vec::new(),
             skipped: Vec::new(),
             batch: Vec::with_capacity(MAX_BATCH),
+            spill_jobs: Vec::new(),
+            spilled: Vec::new(),
+            garbage: Vec::new(),
         }
     }
 
+    /// The reservation slot of this worker's `position`-th claimed task.
+    fn slot(&self, position: usize) -> TaskSlot {
+        TaskSlot((self.id * MAX_BATCH + position) as u32)
+    }
+
     fn run(mut self) -> WorkerResult {
-        while self.report_and_claim() {
-            self.report_skipped();
-            // One clock reading per task: each task starts when the one before it ended.
-            let mut clock = Instant::now();
-            for at in 0..self.claimed.len() {
-                let finished = self.execute(at, clock);
-                clock += finished.wall;
-                // The task's inputs are no longer needed by this worker.
-                let none = &self.none;
-                self.values[self.claimed[at].values.clone()].iter_mut().for_each(|v| *v = none.clone());
-                self.done.push((self.claimed[at].picked, finished));
+        loop {
+            match catch_unwind(AssertUnwindSafe(|| self.turn())) {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(panic) => self.fail_after_panic(&*panic),
             }
-            self.claimed.clear();
-            self.values.clear();
-            self.counts.clear();
-            self.flush_reports();
         }
         self.report_skipped();
         self.flush_reports();
-        WorkerResult { steps: self.stats, failures: self.failures }
+        WorkerResult { steps: self.stats, failures: self.failures, internal_error: self.internal_error }
+    }
+
+    /// One round: report and claim under the lock, then outside it free what was let go, write
+    /// chosen spills or run the claimed tasks. False once every task is done.
+    fn turn(&mut self) -> bool {
+        let more = self.report_and_claim();
+        let spilled_copies = self.garbage.iter().any(Garbage::is_spilled_copy);
+        self.garbage.clear();
+        if spilled_copies {
+            // jemalloc keeps freed pages for reuse; the point of a spill is to give them back.
+            let _ = measure::purge_free_pages();
+        }
+        if !more {
+            return false;
+        }
+        self.report_skipped();
+        if !self.spill_jobs.is_empty() {
+            self.write_spills();
+            return true;
+        }
+        // One clock reading per task: each task starts when the one before it ended.
+        let mut clock = Instant::now();
+        for at in 0..self.claimed.len() {
+            let Some(finished) = self.execute(at, clock) else { continue };
+            clock += finished.wall;
+            let claimed = &self.claimed[at];
+            // Spilled inputs' pages go back once this reader is done, so a gather over more than
+            // the budget streams through them; then the task's inputs are no longer needed here.
+            for value in &self.values[claimed.values.clone()] {
+                release_value_pages(value);
+            }
+            let none = &self.none;
+            self.values[claimed.values.clone()].iter_mut().for_each(|v| *v = none.clone());
+            self.done.push((claimed.picked, finished));
+        }
+        self.claimed.clear();
+        self.values.clear();
+        self.counts.clear();
+        self.flush_reports();
+        true
     }
 
     fn flush_reports(&self) {
@@ -365,61 +444,106 @@ impl<'s, 'r> Worker<'s, 'r> {
         self.skipped = skipped;
     }
 
-    /// Under the lock: records the tasks run since the last call, then waits for and claims
-    /// the next task (a batch of them if its step is quick). False once every task is done.
+    /// Under the lock: records the tasks run and the spills written since the last call, then
+    /// waits for and claims the next task (a batch of them if its step is quick), or spill
+    /// victims to write. False once every task is done.
     fn report_and_claim(&mut self) -> bool {
         let shared = self.shared;
         let plan = shared.plan;
-        let fresh_tag = || measure::begin_new_task().unwrap_or_else(|_| next_tag(&shared.next_tag));
-        let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        if !self.done.is_empty() {
-            for (picked, result) in self.done.drain(..) {
-                if result.peak > picked.estimate {
-                    state.note_underestimate(picked.task.step, result.peak, picked.plugin_estimate, result.input_bytes);
-                }
-                state.finish(picked.task, picked.tag, result.outcome, result.output, result.wall);
+        let mut state = shared.lock();
+        let reported = !self.done.is_empty() || !self.spilled.is_empty() || !self.regrow.is_empty();
+        for (picked, result) in self.done.drain(..) {
+            if result.peak > picked.estimate {
+                state.note_underestimate(&picked, result.peak);
             }
-            self.skipped.append(&mut state.skipped);
+            state.finish(&picked, result.outcome, result.output, result.wall);
+        }
+        state.finish_spills(&mut self.spilled);
+        self.skipped.append(&mut state.skipped);
+        let mut regrown = false;
+        for (picked, plugin_estimate) in self.regrow.drain(..) {
+            if let Some(picked) = state.reestimate(plan, picked, plugin_estimate) {
+                regrown = true;
+                self.claimed.push(Claimed { picked, values: 0..0, counts: 0..0 });
+            }
+        }
+        if reported {
             self.publish(&state);
             if state.sleepers > 0 {
                 shared.wake.notify_all();
             }
         }
+        let (more, mut state) = if regrown {
+            // Re-admitted tasks run first; their inputs are collected now.
+            let claimed = std::mem::take(&mut self.claimed);
+            for claimed in claimed {
+                self.claim(&state, claimed.picked);
+            }
+            (true, state)
+        } else {
+            self.claim_next(state)
+        };
+        std::mem::swap(&mut state.garbage, &mut self.garbage);
+        drop(state);
+        more
+    }
+
+    /// Waits for and claims the next work. False once every task is done (or the run is stuck).
+    fn claim_next<'g>(&mut self, mut state: MutexGuard<'g, State<'r>>) -> (bool, MutexGuard<'g, State<'r>>)
+    where
+        's: 'g,
+    {
+        let shared = self.shared;
+        let plan = shared.plan;
         loop {
-            if state.is_done() {
+            if state.is_done() || state.stuck.is_some() {
                 if state.sleepers > 0 {
                     shared.wake.notify_all();
                 }
-                return false;
+                return (false, state);
             }
-            match state.pick(plan, fresh_tag) {
+            match state.pick(plan, self.slot(0)) {
                 Pick::Run(picked) => {
                     self.claim(&state, picked);
                     if picked.admission == Admission::Fits && state.is_quick(picked.task.step) {
                         let mut batch = std::mem::take(&mut self.batch);
-                        state.pick_more(&picked, MAX_BATCH - 1, fresh_tag, &mut batch);
+                        let slots = (1..MAX_BATCH).map(|position| self.slot(position));
+                        state.pick_more(&picked, slots, &mut batch);
                         for more in batch.drain(..) {
                             self.claim(&state, more);
                         }
                         self.batch = batch;
                     }
                     self.publish(&state);
-                    return true;
+                    return (true, state);
+                }
+                Pick::Spill => {
+                    state.take_spill_jobs(&mut self.spill_jobs);
+                    return (true, state);
                 }
                 Pick::Estimate(task) => {
-                    let (values, counts, _) = self.collect_inputs(&state, task);
+                    let (values, counts) = self.collect_inputs(&state, task);
                     drop(state);
                     let plugin_estimate = self.estimate_at_dispatch(task, values, counts);
                     self.values.clear();
                     self.counts.clear();
-                    state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-                    if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, fresh_tag) {
+                    state = shared.lock();
+                    state.estimated();
+                    if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, self.slot(0)) {
                         self.claim(&state, picked);
                         self.publish(&state);
-                        return true;
+                        return (true, state);
                     }
                 }
                 Pick::Wait => {
+                    if !state.can_change() {
+                        let unrun = state.unfinished();
+                        state.give_up(format!(
+                            "internal error: {unrun} tasks can never start (nothing runs, nothing is ready to run); \
+                             the run stops instead of waiting forever"
+                        ));
+                        continue;
+                    }
                     state.sleepers += 1;
                     state = shared.wake.wait(state).unwrap_or_else(|p| p.into_inner());
                     state.sleepers -= 1;
@@ -430,19 +554,19 @@ impl<'s, 'r> Worker<'s, 'r> {
 
     /// Adds `picked` to the claimed tasks, with its inputs.
     fn claim(&mut self, state: &State<'r>, picked: Picked) {
-        let (values, counts, input_bytes) = self.collect_inputs(state, picked.task);
-        self.claimed.push(Claimed { picked, values, counts, input_bytes });
+        let (values, counts) = self.collect_inputs(state, picked.task);
+        self.claimed.push(Claimed { picked, values, counts });
     }
 
-    /// Appends `task`'s inputs to the worker's buffers; returns where they are and their bytes.
-    fn collect_inputs(&mut self, state: &State<'r>, task: TaskRef) -> (Range<usize>, Range<usize>, u64) {
+    /// Appends `task`'s inputs to the worker's buffers; returns where they are.
+    fn collect_inputs(&mut self, state: &State<'r>, task: TaskRef) -> (Range<usize>, Range<usize>) {
         let (values_from, counts_from) = (self.values.len(), self.counts.len());
-        let bytes = state.collect_inputs(task, &mut self.values, &mut self.counts);
-        (values_from..self.values.len(), counts_from..self.counts.len(), bytes)
+        state.collect_inputs(task, &mut self.values, &mut self.counts);
+        (values_from..self.values.len(), counts_from..self.counts.len())
     }
 
-    /// Asks the plugin of a data-following step what this task will need, given its inputs.
-    /// Runs outside the lock; a panicking estimate falls back to the plan's.
+    /// Asks the plugin what task `task` will need, given its inputs (at `values` and `counts` in
+    /// the worker's buffers). Runs outside the lock; a panicking estimate falls back to the plan's.
     fn estimate_at_dispatch(&mut self, task: TaskRef, values: Range<usize>, counts: Range<usize>) -> u64 {
         self.describe_task(task.step, task.index);
         let step = &self.shared.recipe.steps[task.step];
@@ -489,27 +613,40 @@ impl<'s, 'r> Worker<'s, 'r> {
         p.spills.store(state.spill_count, Ordering::Relaxed);
     }
 
+    /// Writes the buffers chosen under the lock to spill files (the slow part, outside it); the
+    /// files are swapped in at the next report.
+    fn write_spills(&mut self) {
+        for SpillJob { task, value } in self.spill_jobs.drain(..) {
+            let storage = match &*value {
+                Value::Array(array) => array.storage(),
+                Value::Bytes(storage) => storage,
+                _ => continue,
+            };
+            let result = self.shared.spill.spill(storage);
+            // Let go of this worker's hold before the swap, which needs the only one.
+            drop(value);
+            self.spilled.push(SpillDone { task, result });
+        }
+    }
+
     /// Runs claimed task `at`, which starts at `started`, outside the lock, and measures it.
-    fn execute(&mut self, at: usize, started: Instant) -> Finished {
-        let claimed = &self.claimed[at];
-        let (assignment, input_bytes) = (claimed.picked, claimed.input_bytes);
-        let TaskRef { step, index } = assignment.task;
+    /// `None` when it turned out to need more than it reserved (it is re-admitted first).
+    fn execute(&mut self, at: usize, started: Instant) -> Option<Finished> {
+        let picked = self.claimed[at].picked;
+        let TaskRef { step, index } = picked.task;
         self.describe_task(step, index);
-        let (result, memory) = self.run_plugin(at, assignment.tag);
+        let picked = match self.own_estimate(at) {
+            Some(plugin_estimate) if plugin_estimate > picked.plugin_estimate => {
+                self.regrow.push((picked, plugin_estimate));
+                return None;
+            }
+            Some(plugin_estimate) => Picked { plugin_estimate, ..picked },
+            None => picked,
+        };
+        let (result, memory) = self.run_plugin(at);
         let wall = started.elapsed();
         let peak = memory.map_or(0, |m| m.peak_bytes);
-        let stats = &mut self.stats[step];
-        stats.wall += wall;
-        stats.estimate.record(assignment.estimate);
-        stats.peak.record(peak);
-        stats.estimate_sum += assignment.estimate;
-        stats.peak_sum += peak;
-        if assignment.admission == (Admission::Alone { oversized: true }) {
-            stats.oversized += 1;
-        }
-        if peak > assignment.estimate {
-            stats.underestimates += 1;
-        }
+        self.count(&picked, peak, wall);
         let (outcome, output, error) = match result {
             Ok(Ok(output)) => (Outcome::Ok, output, None),
             Ok(Err(error)) => (Outcome::Failed, Value::None, Some(error.to_string())),
@@ -518,87 +655,167 @@ impl<'s, 'r> Worker<'s, 'r> {
         let output_bytes = output.buffer_bytes();
         match outcome {
             Outcome::Ok => {
-                stats.ok += 1;
-                stats.output_bytes += output_bytes;
+                self.stats[step].ok += 1;
+                self.stats[step].output_bytes += output_bytes;
             }
-            _ => stats.failed += 1,
+            _ => self.stats[step].failed += 1,
         }
-        if let Some(sink) = self.shared.sink {
-            let step_def = &self.shared.recipe.steps[step];
-            sink.record(&TaskReport {
-                worker: self.id,
-                step_id: step,
-                step: &step_def.name,
-                key: &self.key,
-                plugin: step_def.plugin.name(),
-                outcome,
-                input_bytes,
-                estimate: assignment.estimate,
-                source: assignment.source,
-                plugin_estimate: assignment.plugin_estimate,
-                peak,
-                output_bytes,
-                wall,
-                started: started.saturating_duration_since(self.shared.started),
-                attempts: 1,
-                peak_source: PeakSource::Allocator,
-                log_path: None,
-                error: error.as_deref(),
-            });
-        }
+        self.report(&picked, outcome, peak, output_bytes, wall, started, error.as_deref());
         if let Some(error) = error {
-            self.shared.progress.failed.fetch_add(1, Ordering::Relaxed);
-            let step_name = self.shared.recipe.steps[step].name.clone();
-            self.failures.push(Failure { step: step_name, key: self.key.clone(), error });
+            self.fail(picked.task, error);
         }
-        Finished { outcome, output, peak, wall, input_bytes }
+        self.claimed[at].picked = picked;
+        Some(Finished { outcome, output, peak, wall })
     }
 
-    /// Calls the plugin with the collected inputs, under the task's allocation tag, catching
-    /// panics; returns what it returned and what it allocated.
-    fn run_plugin(&self, at: usize, tag: u32) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>) {
+    /// The plugin's own estimate of claimed task `at`, asked (outside the lock) when it may
+    /// differ from the plan's: its args are rendered per task, or its inputs are not the size
+    /// the plan assumed. `None` when the plan's estimate stands.
+    fn own_estimate(&self, at: usize) -> Option<u64> {
+        let claimed = &self.claimed[at];
+        let step_id = claimed.picked.task.step;
+        let step = &self.shared.recipe.steps[step_id];
+        let plan = &self.shared.plan.steps[step_id];
+        let follows_data = step.plugin.estimate_follows_data();
+        if follows_data || (!step.args.is_per_task() && claimed.picked.input_bytes == plan.input_bytes) {
+            return None;
+        }
+        let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+        let args = step.args.for_task(&lookup);
+        let estimate = self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
+            catch_unwind(AssertUnwindSafe(|| {
+                step.plugin.estimate(&args, InputsForEstimate::Dispatch(*inputs), &plan.output)
+            }))
+        });
+        estimate.ok().filter(|&e| e != claimed.picked.plugin_estimate)
+    }
+
+    /// Adds a task that ran to its step's statistics.
+    fn count(&mut self, picked: &Picked, peak: u64, wall: Duration) {
+        let stats = &mut self.stats[picked.task.step];
+        stats.wall += wall;
+        stats.estimate.record(picked.estimate);
+        stats.peak.record(peak);
+        stats.estimate_sum += picked.estimate;
+        stats.peak_sum += peak;
+        if picked.admission == (Admission::Alone { oversized: true }) {
+            stats.oversized += 1;
+        }
+        if peak > picked.estimate {
+            stats.underestimates += 1;
+        }
+    }
+
+    /// Hands a task that ran to the sink.
+    #[allow(clippy::too_many_arguments)]
+    fn report(
+        &self,
+        picked: &Picked,
+        outcome: Outcome,
+        peak: u64,
+        output_bytes: u64,
+        wall: Duration,
+        started: Instant,
+        error: Option<&str>,
+    ) {
+        let Some(sink) = self.shared.sink else { return };
+        let step = &self.shared.recipe.steps[picked.task.step];
+        sink.record(&TaskReport {
+            worker: self.id,
+            step_id: picked.task.step,
+            step: &step.name,
+            key: &self.key,
+            plugin: step.plugin.name(),
+            outcome,
+            input_bytes: picked.input_bytes,
+            estimate: picked.estimate,
+            source: picked.source,
+            plugin_estimate: picked.plugin_estimate,
+            peak,
+            output_bytes,
+            wall,
+            started: started.saturating_duration_since(self.shared.started),
+            attempts: 1,
+            peak_source: PeakSource::Allocator,
+            log_path: None,
+            error,
+        });
+    }
+
+    /// Notes a failed task for the run's report (its key is in `self.key`).
+    fn fail(&mut self, task: TaskRef, error: String) {
+        self.shared.progress.failed.fetch_add(1, Ordering::Relaxed);
+        let step = self.shared.recipe.steps[task.step].name.clone();
+        self.failures.push(Failure { step, key: self.key.clone(), error, step_id: task.step, index: task.index });
+    }
+
+    /// Calls the plugin of claimed task `at` with its inputs, measured under a fresh tag and
+    /// catching panics; returns what it returned and what it allocated (`None` when no
+    /// measurement could be made, which the task's error then says).
+    fn run_plugin(&self, at: usize) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>) {
         let shared = self.shared;
         let claimed = &self.claimed[at];
+        let tag = match measure::begin_new_task() {
+            Ok(tag) => tag,
+            Err(error) => return (Ok(Err(TaskError::msg(format!("cannot measure the task: {error}")))), None),
+        };
+        shared.meter.attach(claimed.picked.slot, tag);
         let step_id = claimed.picked.task.step;
         let step = &shared.recipe.steps[step_id];
         let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
         let args = step.args.for_task(&lookup);
-        let host = TaskHost { shared, tag, step: &step.name, key: &self.key };
+        let host = TaskHost { shared, slot: claimed.picked.slot, step: &step.name, key: &self.key };
         let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
         let result = self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
             task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, inputs))))
         });
-        // Fails only for a tag nobody measured (every counter slot was busy at dispatch).
-        let memory = measure::end_task(tag).ok();
-        (result, memory)
+        shared.meter.detach(claimed.picked.slot);
+        (result, measure::end_task(tag).ok())
+    }
+
+    /// A panic outside any plugin (an engine bug, or a sink's): the tasks this worker claimed
+    /// and ran fail with its message, so their dependants are skipped and nothing waits for
+    /// them forever; the run goes on and ends failed.
+    fn fail_after_panic(&mut self, panic: &(dyn std::any::Any + Send)) {
+        let message = format!("internal error: a worker panicked: {}", panic_message(panic));
+        tracing::error!("{message}");
+        self.internal_error.get_or_insert_with(|| message.clone());
+        let claimed: Vec<Picked> = self
+            .claimed
+            .drain(..)
+            .map(|c| c.picked)
+            .chain(self.done.drain(..).map(|(picked, _)| picked))
+            .chain(self.regrow.drain(..).map(|(picked, _)| picked))
+            .collect();
+        self.values.clear();
+        self.counts.clear();
+        let mut spilled = std::mem::take(&mut self.spilled);
+        let unwritten = self.spill_jobs.drain(..).map(|job| SpillDone {
+            task: job.task,
+            result: Err(crate::memory::spill::SpillError::Closed { path: self.shared.spill.path().to_path_buf() }),
+        });
+        spilled.extend(unwritten);
+        let mut state = self.shared.lock();
+        state.finish_spills(&mut spilled);
+        for picked in &claimed {
+            state.finish(picked, Outcome::Failed, Value::None, Duration::ZERO);
+        }
+        self.skipped.append(&mut state.skipped);
+        std::mem::swap(&mut state.garbage, &mut self.garbage);
+        self.publish(&state);
+        self.shared.wake.notify_all();
+        drop(state);
+        self.garbage.clear();
+        for picked in claimed {
+            self.describe_task(picked.task.step, picked.task.index);
+            self.stats[picked.task.step].failed += 1;
+            self.fail(picked.task, message.clone());
+        }
     }
 
     /// Fills the reusable key string and index pairs of task `index` of `step`.
     fn describe_task(&mut self, step: StepId, index: u64) {
-        use std::fmt::Write as _;
-        let recipe = self.shared.recipe;
-        let shape = &self.shared.graph.steps[step];
-        let coords = shape.coords(index);
-        self.key.clear();
-        self.index.clear();
-        for (pos, &dim) in shape.dims.iter().enumerate() {
-            let dim = &recipe.dims[dim];
-            let value = dim.value(coords[pos]);
-            if pos > 0 {
-                self.key.push(',');
-            }
-            let _ = write!(self.key, "{}={}", dim.name, value);
-            self.index.push((dim.name.as_str(), value));
-        }
-    }
-}
-
-fn next_tag(counter: &AtomicU64) -> u32 {
-    loop {
-        let tag = (counter.fetch_add(1, Ordering::Relaxed) % u32::MAX as u64) as u32;
-        if tag != task_tag::NO_TASK {
-            return tag;
-        }
+        self.shared.graph.describe_task(self.shared.recipe, step, index, &mut self.key, &mut self.index);
     }
 }
 
@@ -608,13 +825,15 @@ thread_local! {
 }
 
 /// A task's panic is reported as the task's failure, so the default hook's message (printed
-/// in the middle of the progress bar) is replaced by capturing where it happened.
+/// in the middle of the progress bar) is replaced by capturing where it happened. Panics on
+/// worker threads outside tasks are reported the same way (as the run's internal error).
 fn install_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if task_tag::current() == task_tag::NO_TASK {
+            let on_worker = std::thread::current().name().is_some_and(|n| n.starts_with("runner-worker-"));
+            if task_tag::current() == task_tag::NO_TASK && !on_worker {
                 previous(info);
                 return;
             }
@@ -651,7 +870,7 @@ fn sanitize(key: &str) -> String {
 /// the task asks for something.
 struct TaskHost<'a, 'r> {
     shared: &'a Shared<'r>,
-    tag: u32,
+    slot: TaskSlot,
     step: &'a str,
     key: &'a str,
 }
@@ -664,15 +883,18 @@ impl Host for TaskHost<'_, '_> {
     }
 
     /// Grows the task's reservation before a large allocation, waiting while the budget has
-    /// no room and some other task can still make some (the ledger decides).
+    /// no room and some other task can still make some (the ledger decides). A waiter counts
+    /// as a sleeper, so a finishing task wakes it.
     fn will_allocate(&self, bytes: u64) {
         let shared = self.shared;
-        let mut state = shared.state.lock().unwrap_or_else(|p| p.into_inner());
-        while !state.ledger.try_grow(self.tag, bytes) {
-            // Woken when a task finishes; the timeout re-checks live bytes that fell without one.
+        let mut state = shared.lock();
+        while !state.ledger.try_grow(self.slot, bytes) {
+            state.sleepers += 1;
+            // The timeout re-checks live bytes that fell without a task finishing.
             state = shared.wake.wait_timeout(state, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+            state.sleepers -= 1;
         }
-        state.ledger.stop_growing(self.tag);
-        self.shared.progress.reserved.store(state.ledger.used(), Ordering::Relaxed);
+        state.ledger.stop_growing(self.slot);
+        shared.progress.reserved.store(state.ledger.used(), Ordering::Relaxed);
     }
 }

@@ -1,21 +1,26 @@
 //! The scheduler's bookkeeping, free of threads so it can be tested directly: dependency
-//! counters, ready queues, live outputs, the memory ledger, and what happens when a task
-//! finishes, fails or is skipped.
+//! counters, ready queues, live outputs, the memory ledger, the choice of the next task, and
+//! what happens when a task finishes, fails or is skipped.
 //!
 //! Per pending task the only state is one `u32` counter of unfinished inputs, allocated per
 //! step when its first producer finishes. Source tasks (steps without inputs) are a cursor, not
 //! a queue. Outputs live in a map only while some consumer still needs them.
+//!
+//! Nothing slow happens here, because all of it runs under the scheduler's one lock: spill
+//! victims are *chosen* here ([`Pick::Spill`]) and written by the worker outside the lock
+//! ([`State::finish_spills`] swaps the mapped files in); values whose last consumer is done, and
+//! outputs nobody reads, go to [`State::garbage`] for the worker to drop outside the lock.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use runner_plugin::Value;
+use runner_plugin::{Storage, Value};
 
-use crate::estimate::StepModel;
+use crate::estimate::{Params, StepModel};
 use crate::graph::Graph;
-use crate::memory::spill::{SpillDir, release_value_pages, spill_value};
-use crate::memory::{Admission, Ledger};
+use crate::memory::spill::MappedBuffer;
+use crate::memory::{Admission, Ledger, Meter, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::StepId;
 
@@ -33,8 +38,12 @@ const UNTOUCHED: u32 = u32::MAX;
 struct LiveOutput {
     value: Arc<Value>,
     remaining_consumers: u64,
-    /// Buffer bytes counted in the ledger while resident.
+    /// Buffer bytes, wherever they are (what consumers learn from as input bytes).
+    bytes: u64,
+    /// Buffer bytes counted in the ledger while resident (0 once spilled).
     resident_bytes: u64,
+    /// A worker is writing it to a spill file: not a victim again until that is done.
+    spilling: bool,
 }
 
 /// Per-step scheduling state.
@@ -44,12 +53,17 @@ struct StepState {
     /// Next source index to dispatch (steps without inputs).
     next_source: u64,
     ready: VecDeque<u64>,
-    /// Tasks whose plugin estimate (at dispatch) did not fit yet, with that estimate.
+    /// Tasks whose own estimate (asked of the plugin at dispatch) did not fit yet, with it.
     deferred: VecDeque<(u64, u64)>,
     is_source: bool,
     /// Tasks finished so far and their summed wall time, to tell quick steps.
     timed: u64,
     wall_nanos: u64,
+    /// Tasks of the step holding a reservation now.
+    running: u32,
+    /// The step's estimate is a guess (no history, no hint, a plugin that says its estimate is
+    /// not exact): one task runs until the first is measured (a slow start).
+    on_probation: bool,
 }
 
 /// How a task ended.
@@ -67,30 +81,74 @@ pub enum Pick {
     Run(Picked),
     /// Ask the plugin for this task's estimate (outside the lock), then [`State::admit_estimated`].
     Estimate(TaskRef),
+    /// Write the buffers in [`State::take_spill_jobs`] to disk (outside the lock), then
+    /// [`State::finish_spills`]: a task waits for the room.
+    Spill,
     /// Nothing can start now.
     Wait,
+}
+
+/// A buffer chosen to be spilled, for a worker to write outside the lock.
+pub struct SpillJob {
+    pub task: TaskRef,
+    pub value: Arc<Value>,
+}
+
+/// A spill a worker has written (or failed to write).
+pub struct SpillDone {
+    pub task: TaskRef,
+    pub result: Result<MappedBuffer, crate::memory::spill::SpillError>,
+}
+
+/// Something to free outside the lock.
+#[expect(dead_code, reason = "held only to be dropped once the lock is released")]
+pub enum Garbage {
+    Value(Arc<Value>),
+    Storage(Storage),
+    Mapped(MappedBuffer),
+}
+
+impl Garbage {
+    /// A heap copy a spill replaced: freeing it should give its pages back to the OS.
+    pub fn is_spilled_copy(&self) -> bool {
+        matches!(self, Garbage::Storage(_))
+    }
 }
 
 /// An estimate the ledger admitted.
 #[derive(Debug, Clone, Copy)]
 struct Admitted {
     estimate: u64,
+    reserved: u64,
     source: EstimateSource,
     admission: Admission,
+    input_bytes: u64,
 }
 
 /// A task chosen to run.
 #[derive(Debug, Clone, Copy)]
 pub struct Picked {
     pub task: TaskRef,
-    /// Bytes reserved for it.
+    /// What the task is estimated to peak at (what learning compares its peak with).
     pub estimate: u64,
+    /// Bytes reserved for it: its estimate plus the spilled inputs it will map.
+    pub reserved: u64,
     pub source: EstimateSource,
     /// What the plugin itself estimated.
     pub plugin_estimate: u64,
-    /// Its measurement tag.
-    pub tag: u32,
+    /// Its inputs' buffer bytes, resident or spilled.
+    pub input_bytes: u64,
+    /// Its reservation in the ledger.
+    pub slot: TaskSlot,
     pub admission: Admission,
+}
+
+/// A step's learned figure for this run, and where it came from.
+#[derive(Debug, Clone)]
+struct Model {
+    model: StepModel,
+    /// `History` when learned from the store; otherwise the source of the estimate it corrects.
+    source: EstimateSource,
 }
 
 /// The whole mutable state of a run, guarded by one lock.
@@ -99,11 +157,13 @@ pub struct State<'g> {
     steps: Vec<StepState>,
     outputs: HashMap<TaskRef, LiveOutput>,
     poisoned: HashSet<TaskRef>,
-    /// Steps ordered by preference: deeper first (their tasks free memory), sources last.
+    /// Non-source steps ordered by preference: deeper first (their tasks free memory).
     priority: Vec<StepId>,
+    /// Source steps; they start in lockstep (see [`State::next_source_step`]).
+    sources: Vec<StepId>,
     pub finished: u64,
     pub total: u64,
-    pub ledger: Ledger,
+    pub ledger: Ledger<'g>,
     /// Tasks skipped because an input failed, since the caller last drained them.
     pub skipped: Vec<TaskRef>,
     none: Arc<Value>,
@@ -111,18 +171,30 @@ pub struct State<'g> {
     work: Vec<(TaskRef, Outcome, Value)>,
     newly_ready: Vec<TaskRef>,
     /// Each step's learned footprint, bumped within the run on under-estimates.
-    models: Vec<Option<StepModel>>,
+    models: Vec<Option<Model>>,
+    params: Params,
     /// Steps whose plugin estimates each task from its inputs at dispatch.
     follows_data: Vec<bool>,
-    /// Where buffers go when a reservation cannot fit; `None` once spilling failed.
-    spill: Option<&'g SpillDir>,
+    /// Whether spilling is possible: false without a spill dir, and once it failed.
+    can_spill: bool,
+    /// Buffers chosen for spilling, for the worker that chose them.
+    spill_jobs: Vec<SpillJob>,
+    /// Spills being written by some worker.
+    spills_in_flight: usize,
+    /// Tasks whose plugin some worker is asking for an estimate (they hold no reservation yet).
+    estimating: usize,
     /// Bytes moved to disk so far, in how many spills.
     pub spilled: u64,
     pub spill_count: u64,
     /// Why spilling stopped, if it did.
     pub spill_error: Option<String>,
+    /// What workers drop once they have let go of the lock.
+    pub garbage: Vec<Garbage>,
     /// Workers waiting for something to change: only then is there anyone to wake.
     pub sleepers: usize,
+    /// Set when no task can ever start again although some never ran (an engine bug, or a
+    /// worker that died): every worker stops instead of waiting forever.
+    pub stuck: Option<String>,
 }
 
 /// A step whose tasks take less than this on average is quick: workers claim its tasks in
@@ -131,18 +203,31 @@ const QUICK_TASK: Duration = Duration::from_micros(20);
 /// Tasks of a step timed before it can count as quick.
 const TIMED_BEFORE_BATCHING: u64 = 16;
 
+/// What a task reads, in bytes.
+#[derive(Debug, Clone, Copy, Default)]
+struct InputSums {
+    /// Buffer bytes of all its inputs, resident or spilled.
+    bytes: u64,
+    /// Of those, the bytes in spill files: mapped (and resident) while the task reads them.
+    spilled: u64,
+}
+
 impl<'g> State<'g> {
+    /// `on_probation[step]`: the step's first task runs alone until measured.
     pub fn new(
         graph: &'g Graph,
         plan: &Plan,
         follows_data: Vec<bool>,
+        on_probation: Vec<bool>,
         budget: u64,
-        spill: Option<&'g SpillDir>,
+        meter: &'g dyn Meter,
+        can_spill: bool,
     ) -> State<'g> {
         let steps = graph
             .steps
             .iter()
-            .map(|s| StepState {
+            .zip(&on_probation)
+            .map(|(s, &on_probation)| StepState {
                 pending: Vec::new(),
                 next_source: 0,
                 ready: VecDeque::new(),
@@ -150,30 +235,44 @@ impl<'g> State<'g> {
                 is_source: s.inputs.is_empty(),
                 timed: 0,
                 wall_nanos: 0,
+                running: 0,
+                on_probation,
             })
             .collect();
-        let mut priority: Vec<StepId> = (0..graph.steps.len()).collect();
-        priority.sort_by_key(|&s| (graph.steps[s].inputs.is_empty(), std::cmp::Reverse(graph.steps[s].depth), s));
+        let (sources, mut priority): (Vec<StepId>, Vec<StepId>) =
+            (0..graph.steps.len()).partition(|&s| graph.steps[s].inputs.is_empty());
+        priority.sort_by_key(|&s| (std::cmp::Reverse(graph.steps[s].depth), s));
         State {
             graph,
             steps,
             outputs: HashMap::new(),
             poisoned: HashSet::new(),
             priority,
+            sources,
             finished: 0,
             total: graph.total_tasks(),
-            ledger: Ledger::new(budget),
+            ledger: Ledger::new(budget, meter),
             skipped: Vec::new(),
             none: Arc::new(Value::None),
             work: Vec::new(),
             newly_ready: Vec::new(),
-            models: plan.steps.iter().map(|s| s.model.clone()).collect(),
+            models: plan
+                .steps
+                .iter()
+                .map(|s| s.model.clone().map(|model| Model { model, source: EstimateSource::History }))
+                .collect(),
+            params: Params::default(),
             follows_data,
-            spill,
+            can_spill,
+            spill_jobs: Vec::new(),
+            spills_in_flight: 0,
+            estimating: 0,
             spilled: 0,
             spill_count: 0,
             spill_error: None,
+            garbage: Vec::new(),
             sleepers: 0,
+            stuck: None,
         }
     }
 
@@ -181,49 +280,120 @@ impl<'g> State<'g> {
         self.finished == self.total
     }
 
-    /// Chooses what a free worker does next: the most preferred task the ledger admits (its
-    /// estimate reserved under the measurement tag `tag_for()` gives it), or a task of a step
-    /// whose plugin must first look at the inputs to estimate (outside this lock). A task that
-    /// does not fit runs only when nothing else is running, then alone.
-    pub fn pick(&mut self, plan: &Plan, tag_for: impl Fn() -> u32 + Copy) -> Pick {
+    /// Tasks that will never run because the run is stuck.
+    pub fn unfinished(&self) -> u64 {
+        self.total - self.finished
+    }
+
+    /// Chooses what a free worker does next: the most preferred task the ledger admits (reserved
+    /// in `slot`), a task whose plugin must first look at its inputs to estimate it (outside
+    /// this lock), spill victims to write, or nothing.
+    ///
+    /// The order finishes what was started: consumers (deeper steps first) before sources, and
+    /// sources in lockstep, each in an order that completes the gathers nearest to it first.
+    /// Buffers are spilled only when nothing runs that could free memory by finishing, so a
+    /// budget that a good order fits never spills.
+    pub fn pick(&mut self, plan: &Plan, slot: TaskSlot) -> Pick {
+        let mut blocked: Option<u64> = None;
         for i in 0..self.priority.len() {
             let step = self.priority[i];
-            if let Some(&(index, plugin_estimate)) = self.steps[step].deferred.front() {
-                let Some(admitted) = self.admit(plan, step, plugin_estimate) else { continue };
-                self.steps[step].deferred.pop_front();
-                return Pick::Run(self.start(TaskRef { step, index }, admitted, plugin_estimate, tag_for));
+            match self.pick_from(plan, step, slot) {
+                Ok(pick) => return pick,
+                Err(needed) => blocked = blocked.max(needed),
             }
-            if !self.has_ready(step) {
-                continue;
-            }
-            if self.follows_data[step] {
-                let Some(index) = self.pop_ready(step) else { continue };
-                return Pick::Estimate(TaskRef { step, index });
-            }
-            let plugin_estimate = plan.steps[step].plugin_estimate;
-            let Some(admitted) = self.admit(plan, step, plugin_estimate) else { continue };
-            let Some(index) = self.pop_ready(step) else { continue };
-            return Pick::Run(self.start(TaskRef { step, index }, admitted, plugin_estimate, tag_for));
         }
-        Pick::Wait
+        if let Some(step) = self.next_source_step() {
+            match self.pick_from(plan, step, slot) {
+                Ok(pick) => return pick,
+                Err(needed) => blocked = blocked.max(needed),
+            }
+        }
+        match blocked {
+            Some(needed) if self.should_spill() => self.choose_victims(needed),
+            _ => Pick::Wait,
+        }
+    }
+
+    /// A pick from `step`, or `Err(Some(bytes))` when its next task needs `bytes` that do not
+    /// fit, `Err(None)` when it has nothing to offer now.
+    fn pick_from(&mut self, plan: &Plan, step: StepId, slot: TaskSlot) -> Result<Pick, Option<u64>> {
+        let state = &self.steps[step];
+        if state.on_probation && state.running > 0 {
+            return Err(None);
+        }
+        if let Some(&(index, plugin_estimate)) = state.deferred.front() {
+            let task = TaskRef { step, index };
+            let admitted = self.admit(plan, task, plugin_estimate)?;
+            self.steps[step].deferred.pop_front();
+            return Ok(Pick::Run(self.start(task, admitted, plugin_estimate, slot)));
+        }
+        let Some(index) = self.peek_ready(step) else { return Err(None) };
+        let task = TaskRef { step, index };
+        if self.follows_data[step] {
+            self.pop_ready(step);
+            self.estimating += 1;
+            return Ok(Pick::Estimate(task));
+        }
+        let plugin_estimate = plan.steps[step].plugin_estimate;
+        let admitted = self.admit(plan, task, plugin_estimate)?;
+        self.pop_ready(step);
+        Ok(Pick::Run(self.start(task, admitted, plugin_estimate, slot)))
+    }
+
+    /// The source step to start a task of next: the one least far through its tasks, so that
+    /// sources whose outputs meet downstream advance together instead of one filling memory
+    /// before the other starts.
+    fn next_source_step(&self) -> Option<StepId> {
+        self.sources
+            .iter()
+            .copied()
+            .filter(|&s| self.has_ready(s))
+            .filter(|&s| !(self.steps[s].on_probation && self.steps[s].running > 0))
+            .min_by(|&a, &b| {
+                let progress = |s: StepId| self.steps[s].next_source as f64 / self.graph.steps[s].tasks as f64;
+                progress(a).total_cmp(&progress(b))
+            })
+    }
+
+    /// A worker is back with the estimate a [`Pick::Estimate`] asked for.
+    pub fn estimated(&mut self) {
+        self.estimating -= 1;
+    }
+
+    /// Whether anything can still change what [`State::pick`] answers: a running task that will
+    /// finish, a spill being written, an estimate being made. When nothing can and a pick still
+    /// waits, the run is stuck.
+    pub fn can_change(&self) -> bool {
+        self.ledger.running() > 0 || self.spills_in_flight > 0 || self.estimating > 0
     }
 
     /// Admits a task whose plugin has just estimated it at dispatch, or defers it (first in
     /// its step's line) until it fits.
-    pub fn admit_estimated(
-        &mut self,
-        plan: &Plan,
-        task: TaskRef,
-        plugin_estimate: u64,
-        tag_for: impl Fn() -> u32 + Copy,
-    ) -> Option<Picked> {
-        match self.admit(plan, task.step, plugin_estimate) {
-            Some(admitted) => Some(self.start(task, admitted, plugin_estimate, tag_for)),
-            None => {
+    pub fn admit_estimated(&mut self, plan: &Plan, task: TaskRef, plugin_estimate: u64, slot: TaskSlot) -> Option<Picked> {
+        match self.admit(plan, task, plugin_estimate) {
+            Ok(admitted) => Some(self.start(task, admitted, plugin_estimate, slot)),
+            Err(_) => {
                 self.steps[task.step].deferred.push_back((task.index, plugin_estimate));
                 None
             }
         }
+    }
+
+    /// A claimed task turned out to need `plugin_estimate`, whose prediction is more than it
+    /// reserved: grows its reservation if that fits, else gives the reservation back and defers
+    /// it. Returns the task as it may now run, or `None` when deferred.
+    pub fn reestimate(&mut self, plan: &Plan, picked: Picked, plugin_estimate: u64) -> Option<Picked> {
+        let (estimate, source) = self.predict(plan, picked.task.step, plugin_estimate, picked.input_bytes);
+        let reserved = estimate.saturating_add(picked.reserved - picked.estimate);
+        if self.ledger.try_resize(picked.slot, reserved) {
+            self.ledger.stop_growing(picked.slot);
+            return Some(Picked { estimate, reserved, source, plugin_estimate, ..picked });
+        }
+        self.ledger.stop_growing(picked.slot);
+        self.ledger.finish(picked.slot);
+        self.steps[picked.task.step].running -= 1;
+        self.steps[picked.task.step].deferred.push_back((picked.task.index, plugin_estimate));
+        None
     }
 
     /// Whether tasks of `step` are quick enough to be claimed in batches.
@@ -232,89 +402,167 @@ impl<'g> State<'g> {
         s.timed >= TIMED_BEFORE_BATCHING && s.wall_nanos < s.timed * QUICK_TASK.as_nanos() as u64
     }
 
-    /// Claims up to `wanted` more ready tasks of `first`'s step with the same estimate, as many
-    /// as fit beside what runs, each reserved under its own tag, appended to `out`.
-    pub fn pick_more(&mut self, first: &Picked, wanted: usize, tag_for: impl Fn() -> u32, out: &mut Vec<Picked>) {
+    /// Claims up to `slots.len()` more ready tasks of `first`'s step with the same estimate, as
+    /// many as fit beside what runs, each reserved in the next of `slots`, appended to `out`.
+    pub fn pick_more(&mut self, first: &Picked, slots: impl Iterator<Item = TaskSlot>, out: &mut Vec<Picked>) {
         let step = first.task.step;
-        if !self.steps[step].deferred.is_empty() {
+        if !self.steps[step].deferred.is_empty() || self.steps[step].on_probation {
             return;
         }
-        let admitted = self.ledger.admit_many(first.estimate, wanted);
+        let (lower, upper) = slots.size_hint();
+        let admitted = self.ledger.admit_many(first.reserved, upper.unwrap_or(lower));
         let from = out.len();
-        for _ in 0..admitted {
+        for slot in slots.take(admitted) {
             let Some(index) = self.pop_ready(step) else { break };
-            out.push(Picked { task: TaskRef { step, index }, tag: tag_for(), ..*first });
+            let task = TaskRef { step, index };
+            let input_bytes = self.input_sums(task).bytes;
+            out.push(Picked { task, slot, input_bytes, ..*first });
         }
-        self.ledger.start_all(out[from..].iter().map(|picked| picked.tag), first.estimate);
+        self.steps[step].running += (out.len() - from) as u32;
+        self.ledger.start_all(out[from..].iter().map(|picked| picked.slot), first.reserved);
     }
 
-    /// The estimate of a task of `step` whose plugin estimates `plugin_estimate`, and whether
-    /// the ledger admits it (after spilling to make room); `None` when it must wait. One
-    /// decision per task: the live guard reads counters other threads move, so asking twice
-    /// could answer differently.
-    fn admit(&mut self, plan: &Plan, step: StepId, plugin_estimate: u64) -> Option<Admitted> {
-        let step_plan = &plan.steps[step];
-        let (estimate, source) =
-            step_plan.estimate_for(self.models[step].as_ref(), plugin_estimate, step_plan.input_bytes);
-        self.make_room(estimate);
-        match self.ledger.admission(estimate) {
-            Admission::Wait => None,
-            admission => Some(Admitted { estimate, source, admission }),
+    /// The estimate of `task` whose plugin estimates `plugin_estimate`, and whether the ledger
+    /// admits it now; `Err(Some(bytes))` (what it needs) when it must wait. One decision per
+    /// task: the live guard reads counters other threads move, so asking twice could answer
+    /// differently.
+    fn admit(&self, plan: &Plan, task: TaskRef, plugin_estimate: u64) -> Result<Admitted, Option<u64>> {
+        let inputs = self.input_sums(task);
+        let (estimate, source) = self.predict(plan, task.step, plugin_estimate, inputs.bytes);
+        // Spilled inputs are mapped back in as the task reads them: they count while it runs.
+        let reserved = estimate.saturating_add(inputs.spilled);
+        match self.ledger.admission(reserved) {
+            Admission::Wait => Err(Some(reserved)),
+            Admission::Alone { .. } if !self.nothing_could_free_memory() => Err(Some(reserved)),
+            admission => {
+                let oversized = reserved > self.ledger.budget() || inputs.bytes > self.ledger.budget();
+                let admission = match admission {
+                    Admission::Alone { .. } => Admission::Alone { oversized },
+                    Admission::Fits if oversized => Admission::Alone { oversized },
+                    other => other,
+                };
+                Ok(Admitted { estimate, reserved, source, admission, input_bytes: inputs.bytes })
+            }
         }
     }
 
-    /// Reserves the admitted estimate for `task` under a fresh measurement tag.
-    fn start(&mut self, task: TaskRef, admitted: Admitted, plugin_estimate: u64, tag_for: impl Fn() -> u32) -> Picked {
-        let tag = tag_for();
-        self.ledger.start(tag, admitted.estimate);
-        let Admitted { estimate, source, admission } = admitted;
-        Picked { task, estimate, source, plugin_estimate, tag, admission }
+    /// A task that does not fit may still run alone when waiting cannot help: nothing runs or is
+    /// being spilled, and nothing spillable is left (or spilling is impossible).
+    fn nothing_could_free_memory(&self) -> bool {
+        self.ledger.running() == 0 && self.spills_in_flight == 0 && (!self.can_spill || !self.has_spill_victim())
     }
 
-    /// Spills resident buffers that no running task is reading, largest first, until a task
-    /// estimated at `estimate` fits the budget or nothing is left to spill. Disk trouble is
-    /// reported once and the run goes on without spilling.
-    fn make_room(&mut self, estimate: u64) {
-        let Some(spill) = self.spill else { return };
+    /// The estimate of a task of `step` and its source: from the step's model (learned from
+    /// history, or set by this run's first measurements), else the hint, else the plugin's own.
+    fn predict(&self, plan: &Plan, step: StepId, plugin_estimate: u64, input_bytes: u64) -> (u64, EstimateSource) {
+        match &self.models[step] {
+            Some(Model { model, source }) => (model.predict(plugin_estimate, input_bytes), *source),
+            None => plan.steps[step].estimate_for(None, plugin_estimate, input_bytes),
+        }
+    }
+
+    /// Reserves the admitted estimate for `task` in `slot`.
+    fn start(&mut self, task: TaskRef, admitted: Admitted, plugin_estimate: u64, slot: TaskSlot) -> Picked {
+        self.ledger.start(slot, admitted.reserved);
+        self.steps[task.step].running += 1;
+        let Admitted { estimate, reserved, source, admission, input_bytes } = admitted;
+        Picked { task, estimate, reserved, source, plugin_estimate, input_bytes, slot, admission }
+    }
+
+    /// Spilling is the last resort: only when no task is running (finishing could free memory)
+    /// and no spill is already being written.
+    fn should_spill(&self) -> bool {
+        self.can_spill && self.ledger.running() == 0 && self.spills_in_flight == 0 && self.has_spill_victim()
+    }
+
+    /// A resident buffer that no running task reads (only the scheduler holds it).
+    fn has_spill_victim(&self) -> bool {
+        self.ledger.resident() > 0 && self.outputs.values().any(is_victim)
+    }
+
+    /// Chooses resident buffers that no running task is reading, largest first, until a task
+    /// needing `needed` bytes would fit, and hands them to the worker to write.
+    fn choose_victims(&mut self, needed: u64) -> Pick {
         let budget = self.ledger.budget();
-        if self.ledger.resident() == 0 || self.ledger.used().saturating_add(estimate) <= budget {
-            return;
-        }
-        // Victims: buffers only the scheduler holds (no task has them as inputs right now).
-        let mut victims: Vec<(u64, TaskRef)> = self
-            .outputs
-            .iter()
-            .filter(|(_, live)| live.resident_bytes > 0 && Arc::strong_count(&live.value) == 1)
-            .map(|(task, live)| (live.resident_bytes, *task))
-            .collect();
-        victims.sort_unstable_by_key(|&(bytes, _)| std::cmp::Reverse(bytes));
-        for (_, task) in victims {
-            if self.ledger.used().saturating_add(estimate) <= budget {
+        let mut victims: Vec<(u64, TaskRef)> =
+            self.outputs.iter().filter(|(_, live)| is_victim(live)).map(|(task, live)| (live.resident_bytes, *task)).collect();
+        victims.sort_unstable_by_key(|&(bytes, task)| (std::cmp::Reverse(bytes), task.step, task.index));
+        let mut freed = 0u64;
+        for (bytes, task) in victims {
+            if self.ledger.used().saturating_sub(freed).saturating_add(needed) <= budget {
                 break;
             }
-            let Some(live) = self.outputs.get_mut(&task) else { continue };
-            let Some(value) = Arc::get_mut(&mut live.value) else { continue };
-            match spill_value(spill, value) {
-                Ok(moved) => {
-                    live.resident_bytes -= moved.min(live.resident_bytes);
-                    self.ledger.remove_resident(moved);
-                    self.spilled += moved;
-                    self.spill_count += 1;
-                }
+            let live = self.outputs.get_mut(&task).expect("a victim is a live output");
+            live.spilling = true;
+            self.spill_jobs.push(SpillJob { task, value: live.value.clone() });
+            freed += bytes;
+        }
+        if self.spill_jobs.is_empty() {
+            return Pick::Wait;
+        }
+        self.spills_in_flight += self.spill_jobs.len();
+        Pick::Spill
+    }
+
+    /// The spill jobs chosen by the last [`Pick::Spill`], swapped into `into` (empty).
+    pub fn take_spill_jobs(&mut self, into: &mut Vec<SpillJob>) {
+        std::mem::swap(&mut self.spill_jobs, into);
+    }
+
+    /// Swaps written spill files in for the buffers they copy. A buffer that a task started
+    /// reading meanwhile keeps its memory (its file is dropped); one whose consumers all
+    /// finished meanwhile is gone already. Disk trouble is reported once and the run goes on
+    /// without spilling. The freed heap copies go to [`State::garbage`].
+    pub fn finish_spills(&mut self, done: &mut Vec<SpillDone>) {
+        for SpillDone { task, result } in done.drain(..) {
+            self.spills_in_flight -= 1;
+            let mapped = match result {
+                Ok(mapped) => mapped,
                 Err(error) => {
-                    tracing::warn!("spilling failed, going on without spilling: {error}");
-                    self.spill_error = Some(error.to_string());
-                    self.spill = None;
-                    return;
+                    if self.can_spill {
+                        tracing::warn!("spilling failed, going on without spilling: {error}");
+                        self.spill_error = Some(error.to_string());
+                        self.can_spill = false;
+                    }
+                    if let Some(live) = self.outputs.get_mut(&task) {
+                        live.spilling = false;
+                    }
+                    continue;
                 }
-            }
+            };
+            let Some(live) = self.outputs.get_mut(&task) else {
+                self.garbage.push(Garbage::Mapped(mapped));
+                continue;
+            };
+            live.spilling = false;
+            let Some(value) = Arc::get_mut(&mut live.value) else {
+                self.garbage.push(Garbage::Mapped(mapped));
+                continue;
+            };
+            let storage = Storage::External(Box::new(mapped));
+            let old = match value {
+                Value::Array(array) => array.replace_storage(storage),
+                Value::Bytes(bytes) => std::mem::replace(bytes, storage),
+                _ => unreachable!("only buffers are spilled"),
+            };
+            self.garbage.push(Garbage::Storage(old));
+            let moved = live.resident_bytes;
+            live.resident_bytes = 0;
+            self.ledger.remove_resident(moved);
+            self.spilled += moved;
+            self.spill_count += 1;
         }
     }
 
-    /// A task peaked at `peak` beyond its estimate: the step's learned footprint reacts at once.
-    pub fn note_underestimate(&mut self, step: StepId, peak: u64, plugin_estimate: u64, input_bytes: u64) {
-        if let Some(model) = self.models[step].as_mut() {
-            model.bump(peak, plugin_estimate, input_bytes);
+    /// A task peaked at `peak` beyond its estimate: the step's footprint reacts at once, even
+    /// without history (its first measurement sets the figure for the rest of the run).
+    pub fn note_underestimate(&mut self, picked: &Picked, peak: u64) {
+        match self.models[picked.task.step].as_mut() {
+            Some(model) => model.model.bump(peak, picked.plugin_estimate, picked.input_bytes),
+            None => {
+                let model = StepModel::from_first_task(peak, picked.plugin_estimate, picked.input_bytes, self.params);
+                self.models[picked.task.step] = Some(Model { model, source: picked.source });
+            }
         }
     }
 
@@ -323,49 +571,65 @@ impl<'g> State<'g> {
         if s.is_source { s.next_source < self.graph.steps[step].tasks } else { !s.ready.is_empty() }
     }
 
-    fn pop_ready(&mut self, step: StepId) -> Option<u64> {
-        if !self.has_ready(step) {
-            return None;
+    fn peek_ready(&self, step: StepId) -> Option<u64> {
+        let s = &self.steps[step];
+        if s.is_source {
+            (s.next_source < self.graph.steps[step].tasks).then(|| self.graph.steps[step].nth_to_start(s.next_source))
+        } else {
+            s.ready.front().copied()
         }
+    }
+
+    fn pop_ready(&mut self, step: StepId) -> Option<u64> {
+        let index = self.peek_ready(step)?;
         let s = &mut self.steps[step];
         if s.is_source {
-            let n = s.next_source;
             s.next_source += 1;
-            Some(self.graph.steps[step].nth_to_start(n))
         } else {
-            s.ready.pop_front()
+            s.ready.pop_front();
         }
+        Some(index)
+    }
+
+    /// Buffer bytes of `task`'s inputs, and how many of them are spilled.
+    fn input_sums(&self, task: TaskRef) -> InputSums {
+        let mut sums = InputSums::default();
+        for &edge in &self.graph.steps[task.step].inputs {
+            let producer = self.graph.edges[edge].producer;
+            self.graph.for_each_producer(edge, task.index, |index| {
+                if let Some(live) = self.outputs.get(&TaskRef { step: producer, index }) {
+                    sums.bytes += live.bytes;
+                    sums.spilled += live.bytes - live.resident_bytes;
+                }
+            });
+        }
+        sums
     }
 
     /// Appends `task`'s input values, edge by edge in gather order, to `out`, and the number
     /// of values per input to `counts`.
-    /// Returns the inputs' buffer bytes.
-    pub fn collect_inputs(&self, task: TaskRef, out: &mut Vec<Arc<Value>>, counts: &mut Vec<usize>) -> u64 {
-        let mut bytes = 0;
+    pub fn collect_inputs(&self, task: TaskRef, out: &mut Vec<Arc<Value>>, counts: &mut Vec<usize>) {
         for &edge in &self.graph.steps[task.step].inputs {
             let before = out.len();
             let producer = self.graph.edges[edge].producer;
-            self.graph.for_each_producer(edge, task.index, |index| {
-                if let Some(live) = self.outputs.get(&TaskRef { step: producer, index }) {
-                    bytes += live.resident_bytes;
-                    out.push(live.value.clone());
-                } else {
-                    out.push(self.none.clone());
-                }
+            self.graph.for_each_producer(edge, task.index, |index| match self.outputs.get(&TaskRef { step: producer, index }) {
+                Some(live) => out.push(live.value.clone()),
+                None => out.push(self.none.clone()),
             });
             counts.push(out.len() - before);
         }
-        bytes
     }
 
     /// Records the end of a running task that took `wall`: frees its reservation and inputs,
     /// keeps its output for its consumers, and makes ready the consumers whose last input this was.
-    pub fn finish(&mut self, task: TaskRef, tag: u32, outcome: Outcome, output: Value, wall: Duration) {
-        self.ledger.finish(tag);
-        let step = &mut self.steps[task.step];
+    pub fn finish(&mut self, picked: &Picked, outcome: Outcome, output: Value, wall: Duration) {
+        self.ledger.finish(picked.slot);
+        let step = &mut self.steps[picked.task.step];
+        step.running -= 1;
+        step.on_probation = false;
         step.timed += 1;
         step.wall_nanos = step.wall_nanos.saturating_add(wall.as_nanos().try_into().unwrap_or(u64::MAX));
-        self.complete(task, outcome, output);
+        self.complete(picked.task, outcome, output);
     }
 
     fn complete(&mut self, task: TaskRef, outcome: Outcome, output: Value) {
@@ -378,7 +642,7 @@ impl<'g> State<'g> {
             if outcome == Outcome::Ok {
                 self.keep_output(task, output);
             } else {
-                drop(output);
+                self.discard(output);
             }
             self.notify_consumers(task, outcome != Outcome::Ok, &mut ready);
             for newly_ready in ready.drain(..) {
@@ -394,6 +658,13 @@ impl<'g> State<'g> {
         self.newly_ready = ready;
     }
 
+    /// A value nobody will read: freed outside the lock when it holds a buffer.
+    fn discard(&mut self, value: Value) {
+        if value.buffer_bytes() > 0 {
+            self.garbage.push(Garbage::Value(Arc::new(value)));
+        }
+    }
+
     fn keep_output(&mut self, task: TaskRef, output: Value) {
         if matches!(output, Value::None) {
             return; // consumers get the shared `None`; nothing to store or free.
@@ -401,12 +672,16 @@ impl<'g> State<'g> {
         let consumers: u64 =
             self.graph.steps[task.step].outputs.iter().map(|&e| self.graph.consumer_count(e, task.index)).sum();
         if consumers == 0 {
+            self.discard(output);
             return;
         }
-        let resident_bytes = output.buffer_bytes();
+        let bytes = output.buffer_bytes();
+        let resident_bytes = if is_resident(&output) { bytes } else { 0 };
         self.ledger.add_resident(resident_bytes);
-        self.outputs
-            .insert(task, LiveOutput { value: Arc::new(output), remaining_consumers: consumers, resident_bytes });
+        self.outputs.insert(
+            task,
+            LiveOutput { value: Arc::new(output), remaining_consumers: consumers, bytes, resident_bytes, spilling: false },
+        );
     }
 
     /// Counts `task` as finished for each consumer; appends consumers now free to go.
@@ -438,7 +713,8 @@ impl<'g> State<'g> {
         }
     }
 
-    /// Each input value of `task` has one consumer fewer; the last consumer frees it.
+    /// Each input value of `task` has one consumer fewer; the last consumer's value goes to the
+    /// garbage, to be freed outside the lock.
     fn release_inputs(&mut self, task: TaskRef) {
         let graph = self.graph;
         for &edge in &graph.steps[task.step].inputs {
@@ -446,16 +722,36 @@ impl<'g> State<'g> {
             graph.for_each_producer(edge, task.index, |index| {
                 let key = TaskRef { step: producer, index };
                 if let Some(live) = self.outputs.get_mut(&key) {
-                    // A spilled input's pages go back once its reader is done, so a gather over
-                    // more than the budget streams through its inputs.
-                    release_value_pages(&live.value);
                     live.remaining_consumers -= 1;
                     if live.remaining_consumers == 0 {
                         let live = self.outputs.remove(&key).expect("present");
                         self.ledger.remove_resident(live.resident_bytes);
+                        self.garbage.push(Garbage::Value(live.value));
                     }
                 }
             });
         }
+    }
+
+    /// Gives up on the tasks that have not run: the run is stuck (see [`State::stuck`]).
+    pub fn give_up(&mut self, why: String) {
+        if self.stuck.is_none() {
+            tracing::error!("{why}");
+            self.stuck = Some(why);
+        }
+    }
+}
+
+/// Only the scheduler holds it (no task reads it now), it is in memory, and no one is writing it.
+fn is_victim(live: &LiveOutput) -> bool {
+    live.resident_bytes > 0 && !live.spilling && Arc::strong_count(&live.value) == 1
+}
+
+/// Whether a value's buffer is on the heap (an output can already be a mapped file).
+fn is_resident(value: &Value) -> bool {
+    match value {
+        Value::Array(array) => array.storage().is_resident(),
+        Value::Bytes(storage) => storage.is_resident(),
+        _ => true,
     }
 }

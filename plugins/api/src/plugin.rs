@@ -49,6 +49,16 @@ pub trait Plugin: Send + Sync + 'static {
         output.bytes().unwrap_or(0) + largest_input.unwrap_or(0)
     }
 
+    /// True when `estimate` is worked out from what a task will really allocate (its output, its
+    /// working buffers), not a guess like the default. A step without history or a `memory:`
+    /// hint whose plugin's estimate is not exact starts slowly: one task runs until it has been
+    /// measured, then as many as that measurement admits, so a first run cannot overrun the
+    /// budget on a wrong guess.
+    fn estimate_is_exact(&self, args: &Args) -> bool {
+        let _ = args;
+        false
+    }
+
     /// True when `estimate` at dispatch can say more than at plan time because it looks at the
     /// input values (as `nbhood` does with the wet area). The engine then asks it again for
     /// every task, outside its locks, before admitting the task; otherwise the plan-time

@@ -25,6 +25,11 @@ const ARGS: &[ArgSpec] = &[
     ArgSpec::optional("hold_ms", "0", "milliseconds to hold the allocation before freeing it"),
     ArgSpec::optional("output_bytes", "0", "length of the returned u8 array"),
     ArgSpec::optional("estimate", "bytes + output_bytes", "what the plugin's estimate reports"),
+    ArgSpec::optional(
+        "announce",
+        "true",
+        "announce the allocation to the memory ledger first (`ctx.will_allocate`); false allocates unannounced, like a plain `vec!`",
+    ),
 ];
 
 pub struct Alloc;
@@ -35,6 +40,7 @@ struct Plan {
     hold_ms: u64,
     output_bytes: u64,
     estimate: u64,
+    announce: bool,
 }
 
 impl Plan {
@@ -46,13 +52,18 @@ impl Plan {
             ArgError::new("output_bytes", "`bytes` + `output_bytes` is larger than any machine's memory")
         })?;
         let estimate = args.size_or("estimate", default_estimate)?;
+        let announce = match args.str_or("announce", "true")?.as_str() {
+            "true" => true,
+            "false" => false,
+            other => return Err(ArgError::new("announce", format!("`announce` must be true or false, got {other}"))),
+        };
         // Sizes must fit this machine's address space before anything tries to allocate them.
         for (name, value) in [("bytes", bytes), ("output_bytes", output_bytes)] {
             if usize::try_from(value).is_err() {
                 return Err(ArgError::new(name, format!("`{name}` of {value} bytes does not fit in memory")));
             }
         }
-        Ok(Plan { bytes, hold_ms, output_bytes, estimate })
+        Ok(Plan { bytes, hold_ms, output_bytes, estimate, announce })
     }
 }
 
@@ -84,6 +95,11 @@ impl Plugin for Alloc {
         Ok(ValueMeta::Array { dtype: DType::U8, shape: vec![plan.output_bytes as usize] })
     }
 
+    /// Exact unless the recipe sets `estimate` to something else on purpose.
+    fn estimate_is_exact(&self, args: &Args) -> bool {
+        !args.contains("estimate")
+    }
+
     fn estimate(&self, args: &Args, _inputs: InputsForEstimate<'_>, _output: &ValueMeta) -> u64 {
         // `check` has already accepted the arguments; 0 is only a fallback for an engine that skips it.
         Plan::from_args(args).map(|plan| plan.estimate).unwrap_or(0)
@@ -91,17 +107,21 @@ impl Plugin for Alloc {
 
     fn run(&self, ctx: &TaskContext, args: &Args, _inputs: &Inputs) -> Result<Value, TaskError> {
         let plan = Plan::from_args(args).map_err(|e| TaskError::msg(e.message))?;
-        hold_touched(ctx, plan.bytes as usize, Duration::from_millis(plan.hold_ms))?;
+        if plan.announce {
+            ctx.will_allocate(plan.bytes);
+        }
+        hold_touched(plan.bytes as usize, Duration::from_millis(plan.hold_ms))?;
         let len = plan.output_bytes as usize;
-        ctx.will_allocate(len as u64);
+        if plan.announce {
+            ctx.will_allocate(len as u64);
+        }
         let array = Array::from_vec(vec![len], alloc_pattern(ctx.key(), len)).map_err(TaskError::msg)?;
         Ok(Value::Array(array))
     }
 }
 
 /// Allocates `bytes`, writes a non-zero byte into each page, and holds them for `hold`.
-fn hold_touched(ctx: &TaskContext, bytes: usize, hold: Duration) -> Result<(), TaskError> {
-    ctx.will_allocate(bytes as u64);
+fn hold_touched(bytes: usize, hold: Duration) -> Result<(), TaskError> {
     let mut buffer: Vec<u8> = Vec::new();
     // A failed reservation becomes a task error instead of aborting the whole process.
     buffer.try_reserve_exact(bytes).map_err(|e| TaskError::msg(format!("cannot allocate {bytes} bytes: {e}")))?;

@@ -69,6 +69,11 @@ impl Plugin for Mean {
     }
 
     /// The mean is accumulated in the output itself, so the output is the only allocation.
+    /// Worked out from the task's arrays, not guessed.
+    fn estimate_is_exact(&self, _args: &Args) -> bool {
+        true
+    }
+
     fn estimate(&self, _args: &Args, inputs: InputsForEstimate<'_>, output: &ValueMeta) -> u64 {
         if let Some(bytes) = output.bytes() {
             return bytes;

@@ -119,6 +119,11 @@ impl Plugin for Nbhood {
         true
     }
 
+    /// Worked out from the task's arrays, not guessed.
+    fn estimate_is_exact(&self, _args: &Args) -> bool {
+        true
+    }
+
     fn estimate(&self, args: &Args, inputs: InputsForEstimate<'_>, output: &ValueMeta) -> u64 {
         let Ok(settings) = Settings::from_args(args) else {
             return output.bytes().unwrap_or(0);

@@ -24,6 +24,11 @@ impl Plugin for Noop {
         Ok(ValueMeta::None)
     }
 
+    /// Worked out from the task's arrays, not guessed.
+    fn estimate_is_exact(&self, _args: &Args) -> bool {
+        true
+    }
+
     fn estimate(&self, _args: &Args, _inputs: InputsForEstimate<'_>, _output: &ValueMeta) -> u64 {
         0
     }

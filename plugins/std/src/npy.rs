@@ -443,6 +443,11 @@ impl Plugin for ReadNpy {
     }
 
     /// The array plus the read buffers; at dispatch the file's header says how big it is.
+    /// Worked out from the task's arrays, not guessed.
+    fn estimate_is_exact(&self, _args: &Args) -> bool {
+        true
+    }
+
     fn estimate(&self, args: &Args, _inputs: InputsForEstimate<'_>, output: &ValueMeta) -> u64 {
         let data = output.bytes().or_else(|| {
             let header = peek_header(&path_arg(args).ok()?).ok()?;
@@ -487,6 +492,11 @@ impl Plugin for WriteNpy {
 
     /// The data goes straight from the input buffer to the file; the header, the paths and, on a
     /// big-endian machine, a write buffer are all the task allocates.
+    /// Worked out from the task's arrays, not guessed.
+    fn estimate_is_exact(&self, _args: &Args) -> bool {
+        true
+    }
+
     fn estimate(&self, _args: &Args, _inputs: InputsForEstimate<'_>, _output: &ValueMeta) -> u64 {
         IO_BUFFER as u64
     }

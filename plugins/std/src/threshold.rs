@@ -141,6 +141,11 @@ impl Plugin for Threshold {
     }
 
     /// The output is the only allocation.
+    /// Worked out from the task's arrays, not guessed.
+    fn estimate_is_exact(&self, _args: &Args) -> bool {
+        true
+    }
+
     fn estimate(&self, args: &Args, inputs: InputsForEstimate<'_>, output: &ValueMeta) -> u64 {
         if let Some(bytes) = output.bytes() {
             return bytes;

@@ -1,0 +1,50 @@
+//! The engine's [`Meter`]: what a running task holds, as the counting allocator (and, for
+//! external commands, the resident bytes of their process trees) measures it.
+//!
+//! The ledger names reservations by [`TaskSlot`]s that the scheduler hands out when it claims a
+//! task; the measurement tag exists only once the task starts executing (a task claimed in a
+//! batch has none yet). This table links the two: the worker attaches the tag when the task
+//! starts and detaches it when it ends, each one relaxed store, so the ledger can read the live
+//! bytes of exactly the tasks that run.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use runner_plugin::task_tag::NO_TASK;
+
+use crate::measure;
+use crate::memory::{Meter, TaskSlot};
+
+/// Slot → measurement tag of the task running there (`NO_TASK` when none).
+pub struct RunMeter {
+    tags: Box<[AtomicU32]>,
+}
+
+impl RunMeter {
+    /// A meter for reservation slots `0..slots`.
+    pub fn new(slots: usize) -> RunMeter {
+        RunMeter { tags: (0..slots).map(|_| AtomicU32::new(NO_TASK)).collect() }
+    }
+
+    /// The task in `slot` is now measured under `tag`.
+    pub fn attach(&self, slot: TaskSlot, tag: u32) {
+        self.tags[slot.0 as usize].store(tag, Ordering::Relaxed);
+    }
+
+    /// The task in `slot` is no longer measured.
+    pub fn detach(&self, slot: TaskSlot) {
+        self.tags[slot.0 as usize].store(NO_TASK, Ordering::Relaxed);
+    }
+}
+
+impl Meter for RunMeter {
+    fn task_live(&self, slot: TaskSlot) -> u64 {
+        match self.tags.get(slot.0 as usize).map(|t| t.load(Ordering::Relaxed)) {
+            Some(NO_TASK) | None => 0,
+            Some(tag) => measure::task_live(tag),
+        }
+    }
+
+    fn process_live(&self) -> u64 {
+        measure::live_bytes()
+    }
+}
