@@ -178,7 +178,8 @@ impl StepModel {
         let groups = keys
             .into_iter()
             .map(|key| {
-                let members = history.iter().filter(|o| GroupKey::of(o.plugin_estimate, o.input_bytes) == key).collect();
+                let members =
+                    history.iter().filter(|o| GroupKey::of(o.plugin_estimate, o.input_bytes) == key).collect();
                 learn_group(key, &window(members), basis, params)
             })
             .collect();
@@ -199,7 +200,8 @@ impl StepModel {
     /// A model from a run's first task that peaked above its estimate (a step without history):
     /// the rest of the run reserves at least as much for the same basis.
     pub fn from_first_task(peak: u64, plugin_estimate: u64, input_bytes: u64, params: Params) -> StepModel {
-        let basis = Basis::ALL.into_iter().find(|b| b.of(plugin_estimate, input_bytes).is_some()).unwrap_or(Basis::Constant);
+        let basis =
+            Basis::ALL.into_iter().find(|b| b.of(plugin_estimate, input_bytes).is_some()).unwrap_or(Basis::Constant);
         let ratio = basis.of(plugin_estimate, input_bytes).map_or(peak as f64, |b| peak as f64 / b);
         let group = Group { key: GroupKey::of(plugin_estimate, input_bytes), ratio, absolute: peak as f64 };
         StepModel {
@@ -330,17 +332,22 @@ fn learn_group(key: GroupKey, tasks: &[&Observation], basis: Basis, params: Para
     let weight = |o: &Observation| 0.5f64.powi(o.age as i32);
     let mut ratios: Vec<(f64, f64)> = tasks.iter().filter_map(|o| ratio(o, basis).map(|r| (r, weight(o)))).collect();
     let mut peaks: Vec<(f64, f64)> = tasks.iter().map(|o| (o.peak as f64, weight(o))).collect();
-    Group { key, ratio: weighted_quantile(&mut ratios, params.quantile), absolute: weighted_quantile(&mut peaks, params.quantile) }
+    Group {
+        key,
+        ratio: weighted_quantile(&mut ratios, params.quantile),
+        absolute: weighted_quantile(&mut peaks, params.quantile),
+    }
 }
 
 /// The margin: base, plus twice the recent (half-life: one run) mean shortfall of estimates
 /// that came from history, each capped; at most the maximum.
 fn margin(history: &[Observation], params: Params) -> f64 {
-    let (shortfall, total) = history.iter().filter(|o| o.from_history && o.estimate > 0).fold((0.0, 0.0), |(sum, t), o| {
-        let w = 0.5f64.powi(o.age as i32);
-        let excess = (o.peak as f64 / o.estimate as f64 - 1.0).clamp(0.0, MAX_OVERSHOOT);
-        (sum + w * excess, t + w)
-    });
+    let (shortfall, total) =
+        history.iter().filter(|o| o.from_history && o.estimate > 0).fold((0.0, 0.0), |(sum, t), o| {
+            let w = 0.5f64.powi(o.age as i32);
+            let excess = (o.peak as f64 / o.estimate as f64 - 1.0).clamp(0.0, MAX_OVERSHOOT);
+            (sum + w * excess, t + w)
+        });
     let noise = if total > 0.0 { shortfall / total } else { 0.0 };
     (params.base_margin + 2.0 * noise).min(params.max_margin)
 }
@@ -447,12 +454,15 @@ mod tests {
             let mut run = Vec::new();
             let (mut under, mut sum_estimate, mut sum_peak) = (0, 0u64, 0u64);
             for t in tasks {
-                let estimate = model.as_ref().map_or(t.plugin_estimate, |m| m.predict(t.plugin_estimate, t.input_bytes));
+                let estimate =
+                    model.as_ref().map_or(t.plugin_estimate, |m| m.predict(t.plugin_estimate, t.input_bytes));
                 if t.peak > estimate {
                     under += 1;
                     match model.as_mut() {
                         Some(m) => m.bump(t.peak, t.plugin_estimate, t.input_bytes),
-                        None => model = Some(StepModel::from_first_task(t.peak, t.plugin_estimate, t.input_bytes, params)),
+                        None => {
+                            model = Some(StepModel::from_first_task(t.peak, t.plugin_estimate, t.input_bytes, params))
+                        }
                     }
                 }
                 sum_estimate += estimate;

@@ -1,66 +1,14 @@
 //! The budget promise, checked from outside the process: the child's peak RSS as the kernel
 //! reports it (`wait4`'s `ru_maxrss`), not the runner's own figures.
 
-use std::os::unix::process::ExitStatusExt;
+mod common;
 
-use std::process::{Command, ExitStatus, Stdio};
-
-use serde_json::Value as Json;
-
-const MIB: u64 = 1 << 20;
-
-/// Budget plus the tolerance the SPEC allows: 5% and 64 MiB.
-fn allowed(budget: u64) -> u64 {
-    budget + budget / 20 + 64 * MIB
-}
-
-struct Measured {
-    status: ExitStatus,
-    peak_rss: u64,
-    summary: Json,
-    stderr: String,
-}
-
-/// Runs `runner run RECIPE ARGS...` on recipe text and reaps it with `wait4` for its peak RSS.
-fn run_measured(recipe: &str, args: &[&str]) -> Measured {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("r.yaml"), recipe).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["run", "r.yaml", "--summary", "s.json"])
-        .args(args)
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = child;
-    let mut stderr_pipe = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stderr_pipe, &mut text).unwrap();
-        text
-    });
-    let mut status = 0;
-    // SAFETY: `usage` is plain old data that wait4 fills in; the pid is our own child.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as i32, "wait4 failed");
-    let stderr = reader.join().unwrap();
-    let summary = std::fs::read_to_string(dir.path().join("s.json"))
-        .map(|t| serde_json::from_str(&t).unwrap())
-        .unwrap_or(Json::Null);
-    Measured { status: ExitStatus::from_raw(status), peak_rss: usage.ru_maxrss as u64 * 1024, summary, stderr }
-}
+use common::{MIB, allowed, assert_ok, run_measured};
 
 fn alloc_recipe(tasks: u32, args: &str) -> String {
     format!(
         "recipe: mem\ndims:\n  i: {tasks}\nsteps:\n  big:\n    plugin: alloc\n    over: [i]\n    args: {{{args}}}\n"
     )
-}
-
-fn assert_ok(m: &Measured) {
-    assert_eq!(m.status.code(), Some(0), "{}", m.stderr);
-    assert_eq!(m.summary["tasks_failed"], 0);
 }
 
 #[test]
@@ -138,4 +86,45 @@ fn the_runner_reports_the_same_peak_as_the_os() {
     assert!(reported.abs_diff(m.peak_rss) < 16 * MIB, "summary {reported} vs kernel {}", m.peak_rss);
     let step_peak = m.summary["steps"][0]["peak_bytes_max"].as_u64().unwrap();
     assert!(step_peak.abs_diff(512 * MIB) < 512 * MIB / 20, "task peak {step_peak}");
+}
+
+#[test]
+fn unannounced_allocations_past_a_guess_stay_within_budget_on_a_first_run() {
+    // 8 tasks each allocate 700 MiB with a plain allocation (nothing announced), while the
+    // plugin is told to guess 1 MiB: no history, no hint. The first task runs alone, is measured,
+    // and its figure admits the others one at a time.
+    let budget = 1 << 30;
+    let m = run_measured(
+        &alloc_recipe(8, "bytes: 700MiB, hold_ms: 50, estimate: 1MiB, announce: false"),
+        &["--budget", "1GiB", "--workers", "2"],
+    );
+    assert_ok(&m);
+    assert_eq!(m.summary["tasks_ok"], 8);
+    assert!(m.peak_rss <= allowed(budget), "peak RSS {} MiB", m.peak_rss / MIB);
+    assert_eq!(m.summary["underestimates"], 1, "{}", m.summary);
+}
+
+#[test]
+fn a_full_spill_disk_under_a_tight_budget_stays_within_it() {
+    // Gathers of 12 buffers of 20 MiB under 256 MiB: the last items of a gather do not fit beside
+    // the 11 before them, so a spill is tried; the spill dir is a 4 MiB tmpfs, so it fails at
+    // once, and admission must keep memory within the budget by running fewer tasks at once.
+    let mount = tempfile::tempdir().unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4m", "tmpfs"])
+        .arg(mount.path())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a small tmpfs here (needs root)");
+        return;
+    }
+    let recipe = "recipe: full-disk\ndims:\n  item: 48\n  group: {group: item, size: 12}\nsteps:\n  make:\n    plugin: alloc\n    over: [item]\n    args: {bytes: 20MiB, output_bytes: 20MiB, hold_ms: 5}\n  gather:\n    plugin: noop\n    over: [group]\n    inputs: {values: make}\n";
+    let budget = 256 * MIB;
+    let spill_dir = mount.path().to_str().unwrap().to_string();
+    let m = run_measured(recipe, &["--budget", "256MiB", "--workers", "2", "--spill-dir", &spill_dir]);
+    let _ = std::process::Command::new("umount").arg(mount.path()).status();
+    assert_ok(&m);
+    assert!(m.summary["spill_error"].as_str().is_some_and(|e| e.contains("No space")), "{}", m.summary);
+    assert!(m.peak_rss <= allowed(budget), "peak RSS {} MiB\n{}", m.peak_rss / MIB, m.stderr);
 }

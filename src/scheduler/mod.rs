@@ -28,9 +28,9 @@ use crate::memory::spill::{SpillDir, release_value_pages};
 use crate::memory::{Admission, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::{Recipe, StepId};
-pub use state::{Outcome, TaskRef};
 use meter::RunMeter;
 use state::{Garbage, Pick, Picked, SpillDone, SpillJob, State};
+pub use state::{Outcome, TaskRef};
 use stats::StepStats;
 
 /// How to run.
@@ -139,6 +139,17 @@ pub struct RunReport {
     /// run left with tasks that could never start), and how many tasks it left unrun.
     pub internal_error: Option<String>,
     pub not_run: u64,
+    /// Each spill written (when, how long, how many bytes), in the order they started.
+    pub spills: Vec<SpillRecord>,
+}
+
+/// One buffer written to a spill file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpillRecord {
+    /// When writing started, since the run started.
+    pub started: Duration,
+    pub wall: Duration,
+    pub bytes: u64,
 }
 
 impl RunReport {
@@ -243,13 +254,16 @@ pub fn run(
     let mut steps = vec![StepStats::default(); recipe.steps.len()];
     let mut failures = Vec::new();
     let mut internal_error = state.stuck.clone();
+    let mut spills = Vec::new();
     for result in results {
         for (total, part) in steps.iter_mut().zip(&result.steps) {
             total.merge(part);
         }
         failures.extend(result.failures);
+        spills.extend(result.spills);
         internal_error = internal_error.or(result.internal_error);
     }
+    spills.sort_by_key(|s: &SpillRecord| s.started);
     failures.sort_by_key(|f| (f.step_id, f.index));
     let _ = std::fs::remove_dir_all(&options.work_dir);
     RunReport {
@@ -264,6 +278,7 @@ pub fn run(
         budget: options.budget,
         internal_error,
         not_run: state.unfinished(),
+        spills,
     }
 }
 
@@ -272,6 +287,7 @@ struct WorkerResult {
     steps: Vec<StepStats>,
     failures: Vec<Failure>,
     internal_error: Option<String>,
+    spills: Vec<SpillRecord>,
 }
 
 /// One worker thread's loop and its reusable buffers.
@@ -282,6 +298,7 @@ struct Worker<'s, 'r> {
     stats: Vec<StepStats>,
     failures: Vec<Failure>,
     internal_error: Option<String>,
+    spill_records: Vec<SpillRecord>,
     /// Tasks claimed under the lock, run in order outside it.
     claimed: Vec<Claimed>,
     /// Tasks run since the lock was last held, reported together at the next claim.
@@ -330,6 +347,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             stats: vec![StepStats::default(); shared.recipe.steps.len()],
             failures: Vec::new(),
             internal_error: None,
+            spill_records: Vec::new(),
             claimed: Vec::with_capacity(MAX_BATCH),
             done: Vec::with_capacity(MAX_BATCH),
             regrow: Vec::new(),
@@ -361,7 +379,12 @@ impl<'s, 'r> Worker<'s, 'r> {
         }
         self.report_skipped();
         self.flush_reports();
-        WorkerResult { steps: self.stats, failures: self.failures, internal_error: self.internal_error }
+        WorkerResult {
+            steps: self.stats,
+            failures: self.failures,
+            internal_error: self.internal_error,
+            spills: self.spill_records,
+        }
     }
 
     /// One round: report and claim under the lock, then outside it free what was let go, write
@@ -622,7 +645,15 @@ impl<'s, 'r> Worker<'s, 'r> {
                 Value::Bytes(storage) => storage,
                 _ => continue,
             };
+            let started = Instant::now();
             let result = self.shared.spill.spill(storage);
+            if result.is_ok() {
+                self.spill_records.push(SpillRecord {
+                    started: started.saturating_duration_since(self.shared.started),
+                    wall: started.elapsed(),
+                    bytes: storage.bytes().len() as u64,
+                });
+            }
             // Let go of this worker's hold before the swap, which needs the only one.
             drop(value);
             self.spilled.push(SpillDone { task, result });
@@ -646,13 +677,15 @@ impl<'s, 'r> Worker<'s, 'r> {
         let (result, memory) = self.run_plugin(at);
         let wall = started.elapsed();
         let peak = memory.map_or(0, |m| m.peak_bytes);
-        self.count(&picked, peak, wall);
         let (outcome, output, error) = match result {
             Ok(Ok(output)) => (Outcome::Ok, output, None),
             Ok(Err(error)) => (Outcome::Failed, Value::None, Some(error.to_string())),
             Err(panic) => (Outcome::Failed, Value::None, Some(format!("panicked: {}", panic_message(&*panic)))),
         };
         let output_bytes = output.buffer_bytes();
+        // Reported first: should the sink fail, the task is counted once, as the failure it becomes.
+        self.report(&picked, outcome, peak, output_bytes, wall, started, error.as_deref());
+        self.count(&picked, peak, wall);
         match outcome {
             Outcome::Ok => {
                 self.stats[step].ok += 1;
@@ -660,7 +693,6 @@ impl<'s, 'r> Worker<'s, 'r> {
             }
             _ => self.stats[step].failed += 1,
         }
-        self.report(&picked, outcome, peak, output_bytes, wall, started, error.as_deref());
         if let Some(error) = error {
             self.fail(picked.task, error);
         }
@@ -780,24 +812,26 @@ impl<'s, 'r> Worker<'s, 'r> {
         let message = format!("internal error: a worker panicked: {}", panic_message(panic));
         tracing::error!("{message}");
         self.internal_error.get_or_insert_with(|| message.clone());
-        let claimed: Vec<Picked> = self
+        // Tasks that ran and were reported are finished as they ended; the others fail.
+        let done: Vec<(Picked, Finished)> = self.done.drain(..).collect();
+        let unrun: Vec<Picked> = self
             .claimed
             .drain(..)
             .map(|c| c.picked)
-            .chain(self.done.drain(..).map(|(picked, _)| picked))
+            .filter(|p| !done.iter().any(|(d, _)| d.task == p.task))
             .chain(self.regrow.drain(..).map(|(picked, _)| picked))
             .collect();
         self.values.clear();
         self.counts.clear();
         let mut spilled = std::mem::take(&mut self.spilled);
-        let unwritten = self.spill_jobs.drain(..).map(|job| SpillDone {
-            task: job.task,
-            result: Err(crate::memory::spill::SpillError::Closed { path: self.shared.spill.path().to_path_buf() }),
-        });
-        spilled.extend(unwritten);
+        let closed = || crate::memory::spill::SpillError::Closed { path: self.shared.spill.path().to_path_buf() };
+        spilled.extend(self.spill_jobs.drain(..).map(|job| SpillDone { task: job.task, result: Err(closed()) }));
         let mut state = self.shared.lock();
         state.finish_spills(&mut spilled);
-        for picked in &claimed {
+        for (picked, finished) in done {
+            state.finish(&picked, finished.outcome, finished.output, finished.wall);
+        }
+        for picked in &unrun {
             state.finish(picked, Outcome::Failed, Value::None, Duration::ZERO);
         }
         self.skipped.append(&mut state.skipped);
@@ -806,7 +840,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         self.shared.wake.notify_all();
         drop(state);
         self.garbage.clear();
-        for picked in claimed {
+        for picked in unrun {
             self.describe_task(picked.task.step, picked.task.index);
             self.stats[picked.task.step].failed += 1;
             self.fail(picked.task, message.clone());

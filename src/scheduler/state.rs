@@ -291,25 +291,31 @@ impl<'g> State<'g> {
     ///
     /// The order finishes what was started: consumers (deeper steps first) before sources, and
     /// sources in lockstep, each in an order that completes the gathers nearest to it first.
-    /// Buffers are spilled only when nothing runs that could free memory by finishing, so a
-    /// budget that a good order fits never spills.
+    /// Buffers are spilled only when waiting for running tasks cannot make room (see
+    /// [`State::should_spill`]), so a budget that a good order fits never spills.
     pub fn pick(&mut self, plan: &Plan, slot: TaskSlot) -> Pick {
+        // What the most preferred task that did not fit needs.
         let mut blocked: Option<u64> = None;
         for i in 0..self.priority.len() {
             let step = self.priority[i];
             match self.pick_from(plan, step, slot) {
                 Ok(pick) => return pick,
-                Err(needed) => blocked = blocked.max(needed),
+                // Preferred work that only a spill can make room for: make it now, rather than
+                // let less preferred work take the room meanwhile (other workers go on).
+                Err(Some(needed)) if blocked.is_none() && self.should_spill(needed) => {
+                    return self.choose_victims(needed);
+                }
+                Err(needed) => blocked = blocked.or(needed),
             }
         }
         if let Some(step) = self.next_source_step() {
             match self.pick_from(plan, step, slot) {
                 Ok(pick) => return pick,
-                Err(needed) => blocked = blocked.max(needed),
+                Err(needed) => blocked = blocked.or(needed),
             }
         }
         match blocked {
-            Some(needed) if self.should_spill() => self.choose_victims(needed),
+            Some(needed) if self.should_spill(needed) => self.choose_victims(needed),
             _ => Pick::Wait,
         }
     }
@@ -369,7 +375,13 @@ impl<'g> State<'g> {
 
     /// Admits a task whose plugin has just estimated it at dispatch, or defers it (first in
     /// its step's line) until it fits.
-    pub fn admit_estimated(&mut self, plan: &Plan, task: TaskRef, plugin_estimate: u64, slot: TaskSlot) -> Option<Picked> {
+    pub fn admit_estimated(
+        &mut self,
+        plan: &Plan,
+        task: TaskRef,
+        plugin_estimate: u64,
+        slot: TaskSlot,
+    ) -> Option<Picked> {
         match self.admit(plan, task, plugin_estimate) {
             Ok(admitted) => Some(self.start(task, admitted, plugin_estimate, slot)),
             Err(_) => {
@@ -469,10 +481,13 @@ impl<'g> State<'g> {
         Picked { task, estimate, reserved, source, plugin_estimate, input_bytes, slot, admission }
     }
 
-    /// Spilling is the last resort: only when no task is running (finishing could free memory)
-    /// and no spill is already being written.
-    fn should_spill(&self) -> bool {
-        self.can_spill && self.ledger.running() == 0 && self.spills_in_flight == 0 && self.has_spill_victim()
+    /// Spilling is the last resort, for a task needing `needed` bytes that does not fit: only
+    /// when waiting cannot make room — nothing runs, or the resident buffers alone leave too
+    /// little even once every running task has finished — and no spill is being written.
+    fn should_spill(&self, needed: u64) -> bool {
+        let waiting_cannot_help =
+            self.ledger.running() == 0 || self.ledger.resident().saturating_add(needed) > self.ledger.budget();
+        self.can_spill && waiting_cannot_help && self.spills_in_flight == 0 && self.has_spill_victim()
     }
 
     /// A resident buffer that no running task reads (only the scheduler holds it).
@@ -484,8 +499,12 @@ impl<'g> State<'g> {
     /// needing `needed` bytes would fit, and hands them to the worker to write.
     fn choose_victims(&mut self, needed: u64) -> Pick {
         let budget = self.ledger.budget();
-        let mut victims: Vec<(u64, TaskRef)> =
-            self.outputs.iter().filter(|(_, live)| is_victim(live)).map(|(task, live)| (live.resident_bytes, *task)).collect();
+        let mut victims: Vec<(u64, TaskRef)> = self
+            .outputs
+            .iter()
+            .filter(|(_, live)| is_victim(live))
+            .map(|(task, live)| (live.resident_bytes, *task))
+            .collect();
         victims.sort_unstable_by_key(|&(bytes, task)| (std::cmp::Reverse(bytes), task.step, task.index));
         let mut freed = 0u64;
         for (bytes, task) in victims {
@@ -612,9 +631,11 @@ impl<'g> State<'g> {
         for &edge in &self.graph.steps[task.step].inputs {
             let before = out.len();
             let producer = self.graph.edges[edge].producer;
-            self.graph.for_each_producer(edge, task.index, |index| match self.outputs.get(&TaskRef { step: producer, index }) {
-                Some(live) => out.push(live.value.clone()),
-                None => out.push(self.none.clone()),
+            self.graph.for_each_producer(edge, task.index, |index| {
+                match self.outputs.get(&TaskRef { step: producer, index }) {
+                    Some(live) => out.push(live.value.clone()),
+                    None => out.push(self.none.clone()),
+                }
             });
             counts.push(out.len() - before);
         }
@@ -680,7 +701,13 @@ impl<'g> State<'g> {
         self.ledger.add_resident(resident_bytes);
         self.outputs.insert(
             task,
-            LiveOutput { value: Arc::new(output), remaining_consumers: consumers, bytes, resident_bytes, spilling: false },
+            LiveOutput {
+                value: Arc::new(output),
+                remaining_consumers: consumers,
+                bytes,
+                resident_bytes,
+                spilling: false,
+            },
         );
     }
 
