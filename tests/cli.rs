@@ -132,6 +132,49 @@ steps:
 }
 
 #[test]
+fn failures_are_listed_by_index_value_and_identical_errors_grouped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "failing.yaml",
+        r#"recipe: many-failures
+dims:
+  i: 40
+  j: 12
+steps:
+  same:
+    plugin: read_npy
+    over: [i]
+    args: {path: "missing.npy"}
+  each:
+    plugin: read_npy
+    over: [j]
+    args: {path: "in/m{j}.npy"}
+"#,
+    );
+    let out = runner(dir.path(), &["run", path.to_str().unwrap(), "--no-record", "--summary", "s.json"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let failed: Vec<&str> = err.lines().filter(|l| l.trim_start().starts_with("failed:")).collect();
+    assert_eq!(failed.len(), 1 + 12, "{err}");
+    assert!(failed[0].contains("failed: same[i=0..39] (40 tasks): reading missing.npy"), "{err}");
+    let each: Vec<String> = (0..12).map(|j| format!("failed: each[j={j}]: reading in/m{j}.npy")).collect();
+    for (line, expected) in failed[1..].iter().zip(&each) {
+        assert!(line.contains(expected.as_str()), "expected {expected:?} in order, got:\n{err}");
+    }
+    let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    let keys: Vec<String> = summary["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}[{}]", f["step"].as_str().unwrap(), f["key"].as_str().unwrap()))
+        .collect();
+    let expected: Vec<String> =
+        (0..40).map(|i| format!("same[i={i}]")).chain((0..12).map(|j| format!("each[j={j}]"))).collect();
+    assert_eq!(keys, expected, "every failure, by step in recipe order, then by index value");
+}
+
+#[test]
 fn plan_shows_counts_estimates_and_sources_in_three_formats() {
     let dir = tempfile::tempdir().unwrap();
     let text = runner(dir.path(), &["plan", &recipe("quickstart.yaml"), "--cycle", "C"]);

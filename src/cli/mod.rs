@@ -2,6 +2,7 @@
 //! it to the engine and reports. Library errors are typed; here they become messages and exit
 //! codes (0 ok, 1 task failures, 2 invalid recipe or usage).
 
+mod failures;
 mod history_cmd;
 mod interrupt;
 mod plan_cmd;
