@@ -5,6 +5,7 @@
 mod failures;
 mod history_cmd;
 mod interrupt;
+mod logging;
 mod plan_cmd;
 mod plugins_cmd;
 mod progress;
@@ -215,7 +216,7 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
 pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
     let registry = Registry::new(runner_std_plugins::all().into_iter().chain(extra));
     let cli = Cli::parse();
-    init_logging();
+    logging::init();
     interrupt::install();
     let code = match cli.command {
         Command::Run(args) => run_cmd::run(&registry, args),
@@ -231,11 +232,6 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
     }
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 /// Loads, validates and plans a recipe; on failure prints every problem and returns `None`.
