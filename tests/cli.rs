@@ -317,6 +317,14 @@ fn help_teaches_by_example() {
     }
     let run_help = String::from_utf8_lossy(&runner(Path::new("."), &["run", "--help"]).stdout).into_owned();
     assert!(run_help.contains("--budget") && run_help.contains("Exit codes"));
+    // Ranges, units and defaults are stated.
+    assert!(run_help.contains("--workers <N>") && run_help.contains("1 to 1024"), "{run_help}");
+    assert!(run_help.contains("--budget <SIZE|N%>") && run_help.contains("×1024"), "{run_help}");
+    let out_of_range = runner(Path::new("."), &["run", &recipe("quickstart.yaml"), "--workers", "1025"]);
+    assert_eq!(out_of_range.status.code(), Some(2));
+    assert!(stderr(&out_of_range).contains("1..=1024"), "{}", stderr(&out_of_range));
+    let replay_help = String::from_utf8_lossy(&runner(Path::new("."), &["replay", "--help"]).stdout).into_owned();
+    assert!(replay_help.contains("`0.02` for 2%") && replay_help.contains("--warmup <N>"), "{replay_help}");
 }
 
 #[test]
