@@ -132,6 +132,151 @@ steps:
 }
 
 #[test]
+fn failures_are_listed_by_index_value_and_identical_errors_grouped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "failing.yaml",
+        r#"recipe: many-failures
+dims:
+  i: 40
+  j: 12
+steps:
+  same:
+    plugin: read_npy
+    over: [i]
+    args: {path: "missing.npy"}
+  each:
+    plugin: read_npy
+    over: [j]
+    args: {path: "in/m{j}.npy"}
+"#,
+    );
+    let out = runner(dir.path(), &["run", path.to_str().unwrap(), "--no-record", "--summary", "s.json"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let failed: Vec<&str> = err.lines().filter(|l| l.trim_start().starts_with("failed:")).collect();
+    assert_eq!(failed.len(), 1 + 12, "{err}");
+    assert!(failed[0].contains("failed: same[i=0..39] (40 tasks): reading missing.npy"), "{err}");
+    let each: Vec<String> = (0..12).map(|j| format!("failed: each[j={j}]: reading in/m{j}.npy")).collect();
+    for (line, expected) in failed[1..].iter().zip(&each) {
+        assert!(line.contains(expected.as_str()), "expected {expected:?} in order, got:\n{err}");
+    }
+    let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    let keys: Vec<String> = summary["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| format!("{}[{}]", f["step"].as_str().unwrap(), f["key"].as_str().unwrap()))
+        .collect();
+    let expected: Vec<String> =
+        (0..40).map(|i| format!("same[i={i}]")).chain((0..12).map(|j| format!("each[j={j}]"))).collect();
+    assert_eq!(keys, expected, "every failure, by step in recipe order, then by index value");
+}
+
+/// Runs `runner` with stderr on a new pseudo-terminal (stdout to a pipe, `NO_COLOR` and
+/// `RUST_LOG` as given), returning what it wrote to the terminal.
+fn runner_on_terminal(dir: &Path, args: &[&str], no_color: Option<&str>) -> String {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    // SAFETY: plain libc calls on a descriptor this function owns; each result is checked.
+    let (master, slave) = unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(master >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(master, name.as_mut_ptr(), name.len()), 0);
+        let slave = libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY);
+        assert!(slave >= 0, "opening the terminal: {}", std::io::Error::last_os_error());
+        // A terminal of 200 columns, so lines are drawn whole.
+        let size = libc::winsize { ws_row: 40, ws_col: 200, ws_xpixel: 0, ws_ypixel: 0 };
+        assert_eq!(libc::ioctl(slave, libc::TIOCSWINSZ, &size), 0);
+        (std::fs::File::from(OwnedFd::from_raw_fd(master)), OwnedFd::from_raw_fd(slave))
+    };
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+    command.args(args).current_dir(dir).env_remove("RUST_LOG").env_remove("NO_COLOR").stderr(slave);
+    if let Some(value) = no_color {
+        command.env("NO_COLOR", value);
+    }
+    let mut child = command.spawn().expect("running runner");
+    // The terminal's other end is only the child's now: reading ends (EIO) when it exits.
+    drop(command);
+    let reader = std::thread::spawn(move || {
+        let mut master = master;
+        let mut text = Vec::new();
+        let mut buffer = [0u8; 4096];
+        while let Ok(n @ 1..) = master.read(&mut buffer) {
+            text.extend_from_slice(&buffer[..n]);
+        }
+        String::from_utf8_lossy(&text).into_owned()
+    });
+    child.wait().unwrap();
+    reader.join().unwrap()
+}
+
+/// A recipe of one task and a spill dir that is a file: the run warns that it cannot clean the
+/// spill dir and goes on.
+fn warning_run(dir: &Path) -> Vec<String> {
+    write(dir, "one.yaml", "recipe: one\nsteps:\n  a:\n    plugin: noop\n");
+    write(dir, "afile", "");
+    ["run", "one.yaml", "--no-record", "--spill-dir", "afile"].map(String::from).to_vec()
+}
+
+#[test]
+fn warnings_in_a_log_file_have_no_colour_and_no_module_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = warning_run(dir.path());
+    let log = std::fs::File::create(dir.path().join("log.txt")).unwrap();
+    let status = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(&args)
+        .current_dir(dir.path())
+        .env_remove("RUST_LOG")
+        .env_remove("NO_COLOR")
+        .stderr(log)
+        .status()
+        .unwrap();
+    let text = std::fs::read_to_string(dir.path().join("log.txt")).unwrap();
+    assert!(status.success(), "{text}");
+    assert!(text.contains("warning: cannot clean up old spill folders: cannot list the spill folder afile"), "{text}");
+    assert!(!text.contains("\x1b["), "colour codes in a file: {text:?}");
+    assert!(!text.contains("runner::") && !text.contains("WARN"), "internal prefixes: {text:?}");
+}
+
+#[test]
+fn warnings_on_a_terminal_are_coloured_unless_no_color_is_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = warning_run(dir.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let coloured = runner_on_terminal(dir.path(), &args, None);
+    assert!(coloured.contains("\x1b[1;33mwarning:\x1b[0m cannot clean up old spill folders"), "{coloured:?}");
+    for no_color in ["1", "true"] {
+        let plain = runner_on_terminal(dir.path(), &args, Some(no_color));
+        assert!(plain.contains("warning: cannot clean up old spill folders"), "{plain:?}");
+        assert!(!plain.contains("\x1b[1;33m") && !plain.contains("runner::"), "NO_COLOR={no_color}: {plain:?}");
+    }
+}
+
+#[test]
+fn the_progress_bar_on_a_terminal_shows_running_tasks_memory_and_an_eta() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "slow.yaml",
+        "recipe: slow\ndims:\n  i: 24\nsteps:\n  a:\n    plugin: alloc\n    over: [i]\n    args: {bytes: 1MiB, hold_ms: 100}\n",
+    );
+    let text = runner_on_terminal(
+        dir.path(),
+        &["run", "slow.yaml", "--no-record", "--workers", "2", "--budget", "1GiB"],
+        None,
+    );
+    assert!(text.contains("/24 tasks · "), "{text:?}");
+    assert!(text.contains(" running · mem ") && text.contains(" / 1.00 GiB (buffers "), "{text:?}");
+    assert!(text.contains("· ETA "), "an ETA once tasks have finished: {text:?}");
+    assert!(text.contains("slow ") && text.contains(": ok"), "the closing line: {text:?}");
+}
+
+#[test]
 fn plan_shows_counts_estimates_and_sources_in_three_formats() {
     let dir = tempfile::tempdir().unwrap();
     let text = runner(dir.path(), &["plan", &recipe("quickstart.yaml"), "--cycle", "C"]);
@@ -172,6 +317,14 @@ fn help_teaches_by_example() {
     }
     let run_help = String::from_utf8_lossy(&runner(Path::new("."), &["run", "--help"]).stdout).into_owned();
     assert!(run_help.contains("--budget") && run_help.contains("Exit codes"));
+    // Ranges, units and defaults are stated.
+    assert!(run_help.contains("--workers <N>") && run_help.contains("1 to 1024"), "{run_help}");
+    assert!(run_help.contains("--budget <SIZE|N%>") && run_help.contains("×1024"), "{run_help}");
+    let out_of_range = runner(Path::new("."), &["run", &recipe("quickstart.yaml"), "--workers", "1025"]);
+    assert_eq!(out_of_range.status.code(), Some(2));
+    assert!(stderr(&out_of_range).contains("1..=1024"), "{}", stderr(&out_of_range));
+    let replay_help = String::from_utf8_lossy(&runner(Path::new("."), &["replay", "--help"]).stdout).into_owned();
+    assert!(replay_help.contains("`0.02` for 2%") && replay_help.contains("--warmup <N>"), "{replay_help}");
 }
 
 #[test]

@@ -111,6 +111,31 @@ fn round_trip_keeps_bytes_views_shape_and_attrs() {
     assert!(!path.exists(), "deleted with its buffer");
 }
 
+/// Spills an array of `values` and views it back from the mapped file.
+fn spilled_view_gives_back<T: runner_plugin::Element + PartialEq + std::fmt::Debug>(dir: &SpillDir, values: Vec<T>) {
+    let shape = vec![values.len() / 2, 2];
+    let mut value = Value::Array(Array::from_vec(shape, values.clone()).unwrap());
+    assert_eq!(spill::spill_value(dir, &mut value).unwrap(), (values.len() * T::DTYPE.size()) as u64);
+    let array = value.as_array().unwrap();
+    assert!(!array.storage().is_resident(), "{} now in a mapped file", T::DTYPE);
+    assert_eq!(array.dtype(), T::DTYPE);
+    assert_eq!(array.view::<T>().unwrap().iter().copied().collect::<Vec<_>>(), values, "{}", T::DTYPE);
+}
+
+#[test]
+fn every_dtype_views_back_from_its_spill_file() {
+    let parent = scratch();
+    let dir = SpillDir::new(Some(parent.path()));
+    spilled_view_gives_back(&dir, vec![i8::MIN, -1, 0, i8::MAX]);
+    spilled_view_gives_back(&dir, vec![i16::MIN, -1, 0, i16::MAX]);
+    spilled_view_gives_back(&dir, vec![i64::MIN, -1, 1 << 40, i64::MAX]);
+    spilled_view_gives_back(&dir, vec![0u16, 1, 258, u16::MAX]);
+    spilled_view_gives_back(&dir, vec![0u32, 1, 1 << 31, u32::MAX]);
+    spilled_view_gives_back(&dir, vec![0u64, 1, 1 << 63, u64::MAX]);
+    spilled_view_gives_back(&dir, (0..10_000).map(|i| i % 3 == 0).collect::<Vec<bool>>());
+    assert_eq!(dir.spill_count(), 7);
+}
+
 #[test]
 fn empty_buffers_need_no_file() {
     let parent = scratch();

@@ -2,8 +2,10 @@
 //! it to the engine and reports. Library errors are typed; here they become messages and exit
 //! codes (0 ok, 1 task failures, 2 invalid recipe or usage).
 
+mod failures;
 mod history_cmd;
 mod interrupt;
+mod logging;
 mod plan_cmd;
 mod plugins_cmd;
 mod progress;
@@ -86,15 +88,16 @@ struct HistoryArgs {
     /// The feedback store [default: runner.db in the working directory; env RUNNER_DB].
     #[arg(long, value_name = "PATH")]
     db: Option<PathBuf>,
-    /// Only runs of this recipe (its `recipe:` name).
-    #[arg(long)]
+    /// Only runs of this recipe (its `recipe:` name, not the file name).
+    #[arg(long, value_name = "NAME")]
     recipe: Option<String>,
-    /// Only this step.
-    #[arg(long)]
+    /// Only this step (its name under `steps:`).
+    #[arg(long, value_name = "NAME")]
     step: Option<String>,
-    /// How many recent runs.
-    #[arg(long, default_value_t = 10)]
+    /// How many of the most recent runs to show (a count of runs, not of rows).
+    #[arg(long, value_name = "N", default_value_t = 10)]
     last: usize,
+    /// Output format: `text` (a table) or `json` (the rows, for scripts).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     format: OutputFormat,
 }
@@ -111,14 +114,17 @@ struct ReplayArgs {
     /// Write `{cycles: [...]}`: each cycle's run summary plus underestimate_rate and slack.
     #[arg(long, value_name = "FILE.json")]
     summary: Option<PathBuf>,
-    /// Fail when a cycle after the warm-up has a larger share of tasks under-estimated.
-    #[arg(long, value_name = "RATE")]
+    /// Fail when a cycle after the warm-up has a larger share of its tasks under-estimated (peak
+    /// above estimate): a fraction, `0.02` for 2% [default: no limit].
+    #[arg(long, value_name = "FRACTION")]
     max_underestimate_rate: Option<f64>,
-    /// Fail when the median slack (Σ estimate / Σ peak − 1) of the cycles after the warm-up is larger.
-    #[arg(long, value_name = "SLACK")]
+    /// Fail when the median slack (Σ estimate / Σ peak − 1) of the cycles after the warm-up is
+    /// larger: a fraction, `0.25` for estimates 25% above the peaks [default: no limit].
+    #[arg(long, value_name = "FRACTION")]
     max_median_slack: Option<f64>,
-    /// Cycles the thresholds ignore while the store learns.
-    #[arg(long, default_value_t = 3)]
+    /// How many cycles at the start the thresholds ignore while the store learns (a count of
+    /// cycles; 0 judges every cycle).
+    #[arg(long, value_name = "N", default_value_t = 3)]
     warmup: usize,
 }
 
@@ -134,7 +140,7 @@ struct RecipeArgs {
     /// The recipe file (YAML).
     recipe: PathBuf,
     /// Cycle id, available to templates as `{cycle}` [default: the current UTC hour, e.g. 2026-11-30T02Z].
-    #[arg(long)]
+    #[arg(long, value_name = "ID")]
     cycle: Option<String>,
     /// Override a var of the recipe: `--set wet=0.4` (repeatable; the value is read as YAML).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_key_value)]
@@ -144,12 +150,13 @@ struct RecipeArgs {
 /// The machine a run may use.
 #[derive(Args, Debug)]
 struct ResourceArgs {
-    /// Memory budget: a size (`4GiB`, `800MB`) or a share of available memory (`50%`)
-    /// [default: 80% of the memory available to the process, honouring cgroup limits].
-    #[arg(long, value_parser = crate::budget::parse_budget)]
+    /// Memory budget: bytes, a size (`4GiB`, `800MB`; KiB/MiB/GiB/TiB count ×1024, KB/MB/GB/TB
+    /// ×1000) or a share of the memory available to the process (`50%`, more than 0 and at most
+    /// 100) [default: 80% of the memory available to the process, honouring cgroup limits].
+    #[arg(long, value_name = "SIZE|N%", value_parser = crate::budget::parse_budget)]
     budget: Option<u64>,
-    /// Worker threads [default: the number of CPUs].
-    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    /// Worker threads, 1 to 1024 [default: the number of CPUs].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     workers: Option<u16>,
     /// Where buffers spill when the budget is short [default: a per-run folder under the
     /// system temp dir's runner-spill/]; the run's folder is removed at exit, and folders left
@@ -180,7 +187,8 @@ struct RunArgs {
 struct PlanArgs {
     #[command(flatten)]
     recipe: RecipeArgs,
-    /// Output format.
+    /// Output format: `text` (a row per step), `json` (for scripts) or `dot` (the DAG for
+    /// Graphviz).
     #[arg(long, value_enum, default_value_t = PlanFormat::Text)]
     format: PlanFormat,
     /// The feedback store whose history the estimates come from (read only)
@@ -214,7 +222,7 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
 pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
     let registry = Registry::new(runner_std_plugins::all().into_iter().chain(extra));
     let cli = Cli::parse();
-    init_logging();
+    logging::init();
     interrupt::install();
     let code = match cli.command {
         Command::Run(args) => run_cmd::run(&registry, args),
@@ -230,11 +238,6 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
             ExitCode::from(EXIT_USAGE)
         }
     }
-}
-
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
 /// Loads, validates and plans a recipe; on failure prints every problem and returns `None`.

@@ -1,15 +1,42 @@
-//! The progress bar on a terminal: tasks done/total, reserved/budget, spilled, failures. It
-//! reads the scheduler's atomic counters from its own thread, so the scheduler pays nothing.
+//! The progress bar on a terminal: tasks done/total, an ETA once tasks have finished, the tasks
+//! running, memory (the live heap against the budget, with the buffers kept for consumers),
+//! reserved, spilled and failures. It reads the scheduler's atomic counters and the allocator's
+//! live total from its own thread, ten times a second, so the scheduler pays nothing. Off when
+//! stderr is not a terminal.
+//!
+//! While the bar is drawn, log lines go through [`suspended`] so that a warning is printed on
+//! its own line instead of being glued to (or wiped by) the bar.
 
+use std::collections::VecDeque;
 use std::io::IsTerminal;
+use std::sync::Mutex;
 use std::sync::atomic::Ordering;
 use std::thread::ScopedJoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use runner_plugin::size::format_size;
 
+use crate::measure;
 use crate::scheduler::Progress;
+
+/// How often the bar is redrawn.
+const REFRESH: Duration = Duration::from_millis(100);
+/// The ETA follows the rate of tasks finished over this much recent time, so that it adapts when
+/// a run moves from quick steps to slow ones.
+const RATE_WINDOW: Duration = Duration::from_secs(20);
+
+/// The bar being drawn, for [`suspended`].
+static ACTIVE: Mutex<Option<ProgressBar>> = Mutex::new(None);
+
+/// Runs `write` with the bar (if one is drawn) cleared, and draws the bar again after it.
+pub fn suspended<R>(write: impl FnOnce() -> R) -> R {
+    let bar = ACTIVE.lock().ok().and_then(|active| active.clone());
+    match bar {
+        Some(bar) => bar.suspend(write),
+        None => write(),
+    }
+}
 
 /// Starts drawing `progress` on stderr if it is a terminal; nothing otherwise.
 pub fn spawn<'scope>(
@@ -22,35 +49,220 @@ pub fn spawn<'scope>(
     Some(scope.spawn(move || draw(progress)))
 }
 
+/// What the bar shows, read at one instant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub total: u64,
+    /// Tasks done: succeeded, failed or skipped.
+    pub finished: u64,
+    pub failed: u64,
+    pub running: u64,
+    /// What the ledger counts: running tasks' reservations (or live bytes) plus resident buffers.
+    pub reserved: u64,
+    pub budget: u64,
+    /// Every live heap block of the process; the resident buffers are among them.
+    pub live_heap: u64,
+    /// Buffers kept in memory for their consumers.
+    pub resident: u64,
+    pub spilled: u64,
+}
+
+impl Snapshot {
+    fn read(progress: &Progress) -> Snapshot {
+        let load = |counter: &std::sync::atomic::AtomicU64| counter.load(Ordering::Relaxed);
+        Snapshot {
+            total: load(&progress.total),
+            finished: load(&progress.finished),
+            failed: load(&progress.failed),
+            running: load(&progress.running),
+            reserved: load(&progress.reserved),
+            budget: load(&progress.budget),
+            live_heap: measure::live_bytes(),
+            resident: load(&progress.resident),
+            spilled: load(&progress.spilled),
+        }
+    }
+
+    /// The text after `done/total tasks`:
+    /// `ETA 1m12s · 3 running · mem 412 MiB / 2.00 GiB (buffers 120 MiB) · reserved 1.20 GiB · spilled 40.0 MiB · 2 failed`.
+    /// The memory gauge is the live heap, which is what the live guard holds under the budget;
+    /// the buffers are part of it, shown because they are what spills.
+    pub fn message(&self, eta: Option<Duration>) -> String {
+        let mut parts = Vec::with_capacity(6);
+        if let Some(eta) = eta.filter(|_| self.finished < self.total) {
+            parts.push(format!("ETA {}", format_duration(eta)));
+        }
+        parts.push(format!("{} running", self.running));
+        parts.push(format!(
+            "mem {} / {} (buffers {})",
+            format_size(self.live_heap),
+            format_size(self.budget),
+            format_size(self.resident)
+        ));
+        parts.push(format!("reserved {}", format_size(self.reserved)));
+        if self.spilled > 0 {
+            parts.push(format!("spilled {}", format_size(self.spilled)));
+        }
+        if self.failed > 0 {
+            parts.push(format!("{} failed", self.failed));
+        }
+        parts.join(" · ")
+    }
+}
+
+/// `45s`, `3m12s`, `2h05m`: precise enough for an estimate, short enough for a bar; rounded up,
+/// so that time is left until the work is done.
+pub fn format_duration(duration: Duration) -> String {
+    let seconds = duration.as_secs_f64().ceil() as u64;
+    match seconds {
+        0..60 => format!("{seconds}s"),
+        60..3600 => format!("{}m{:02}s", seconds / 60, seconds % 60),
+        _ => format!("{}h{:02}m", seconds / 3600, seconds % 3600 / 60),
+    }
+}
+
+/// Estimates the time left from how fast tasks finished recently.
+#[derive(Debug)]
+pub struct Eta {
+    /// `(when, tasks finished by then)`, oldest first, spanning at most [`RATE_WINDOW`].
+    samples: VecDeque<(Instant, u64)>,
+    started: Instant,
+}
+
+impl Eta {
+    pub fn new(started: Instant) -> Eta {
+        Eta { samples: VecDeque::new(), started }
+    }
+
+    /// Records that `finished` tasks were done at `now`, and returns the time the `total - finished`
+    /// others should take at the recent rate; `None` until some task has finished. When no task
+    /// finished within the window (a long task is running), the rate of the whole run so far is
+    /// used.
+    pub fn update(&mut self, now: Instant, finished: u64, total: u64) -> Option<Duration> {
+        self.samples.push_back((now, finished));
+        while self.samples.front().is_some_and(|&(at, _)| now.duration_since(at) > RATE_WINDOW) {
+            self.samples.pop_front();
+        }
+        if finished == 0 {
+            return None;
+        }
+        let remaining = total.saturating_sub(finished) as f64;
+        let &(oldest, finished_then) = self.samples.front()?;
+        let window = now.duration_since(oldest).as_secs_f64();
+        let recent = (finished - finished_then) as f64;
+        let per_second = if recent > 0.0 && window > 0.0 {
+            recent / window
+        } else {
+            let elapsed = now.duration_since(self.started).as_secs_f64();
+            if elapsed <= 0.0 {
+                return None;
+            }
+            finished as f64 / elapsed
+        };
+        Some(Duration::from_secs_f64(remaining / per_second))
+    }
+}
+
 fn draw(progress: &Progress) {
-    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(10));
+    let started = Instant::now();
+    // Nothing to draw until the scheduler has counted the tasks.
+    while progress.total.load(Ordering::Relaxed) == 0 && !progress.done.load(Ordering::Relaxed) {
+        std::thread::sleep(REFRESH / 10);
+    }
+    // Hidden until its first figures are in, so no line shows a bar without them.
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::hidden());
     bar.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} tasks · {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar())
             .progress_chars("=> "),
     );
+    if let Ok(mut active) = ACTIVE.lock() {
+        *active = Some(bar.clone());
+    }
+    let mut eta = Eta::new(started);
     loop {
         let done = progress.done.load(Ordering::Relaxed);
-        bar.set_length(progress.total.load(Ordering::Relaxed));
-        bar.set_position(progress.finished.load(Ordering::Relaxed));
-        let failed = progress.failed.load(Ordering::Relaxed);
-        let mut msg = format!(
-            "reserved {} / {}",
-            format_size(progress.reserved.load(Ordering::Relaxed)),
-            format_size(progress.budget.load(Ordering::Relaxed))
-        );
-        let spilled = progress.spilled.load(Ordering::Relaxed);
-        if spilled > 0 {
-            msg.push_str(&format!(" · spilled {}", format_size(spilled)));
+        let snapshot = Snapshot::read(progress);
+        bar.set_length(snapshot.total);
+        bar.set_position(snapshot.finished);
+        bar.set_message(snapshot.message(eta.update(Instant::now(), snapshot.finished, snapshot.total)));
+        if bar.is_hidden() {
+            bar.set_draw_target(ProgressDrawTarget::stderr_with_hz(10));
         }
-        if failed > 0 {
-            msg.push_str(&format!(" · {failed} failed"));
-        }
-        bar.set_message(msg);
         if done {
             break;
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(REFRESH);
+    }
+    if let Ok(mut active) = ACTIVE.lock() {
+        *active = None;
     }
     bar.finish_and_clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            total: 100,
+            finished: 40,
+            failed: 0,
+            running: 3,
+            reserved: 1200 * MIB,
+            budget: 2048 * MIB,
+            live_heap: 412 * MIB,
+            resident: 120 * MIB,
+            spilled: 0,
+        }
+    }
+
+    #[test]
+    fn the_message_shows_running_memory_and_eta() {
+        let s = snapshot();
+        assert_eq!(
+            s.message(Some(Duration::from_secs(72))),
+            "ETA 1m12s · 3 running · mem 412 MiB / 2.00 GiB (buffers 120 MiB) · reserved 1.17 GiB"
+        );
+        let s = Snapshot { spilled: 40 * MIB, failed: 2, ..s };
+        assert_eq!(
+            s.message(None),
+            "3 running · mem 412 MiB / 2.00 GiB (buffers 120 MiB) · reserved 1.17 GiB · spilled 40.0 MiB · 2 failed"
+        );
+        // Nothing left: no ETA.
+        let s = Snapshot { finished: 100, ..s };
+        assert!(!s.message(Some(Duration::from_secs(3))).contains("ETA"));
+    }
+
+    #[test]
+    fn durations_are_short() {
+        assert_eq!(format_duration(Duration::ZERO), "0s");
+        assert_eq!(format_duration(Duration::from_millis(400)), "1s");
+        assert_eq!(format_duration(Duration::from_millis(58_200)), "59s");
+        assert_eq!(format_duration(Duration::from_secs(60)), "1m00s");
+        assert_eq!(format_duration(Duration::from_secs(3599)), "59m59s");
+        assert_eq!(format_duration(Duration::from_secs(7500)), "2h05m");
+    }
+
+    #[test]
+    fn eta_follows_the_recent_rate() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut eta = Eta::new(t0);
+        assert_eq!(eta.update(t0, 0, 100), None, "nothing finished yet");
+        assert_eq!(eta.update(at(5), 0, 100), None);
+        // 10 tasks in the 10 s since the first sample: 1 task/s, 90 to go.
+        assert_eq!(eta.update(at(10), 10, 100), Some(Duration::from_secs(90)));
+        // Later the run speeds up: 60 tasks in the last 20 s (the window), 3 task/s, 30 to go.
+        eta.update(at(30), 10, 100);
+        assert_eq!(eta.update(at(50), 70, 100), Some(Duration::from_secs(10)));
+        // Nothing finished for a whole window: the run's average.
+        eta.update(at(80), 70, 100);
+        let slow = eta.update(at(100), 70, 100).unwrap();
+        // 70 tasks in the 100 s since the start: 30 more take 30 / 0.7 s.
+        assert!((slow.as_secs_f64() - 30.0 / 0.7).abs() < 1e-6, "{slow:?}");
+    }
 }

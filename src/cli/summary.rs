@@ -1,10 +1,13 @@
-//! The `--summary` JSON of a run (the SPEC's field names), and the lines printed at the end.
+//! The `--summary` JSON of a run (the SPEC's field names; `failures` complete, ordered by step and
+//! index value), and the lines printed at the end (failures grouped by identical error).
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use runner_plugin::size::format_size;
 use serde::Serialize;
 
+use super::failures;
 use crate::recipe::Recipe;
 use crate::scheduler::RunReport;
 
@@ -26,11 +29,24 @@ pub struct StepSummary {
     pub wall_s: f64,
 }
 
+/// One failed task; the list is ordered by step (recipe order) and then by index value.
 #[derive(Debug, Serialize)]
 pub struct FailureSummary {
     pub step: String,
     pub key: String,
     pub error: String,
+}
+
+impl failures::Failure for FailureSummary {
+    fn step(&self) -> &str {
+        &self.step
+    }
+    fn key(&self) -> &str {
+        &self.key
+    }
+    fn error(&self) -> &str {
+        &self.error
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -83,6 +99,14 @@ impl RunSummary {
             })
             .collect();
         let failed = report.total(|s| s.failed);
+        let mut failures: Vec<FailureSummary> = report
+            .failures
+            .iter()
+            .map(|f| FailureSummary { step: f.step.clone(), key: f.key.clone(), error: f.error.clone() })
+            .collect();
+        let positions: HashMap<&str, usize> =
+            recipe.steps.iter().enumerate().map(|(i, step)| (step.name.as_str(), i)).collect();
+        failures::sort(&mut failures, |step| positions.get(step).copied());
         RunSummary {
             recipe: recipe.name.clone(),
             cycle: recipe.cycle.clone(),
@@ -104,11 +128,7 @@ impl RunSummary {
             estimate_bytes_sum: report.total(|s| s.estimate_sum),
             peak_bytes_sum: report.total(|s| s.peak_sum),
             steps,
-            failures: report
-                .failures
-                .iter()
-                .map(|f| FailureSummary { step: f.step.clone(), key: f.key.clone(), error: f.error.clone() })
-                .collect(),
+            failures,
         }
     }
 
@@ -144,13 +164,18 @@ impl RunSummary {
         if let Some(error) = &self.spill_error {
             eprintln!("  spilling stopped: {error}");
         }
+        // Groups of tasks that failed alike, so 40 identical errors take one line.
         const SHOWN: usize = 20;
-        for failure in self.failures.iter().take(SHOWN) {
-            let key = if failure.key.is_empty() { String::new() } else { format!("[{}]", failure.key) };
-            eprintln!("  failed: {}{key}: {}", failure.step, failure.error);
+        let groups = failures::group(&self.failures);
+        for group in groups.iter().take(SHOWN) {
+            eprintln!("  {}", group.line());
         }
-        if self.failures.len() > SHOWN {
-            eprintln!("  ... and {} more failures (see --summary)", self.failures.len() - SHOWN);
+        let hidden: usize = groups.iter().skip(SHOWN).map(|g| g.keys.len()).sum();
+        if hidden > 0 {
+            eprintln!(
+                "  ... and {hidden} more failed tasks in {} more groups (the --summary JSON lists every failure)",
+                groups.len() - SHOWN
+            );
         }
     }
 }

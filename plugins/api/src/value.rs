@@ -13,32 +13,63 @@ use ndarray::{ArrayD, ArrayViewD, IxDyn};
 /// String → JSON attributes carried with an array (units, names, thresholds...).
 pub type Attrs = BTreeMap<String, serde_json::Value>;
 
-/// Element type of an array.
+/// Element type of an array: numpy's common numeric dtypes and bool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DType {
     F32,
     F64,
+    I8,
+    I16,
     I32,
+    I64,
     U8,
+    U16,
+    U32,
+    U64,
+    /// One byte per element, 0 (false) or 1 (true), viewed as Rust `bool`.
+    Bool,
 }
 
 impl DType {
+    /// Every dtype, in the order `runner plugins` and error messages list them.
+    pub const ALL: [DType; 11] = [
+        DType::F32,
+        DType::F64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::Bool,
+    ];
+
     /// Bytes per element.
     pub fn size(self) -> usize {
         match self {
-            DType::F32 | DType::I32 => 4,
-            DType::F64 => 8,
-            DType::U8 => 1,
+            DType::I8 | DType::U8 | DType::Bool => 1,
+            DType::I16 | DType::U16 => 2,
+            DType::F32 | DType::I32 | DType::U32 => 4,
+            DType::F64 | DType::I64 | DType::U64 => 8,
         }
     }
 
-    /// The name used in `runner plan` and in attributes: `f32`, `f64`, `i32`, `u8`.
+    /// The name used in `runner plan` and in attributes: `f32`, `i64`, `u16`, `bool`...
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
             DType::F64 => "f64",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
             DType::I32 => "i32",
+            DType::I64 => "i64",
             DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+            DType::Bool => "bool",
         }
     }
 }
@@ -49,14 +80,23 @@ impl fmt::Display for DType {
     }
 }
 
-/// A Rust element type that arrays can hold.
+/// A Rust element type that arrays can hold: `f32`, `f64`, `i8`..`i64`, `u8`..`u64`, `bool`.
 pub trait Element: Copy + Send + Sync + Default + 'static {
     const DTYPE: DType;
     #[doc(hidden)]
     fn into_storage(data: Vec<Self>) -> Storage;
+    /// The elements, from heap storage of this type or from external bytes; an error says why
+    /// the bytes cannot be viewed as `Self`.
     #[doc(hidden)]
-    fn slice_of(storage: &Storage) -> Option<&[Self]>;
+    fn slice_of(storage: &Storage) -> Result<&[Self], String>;
 }
+
+/// Element types for which every bit pattern is a valid value, so external bytes can be viewed
+/// as them after checking only length and alignment. `bool` is not one of them.
+///
+/// # Safety
+/// Implement only for types whose every bit pattern of `size_of::<Self>()` bytes is valid.
+unsafe trait AnyBitPattern: Element {}
 
 macro_rules! element {
     ($t:ty, $variant:ident) => {
@@ -65,30 +105,73 @@ macro_rules! element {
             fn into_storage(data: Vec<Self>) -> Storage {
                 Storage::$variant(data)
             }
-            fn slice_of(storage: &Storage) -> Option<&[Self]> {
+            fn slice_of(storage: &Storage) -> Result<&[Self], String> {
                 match storage {
-                    Storage::$variant(data) => Some(data),
+                    Storage::$variant(data) => Ok(data),
                     Storage::External(bytes) => cast_slice(bytes.bytes()),
-                    _ => None,
+                    other => Err(mismatch::<Self>(other)),
                 }
             }
         }
+        // SAFETY: integers and floats are valid for every bit pattern.
+        unsafe impl AnyBitPattern for $t {}
     };
 }
 element!(f32, F32);
 element!(f64, F64);
+element!(i8, I8);
+element!(i16, I16);
 element!(i32, I32);
+element!(i64, I64);
 element!(u8, U8);
+element!(u16, U16);
+element!(u32, U32);
+element!(u64, U64);
+
+/// `bool` is one byte that must be 0 or 1: external bytes (a spilled buffer mapped from its
+/// file) are checked before they are viewed, because any other byte would be undefined
+/// behaviour. The check reads each byte once; a buffer the engine spilled always passes it.
+impl Element for bool {
+    const DTYPE: DType = DType::Bool;
+    fn into_storage(data: Vec<Self>) -> Storage {
+        Storage::Bool(data)
+    }
+    fn slice_of(storage: &Storage) -> Result<&[Self], String> {
+        match storage {
+            Storage::Bool(data) => Ok(data),
+            Storage::External(bytes) => bool_slice(bytes.bytes()),
+            other => Err(mismatch::<Self>(other)),
+        }
+    }
+}
+
+fn mismatch<T: Element>(storage: &Storage) -> String {
+    let held = storage.dtype().map_or("bytes", DType::name);
+    format!("array of {} is stored as {held}", T::DTYPE)
+}
 
 /// Reinterprets bytes as elements when they are aligned; mapped files are page-aligned.
-fn cast_slice<T: Element>(bytes: &[u8]) -> Option<&[T]> {
+fn cast_slice<T: AnyBitPattern>(bytes: &[u8]) -> Result<&[T], String> {
     let size = std::mem::size_of::<T>();
-    if !bytes.len().is_multiple_of(size) || !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
-        return None;
+    if !bytes.len().is_multiple_of(size) {
+        return Err(format!("{} bytes are not a whole number of {} elements", bytes.len(), T::DTYPE));
     }
-    // SAFETY: alignment and length were checked above, and every bit pattern is a valid value of
-    // the element types (f32, f64, i32, u8) that implement `Element`.
-    Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) })
+    if !(bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
+        return Err(format!("array of {} is stored unaligned", T::DTYPE));
+    }
+    // SAFETY: alignment and length were checked above, and `AnyBitPattern` promises that every
+    // bit pattern is a valid `T`.
+    Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), bytes.len() / size) })
+}
+
+/// Views bytes as `bool`s after checking that each is 0 or 1.
+fn bool_slice(bytes: &[u8]) -> Result<&[bool], String> {
+    if let Some(at) = bytes.iter().position(|&b| b > 1) {
+        return Err(format!("array of bool holds byte {:#04x} at element {at}; a bool must be 0 or 1", bytes[at]));
+    }
+    // SAFETY: `bool` has size and alignment 1, and 0 and 1 are its valid bit patterns, which
+    // every byte was just checked to be.
+    Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<bool>(), bytes.len()) })
 }
 
 /// Bytes that live outside the Rust heap (a mapped spill file). Implemented by the engine.
@@ -101,8 +184,15 @@ pub trait ExternalBytes: Send + Sync + fmt::Debug {
 pub enum Storage {
     F32(Vec<f32>),
     F64(Vec<f64>),
+    I8(Vec<i8>),
+    I16(Vec<i16>),
     I32(Vec<i32>),
+    I64(Vec<i64>),
     U8(Vec<u8>),
+    U16(Vec<u16>),
+    U32(Vec<u32>),
+    U64(Vec<u64>),
+    Bool(Vec<bool>),
     /// Engine-owned bytes, e.g. a spilled buffer mapped read-only from disk.
     External(Box<dyn ExternalBytes>),
 }
@@ -117,10 +207,35 @@ impl Storage {
         match self {
             Storage::F32(d) => raw(d),
             Storage::F64(d) => raw(d),
+            Storage::I8(d) => raw(d),
+            Storage::I16(d) => raw(d),
             Storage::I32(d) => raw(d),
+            Storage::I64(d) => raw(d),
             Storage::U8(d) => d,
+            Storage::U16(d) => raw(d),
+            Storage::U32(d) => raw(d),
+            Storage::U64(d) => raw(d),
+            Storage::Bool(d) => raw(d),
             Storage::External(e) => e.bytes(),
         }
+    }
+
+    /// The element type of heap storage; `None` for external bytes, which have none of their own.
+    pub fn dtype(&self) -> Option<DType> {
+        Some(match self {
+            Storage::F32(_) => DType::F32,
+            Storage::F64(_) => DType::F64,
+            Storage::I8(_) => DType::I8,
+            Storage::I16(_) => DType::I16,
+            Storage::I32(_) => DType::I32,
+            Storage::I64(_) => DType::I64,
+            Storage::U8(_) => DType::U8,
+            Storage::U16(_) => DType::U16,
+            Storage::U32(_) => DType::U32,
+            Storage::U64(_) => DType::U64,
+            Storage::Bool(_) => DType::Bool,
+            Storage::External(_) => return None,
+        })
     }
 
     /// True while the bytes are on the heap (counted against the budget).
@@ -160,8 +275,13 @@ impl Array {
         Ok(Array { dtype: T::DTYPE, shape, attrs: Attrs::new(), storage: T::into_storage(data) })
     }
 
-    /// An array over raw bytes in C order (used by readers of files, e.g. `.npy`).
+    /// An array over a storage in C order: heap storage of `dtype` itself, or external bytes
+    /// (e.g. a mapped file). Fails when the storage holds another element type or the wrong
+    /// number of bytes for the shape.
     pub fn from_storage(dtype: DType, shape: Vec<usize>, storage: Storage) -> Result<Array, String> {
+        if let Some(held) = storage.dtype().filter(|&held| held != dtype) {
+            return Err(format!("an array of {dtype} cannot be stored as {held}"));
+        }
         let expected = shape.iter().product::<usize>() * dtype.size();
         let got = storage.bytes().len();
         if expected != got {
@@ -217,7 +337,7 @@ impl Array {
         if T::DTYPE != self.dtype {
             return Err(format!("expected an array of {}, got {}", T::DTYPE, self.dtype));
         }
-        let data = T::slice_of(&self.storage).ok_or_else(|| format!("array of {} is stored unaligned", self.dtype))?;
+        let data = T::slice_of(&self.storage)?;
         ArrayViewD::from_shape(IxDyn(&self.shape), data).map_err(|e| e.to_string())
     }
 }
@@ -387,6 +507,83 @@ mod tests {
         let t = a.reversed_axes();
         let arr = Array::from_ndarray(t.clone());
         assert_eq!(arr.view::<i32>().unwrap(), t.view());
+    }
+
+    /// External bytes that start `offset` bytes past an 8-aligned address (0: aligned like a
+    /// mapped file).
+    #[derive(Debug)]
+    struct External {
+        words: Vec<u64>,
+        offset: usize,
+        len: usize,
+    }
+
+    impl External {
+        fn at(offset: usize, bytes: &[u8]) -> Storage {
+            let mut words = vec![0u64; (offset + bytes.len()).div_ceil(8)];
+            // SAFETY: the words hold at least `offset + bytes.len()` bytes; u64 has no invalid bytes.
+            let raw = unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) };
+            raw[offset..offset + bytes.len()].copy_from_slice(bytes);
+            Storage::External(Box::new(External { words, offset, len: bytes.len() }))
+        }
+
+        fn of(bytes: &[u8]) -> Storage {
+            External::at(0, bytes)
+        }
+    }
+
+    impl ExternalBytes for External {
+        fn bytes(&self) -> &[u8] {
+            // SAFETY: as in `at`.
+            unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>().add(self.offset), self.len) }
+        }
+    }
+
+    /// An array of `values` built on the heap, then the same bytes as external storage: both
+    /// views must give the values back.
+    fn heap_and_external<T: Element + PartialEq + fmt::Debug>(values: Vec<T>) {
+        let shape = vec![values.len()];
+        let heap = Array::from_vec(shape.clone(), values.clone()).unwrap();
+        assert_eq!(heap.dtype(), T::DTYPE);
+        assert_eq!(heap.nbytes(), (values.len() * T::DTYPE.size()) as u64);
+        assert_eq!(heap.view::<T>().unwrap().as_slice().unwrap(), values.as_slice());
+        let external = Array::from_storage(T::DTYPE, shape, External::of(heap.bytes())).unwrap();
+        assert!(!external.storage().is_resident());
+        assert_eq!(external.view::<T>().unwrap().as_slice().unwrap(), values.as_slice(), "{}", T::DTYPE);
+    }
+
+    #[test]
+    fn every_dtype_views_on_the_heap_and_in_external_bytes() {
+        heap_and_external(vec![1.5f32, -2.0]);
+        heap_and_external(vec![1.5f64, f64::MIN]);
+        heap_and_external(vec![i8::MIN, 0, i8::MAX]);
+        heap_and_external(vec![i16::MIN, -1, i16::MAX]);
+        heap_and_external(vec![i32::MIN, -1, i32::MAX]);
+        heap_and_external(vec![i64::MIN, -1, i64::MAX]);
+        heap_and_external(vec![0u8, 255]);
+        heap_and_external(vec![0u16, u16::MAX]);
+        heap_and_external(vec![0u32, u32::MAX]);
+        heap_and_external(vec![0u64, u64::MAX]);
+        heap_and_external(vec![true, false, true]);
+        let sizes: Vec<usize> = DType::ALL.iter().map(|d| d.size()).collect();
+        assert_eq!(sizes, [4, 8, 1, 2, 4, 8, 1, 2, 4, 8, 1]);
+    }
+
+    #[test]
+    fn external_bytes_that_are_not_bools_are_refused() {
+        let array = Array::from_storage(DType::Bool, vec![3], External::of(&[1, 0, 2])).unwrap();
+        let err = array.view::<bool>().unwrap_err();
+        assert!(err.contains("byte 0x02 at element 2") && err.contains("0 or 1"), "{err}");
+    }
+
+    #[test]
+    fn storage_of_another_dtype_is_refused() {
+        let err = Array::from_storage(DType::Bool, vec![2], Storage::U8(vec![0, 1])).unwrap_err();
+        assert_eq!(err, "an array of bool cannot be stored as u8");
+        let err = Array::from_storage(DType::U16, vec![3], External::of(&[0; 4])).unwrap_err();
+        assert!(err.contains("needs 6 bytes but 4"), "{err}");
+        let unaligned = Array::from_storage(DType::U16, vec![2], External::at(1, &[0; 4])).unwrap();
+        assert_eq!(unaligned.view::<u16>().unwrap_err(), "array of u16 is stored unaligned");
     }
 
     #[test]

@@ -68,12 +68,12 @@ impl Plugin for Mean {
         })
     }
 
-    /// The mean is accumulated in the output itself, so the output is the only allocation.
     /// Worked out from the task's arrays, not guessed.
     fn estimate_is_exact(&self, _args: &Args) -> bool {
         true
     }
 
+    /// The mean is accumulated in the output itself, so the output is the only allocation.
     fn estimate(&self, _args: &Args, inputs: InputsForEstimate<'_>, output: &ValueMeta) -> u64 {
         if let Some(bytes) = output.bytes() {
             return bytes;

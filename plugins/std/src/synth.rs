@@ -129,14 +129,14 @@ impl Plugin for Synth {
         Ok(ValueMeta::Array { dtype: DType::F32, shape: vec![settings.ny, settings.nx] })
     }
 
-    /// The field is written into the output once. Besides it: the blobs' profiles (exact: the
-    /// storm is drawn from the seed here too), a row and the high-digit counts of each band being
-    /// built and their total, then that total and the low-digit counts.
     /// Worked out from the task's arrays, not guessed.
     fn estimate_is_exact(&self, _args: &Args) -> bool {
         true
     }
 
+    /// The field is written into the output once. Besides it: the blobs' profiles (exact: the
+    /// storm is drawn from the seed here too), a row and the high-digit counts of each band being
+    /// built and their total, then that total and the low-digit counts.
     fn estimate(&self, args: &Args, _inputs: InputsForEstimate<'_>, _output: &ValueMeta) -> u64 {
         let Ok(settings) = Settings::from_args(args) else {
             return 0;

@@ -140,12 +140,12 @@ impl Plugin for Threshold {
         })
     }
 
-    /// The output is the only allocation.
     /// Worked out from the task's arrays, not guessed.
     fn estimate_is_exact(&self, _args: &Args) -> bool {
         true
     }
 
+    /// The output is the only allocation.
     fn estimate(&self, args: &Args, inputs: InputsForEstimate<'_>, output: &ValueMeta) -> u64 {
         if let Some(bytes) = output.bytes() {
             return bytes;
