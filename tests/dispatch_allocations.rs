@@ -1,18 +1,44 @@
 //! "No allocation per task on the dispatch path": the allocator's own request counters
 //! (jemalloc's `nrequests`, which count every allocation including those served from thread
 //! caches) must not grow with the number of tasks a run dispatches. Runs of 20k and 200k `noop`
-//! tasks are compared, for a flat map and for map → group → reduce with outputs passed on.
+//! tasks are compared, for a flat map, for map → group → reduce, and for a map whose every task
+//! returns a value that another task consumes (the plugin itself allocates nothing for it).
 
 use std::path::Path;
 
+use std::sync::Arc;
+
 use runner::Compiled;
+use runner::plugin::{ArgSpec, Args, Inputs, Plugin, TaskContext, TaskError, Value};
 use runner::recipe::CompileOptions;
 use runner::registry::Registry;
 use runner::scheduler::{self, Progress, RunOptions};
 use tikv_jemalloc_ctl::{epoch, raw};
 
+/// Returns a value that needs no allocation (JSON `true`), so that every allocation a run of it
+/// makes is the engine's.
+struct Flag;
+
+impl Plugin for Flag {
+    fn name(&self) -> &'static str {
+        "flag"
+    }
+    fn about(&self) -> &'static str {
+        "returns JSON true"
+    }
+    fn args(&self) -> &'static [ArgSpec] {
+        &[]
+    }
+    fn estimate_is_exact(&self, _args: &Args) -> bool {
+        true
+    }
+    fn run(&self, _ctx: &TaskContext, _args: &Args, _inputs: &Inputs) -> Result<Value, TaskError> {
+        Ok(Value::Json(serde_json::Value::Bool(true)))
+    }
+}
+
 fn compile(yaml: &str) -> Compiled {
-    let registry = Registry::new(runner_std_plugins::all());
+    let registry = Registry::new(runner_std_plugins::all().into_iter().chain([Arc::new(Flag) as Arc<dyn Plugin>]));
     let options = CompileOptions { cycle: "test".into(), set: vec![] };
     Compiled::from_text(Path::new("test.yaml"), yaml, &options, &registry).expect("a valid recipe")
 }
@@ -54,11 +80,21 @@ fn reduce(files: u64) -> Compiled {
     ))
 }
 
+/// Each task of `make` returns a value that the matching task of `take` reads.
+fn passed_on(tasks: u64) -> Compiled {
+    compile(&format!(
+        "recipe: pass\ndims:\n  i: {tasks}\nsteps:\n  make:\n    plugin: flag\n    over: [i]\n  take:\n    \
+         plugin: noop\n    over: [i]\n    inputs: {{value: make}}\n"
+    ))
+}
+
 #[test]
 fn dispatching_more_tasks_allocates_no_more() {
-    for (shape, small, large) in
-        [("flat map", flat(20_000), flat(200_000)), ("map-group-reduce", reduce(20_000), reduce(200_000))]
-    {
+    for (shape, small, large) in [
+        ("flat map", flat(20_000), flat(200_000)),
+        ("map-group-reduce", reduce(20_000), reduce(200_000)),
+        ("values passed on", passed_on(20_000), passed_on(200_000)),
+    ] {
         // A first run warms up what is allocated once per process (thread pools, caches).
         requests_of_run(&small);
         let (few, many) = (requests_of_run(&small), requests_of_run(&large));

@@ -29,6 +29,9 @@ use crate::registry::Registry;
 pub const EXIT_TASKS_FAILED: u8 = 1;
 /// Exit code for an invalid recipe or command line.
 pub const EXIT_USAGE: u8 = 2;
+/// Exit code for a failure of the runner itself or its surroundings: the store, a file that
+/// cannot be written, the machine.
+pub const EXIT_RUNTIME: u8 = 3;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -235,7 +238,7 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::from(EXIT_USAGE)
+            ExitCode::from(EXIT_RUNTIME)
         }
     }
 }

@@ -66,7 +66,10 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
             }
         };
         let run = execute(&mut compiled, &options, store.as_ref(), true)?;
-        let summary = cycle_summary(run);
+        if let Some(error) = run.store_error {
+            return Err(error.context(format!("cycle {}", cycle.id)));
+        }
+        let summary = cycle_summary(run.summary);
         print_row(&summary);
         cycles.push(summary);
     }

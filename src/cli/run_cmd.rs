@@ -1,13 +1,13 @@
 //! `runner run`: compile, learn estimates from the store, run under the budget with a progress
-//! bar, record every task, summarise, exit 0/1/2. [`execute`] is shared with `runner replay`.
+//! bar, record every task, summarise, exit 0/1/2/3. [`execute`] is shared with `runner replay`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::anyhow;
+use anyhow::{Context as _, anyhow};
 
 use super::record::{self, StoreSink};
 use super::summary::RunSummary;
-use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress};
+use super::{EXIT_RUNTIME, EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress};
 use crate::Compiled;
 use crate::measure;
 use crate::registry::Registry;
@@ -16,15 +16,41 @@ use crate::store::{RunOutcome, RunStart, RunStatus, Store};
 
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
+    // Found out before the first task runs, not after the last.
+    if let Some(path) = &args.summary {
+        check_writable(path).with_context(|| format!("the summary cannot be written to {}", path.display()))?;
+    }
     let options = run_options(&args.resources)?;
     let db = args.db.clone().unwrap_or_else(record::default_db);
     let store = record::open(&db, args.no_record)?;
-    let summary = execute(&mut compiled, &options, store.as_ref(), !args.no_record)?;
+    let Executed { summary, store_error } = execute(&mut compiled, &options, store.as_ref(), !args.no_record)?;
     summary.print();
-    if let Some(path) = &args.summary {
-        summary.write(path)?;
+    let mut code = if summary.status == "ok" { 0 } else { EXIT_TASKS_FAILED };
+    if let Some(path) = &args.summary
+        && let Err(error) = summary.write(path)
+    {
+        eprintln!("error: {error:#}");
+        code = EXIT_RUNTIME;
     }
-    Ok(if summary.status == "ok" { 0 } else { EXIT_TASKS_FAILED })
+    if let Some(error) = store_error {
+        eprintln!("error: {error:#}");
+        code = EXIT_RUNTIME;
+    }
+    Ok(code)
+}
+
+/// Whether a file can be created at `path` (its folder is made if needed): a probe file is
+/// created next to it and removed; an existing file is left as it is.
+pub fn check_writable(path: &Path) -> anyhow::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if path.is_dir() {
+        anyhow::bail!("{} is a directory", path.display());
+    }
+    let probe = dir.join(format!(".runner-probe-{}", std::process::id()));
+    std::fs::File::create(&probe).with_context(|| format!("creating a file in {}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 /// Budget and workers from the command line, with their defaults.
@@ -34,13 +60,24 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
         None => crate::budget::default_budget()
             .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?,
     };
-    let workers = resources
-        .workers
-        .map(usize::from)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = resources.workers.map(usize::from).unwrap_or(cpus);
+    if workers > cpus {
+        tracing::warn!(
+            "--workers {workers} is more than the {cpus} CPUs this process may use: the extra workers \
+             only cost memory (each holds a running task's reservation), they cannot run faster"
+        );
+    }
     let work_dir = work_dir();
     super::interrupt::remove_on_interrupt(work_dir.clone());
     Ok(RunOptions { workers, budget, work_dir, spill_dir: resources.spill_dir.clone() })
+}
+
+/// What a run gave: its summary, and the error that kept the store from recording its end (the
+/// run itself went on; its summary is still printed and written).
+pub struct Executed {
+    pub summary: RunSummary,
+    pub store_error: Option<anyhow::Error>,
 }
 
 /// Runs a compiled recipe: estimates from `store`'s history, every task recorded into it when
@@ -50,7 +87,7 @@ pub fn execute(
     options: &RunOptions,
     store: Option<&Store>,
     record: bool,
-) -> anyhow::Result<RunSummary> {
+) -> anyhow::Result<Executed> {
     if let Some(store) = store {
         record::learn(store, compiled);
     }
@@ -78,24 +115,27 @@ pub fn execute(
     });
     let peak_rss = measure::process_memory().map_or(0, |m| m.peak_rss_bytes);
     let summary = RunSummary::new(&compiled.recipe, &report, peak_rss);
+    let mut store_error = None;
     if let Some(sink) = sink {
         let status = if summary.status == "ok" { RunStatus::Ok } else { RunStatus::Failed };
-        let written = sink.recorder.finish(RunOutcome {
+        match sink.recorder.finish(RunOutcome {
             status,
             wall_ms: report.wall.as_millis() as u64,
             peak_rss_bytes: peak_rss,
             peak_reserved_bytes: report.peak_reserved,
             spilled_bytes: report.spilled_bytes,
-        })?;
-        tracing::debug!(
-            rows = written.rows,
-            batches = written.batches,
-            write_ms = written.write_time.as_millis() as u64,
-            writer_cpu_ms = written.cpu_time.as_millis() as u64,
-            "recorded the run's tasks"
-        );
+        }) {
+            Ok(written) => tracing::debug!(
+                rows = written.rows,
+                batches = written.batches,
+                write_ms = written.write_time.as_millis() as u64,
+                writer_cpu_ms = written.cpu_time.as_millis() as u64,
+                "recorded the run's tasks"
+            ),
+            Err(error) => store_error = Some(anyhow::Error::new(error).context("recording the end of the run")),
+        }
     }
-    Ok(summary)
+    Ok(Executed { summary, store_error })
 }
 
 /// A private directory for this run's scratch files, removed when the run ends.

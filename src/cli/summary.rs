@@ -67,6 +67,10 @@ pub struct RunSummary {
     pub spill_count: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub spill_error: Option<String>,
+    /// An engine failure that ended the run early, and the tasks it left unrun.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub internal_error: Option<String>,
+    pub tasks_not_run: u64,
     pub underestimates: u64,
     pub oversized: u64,
     /// Σ estimate and Σ peak over the tasks that ran (slack = Σ estimate / Σ peak − 1).
@@ -110,7 +114,11 @@ impl RunSummary {
         RunSummary {
             recipe: recipe.name.clone(),
             cycle: recipe.cycle.clone(),
-            status: if failed == 0 && report.total(|s| s.skipped) == 0 { "ok" } else { "failed" },
+            status: if failed == 0 && report.total(|s| s.skipped) == 0 && report.internal_error.is_none() {
+                "ok"
+            } else {
+                "failed"
+            },
             tasks_total: report.total(|s| s.tasks()),
             tasks_ok: report.total(|s| s.ok),
             tasks_failed: failed,
@@ -123,6 +131,8 @@ impl RunSummary {
             spilled_bytes: report.spilled_bytes,
             spill_count: report.spill_count,
             spill_error: report.spill_error.clone(),
+            internal_error: report.internal_error.clone(),
+            tasks_not_run: report.not_run,
             underestimates: report.total(|s| s.underestimates),
             oversized: report.total(|s| s.oversized),
             estimate_bytes_sum: report.total(|s| s.estimate_sum),
@@ -144,8 +154,15 @@ impl RunSummary {
     /// The closing lines for people: outcome, figures, and each failure.
     pub fn print(&self) {
         let outcome = if self.status == "ok" { "ok" } else { "FAILED" };
+        let mut estimates = String::new();
+        if self.underestimates > 0 {
+            estimates.push_str(&format!(" · {} tasks over their estimate", self.underestimates));
+        }
+        if self.oversized > 0 {
+            estimates.push_str(&format!(" · {} oversized (ran alone, estimate above the budget)", self.oversized));
+        }
         eprintln!(
-            "{} {}: {} — {} tasks ({} ok, {} failed, {} skipped) in {:.2} s · peak RSS {} · peak reserved {} of {} budget",
+            "{} {}: {} — {} tasks ({} ok, {} failed, {} skipped) in {:.2} s · peak RSS {} · peak reserved {} of {} budget{estimates}",
             self.recipe,
             self.cycle,
             outcome,
@@ -158,6 +175,9 @@ impl RunSummary {
             format_size(self.peak_reserved_bytes),
             format_size(self.budget_bytes),
         );
+        if let Some(error) = &self.internal_error {
+            eprintln!("  {error} ({} tasks not run)", self.tasks_not_run);
+        }
         if self.spilled_bytes > 0 {
             eprintln!("  spilled {} in {} buffers", format_size(self.spilled_bytes), self.spill_count);
         }

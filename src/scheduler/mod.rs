@@ -322,6 +322,8 @@ struct Worker<'s, 'r> {
     spilled: Vec<SpillDone>,
     /// Values to free once the lock is released.
     garbage: Vec<Garbage>,
+    /// Emptied output `Arc`s, handed back to the state for reuse at the next report.
+    shells: Vec<Arc<Value>>,
 }
 
 /// A task claimed to run, with where its inputs are in the worker's buffers.
@@ -361,6 +363,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             spill_jobs: Vec::new(),
             spilled: Vec::new(),
             garbage: Vec::new(),
+            shells: Vec::new(),
         }
     }
 
@@ -391,12 +394,7 @@ impl<'s, 'r> Worker<'s, 'r> {
     /// chosen spills or run the claimed tasks. False once every task is done.
     fn turn(&mut self) -> bool {
         let more = self.report_and_claim();
-        let spilled_copies = self.garbage.iter().any(Garbage::is_spilled_copy);
-        self.garbage.clear();
-        if spilled_copies {
-            // jemalloc keeps freed pages for reuse; the point of a spill is to give them back.
-            let _ = measure::purge_free_pages();
-        }
+        self.take_out_garbage();
         if !more {
             return false;
         }
@@ -425,6 +423,24 @@ impl<'s, 'r> Worker<'s, 'r> {
         self.counts.clear();
         self.flush_reports();
         true
+    }
+
+    /// Frees what the state let go of, outside the lock; keeps emptied output `Arc`s for reuse.
+    fn take_out_garbage(&mut self) {
+        let mut spilled_copies = false;
+        for garbage in self.garbage.drain(..) {
+            spilled_copies |= garbage.is_spilled_copy();
+            if let Garbage::Value(mut value) = garbage
+                && let Some(inner) = Arc::get_mut(&mut value)
+            {
+                drop(std::mem::take(inner));
+                self.shells.push(value);
+            }
+        }
+        if spilled_copies {
+            // jemalloc keeps freed pages for reuse; the point of a spill is to give them back.
+            let _ = measure::purge_free_pages();
+        }
     }
 
     fn flush_reports(&self) {
@@ -482,6 +498,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             state.finish(&picked, result.outcome, result.output, result.wall);
         }
         state.finish_spills(&mut self.spilled);
+        state.recycle(&mut self.shells);
         self.skipped.append(&mut state.skipped);
         let mut regrown = false;
         for (picked, plugin_estimate) in self.regrow.drain(..) {
@@ -839,7 +856,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         self.publish(&state);
         self.shared.wake.notify_all();
         drop(state);
-        self.garbage.clear();
+        self.take_out_garbage();
         for picked in unrun {
             self.describe_task(picked.task.step, picked.task.index);
             self.stats[picked.task.step].failed += 1;

@@ -190,6 +190,9 @@ pub struct State<'g> {
     pub spill_error: Option<String>,
     /// What workers drop once they have let go of the lock.
     pub garbage: Vec<Garbage>,
+    /// Emptied `Arc`s of outputs whose consumers are done, reused for new outputs so that
+    /// passing values allocates nothing per task in the steady state.
+    spare: Vec<Arc<Value>>,
     /// Workers waiting for something to change: only then is there anyone to wake.
     pub sleepers: usize,
     /// Set when no task can ever start again although some never ran (an engine bug, or a
@@ -271,6 +274,7 @@ impl<'g> State<'g> {
             spill_count: 0,
             spill_error: None,
             garbage: Vec::new(),
+            spare: Vec::new(),
             sleepers: 0,
             stuck: None,
         }
@@ -699,16 +703,26 @@ impl<'g> State<'g> {
         let bytes = output.buffer_bytes();
         let resident_bytes = if is_resident(&output) { bytes } else { 0 };
         self.ledger.add_resident(resident_bytes);
-        self.outputs.insert(
-            task,
-            LiveOutput {
-                value: Arc::new(output),
-                remaining_consumers: consumers,
-                bytes,
-                resident_bytes,
-                spilling: false,
+        let value = match self.spare.pop() {
+            Some(mut shell) => match Arc::get_mut(&mut shell) {
+                Some(slot) => {
+                    *slot = output;
+                    shell
+                }
+                None => Arc::new(output),
             },
-        );
+            None => Arc::new(output),
+        };
+        self.outputs.insert(task, LiveOutput { value, remaining_consumers: consumers, bytes, resident_bytes, spilling: false });
+    }
+
+    /// Takes emptied output `Arc`s back for reuse (a bounded number; the rest are freed with
+    /// `shells` by the caller, outside the lock).
+    pub fn recycle(&mut self, shells: &mut Vec<Arc<Value>>) {
+        const KEPT: usize = 4096;
+        let room = KEPT.saturating_sub(self.spare.len());
+        let from = shells.len().saturating_sub(room);
+        self.spare.extend(shells.drain(from..));
     }
 
     /// Counts `task` as finished for each consumer; appends consumers now free to go.
