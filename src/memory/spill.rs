@@ -588,6 +588,19 @@ impl MappedBuffer {
 }
 
 impl ExternalBytes for MappedBuffer {
+    /// Drops the mapping's pages over `range` (widened to whole pages): a reader streaming through
+    /// a spilled buffer then holds only what it is working on.
+    fn done_reading(&self, range: std::ops::Range<usize>) {
+        let Some(map) = &self.map else { return };
+        let page = page_size();
+        let start = range.start / page * page;
+        let end = range.end.div_ceil(page).saturating_mul(page).min(map.len());
+        if start < end {
+            // The mapping starts on a page boundary, so `start` offsets keep the alignment.
+            os::drop_mapped(map[start..].as_ptr(), end - start);
+        }
+    }
+
     fn bytes(&self) -> &[u8] {
         match &self.map {
             Some(map) => map,
@@ -615,6 +628,13 @@ impl Drop for MappedBuffer {
         }
         // The map is unmapped when the field drops, after this.
     }
+}
+
+/// The system's page size (4 KiB when it cannot be told).
+fn page_size() -> usize {
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1))
 }
 
 fn release(addr: *const u8, len: usize, path: &Path) {

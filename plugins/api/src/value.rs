@@ -177,6 +177,12 @@ fn bool_slice(bytes: &[u8]) -> Result<&[bool], String> {
 /// Bytes that live outside the Rust heap (a mapped spill file). Implemented by the engine.
 pub trait ExternalBytes: Send + Sync + fmt::Debug {
     fn bytes(&self) -> &[u8];
+
+    /// The reader is done with `range` of the bytes for now: memory holding them may be given
+    /// back (a mapped file's pages are dropped and read again if touched later).
+    fn done_reading(&self, range: std::ops::Range<usize>) {
+        let _ = range;
+    }
 }
 
 /// Where a buffer's bytes are. Plugins do not match on this; they use the views.
@@ -320,6 +326,19 @@ impl Array {
     /// The raw data in C order.
     pub fn bytes(&self) -> &[u8] {
         self.storage.bytes()
+    }
+
+    /// Tells the engine the task is done reading `elements` (a range of indices into the array
+    /// in C order) for now. Nothing changes for an array in memory; for one the engine spilled
+    /// to a mapped file, the pages holding them are let go, so a task that streams through
+    /// inputs larger than the budget (a `mean` over many spilled members) holds only the part
+    /// it is working on. Reading them again later is correct, only slower.
+    pub fn done_reading(&self, elements: std::ops::Range<usize>) {
+        if let Storage::External(external) = &self.storage {
+            let size = self.dtype.size();
+            let end = elements.end.saturating_mul(size).min(external.bytes().len());
+            external.done_reading(elements.start.saturating_mul(size).min(end)..end);
+        }
     }
 
     pub fn storage(&self) -> &Storage {

@@ -1,6 +1,8 @@
 //! `mean`: the element-wise mean of a gathered list of equal-shape arrays (f32 or f64), in the
 //! list's dtype and shape. Several inputs are allowed; their values are averaged together, in
 //! the order the recipe lists them. The first value's attributes are kept (e.g. `thresholds`).
+//! Inputs are read chunk by chunk and released as each chunk is done ([`Array::done_reading`]),
+//! so a mean over spilled members larger than the budget holds only the chunks in flight.
 
 use runner_plugin::{
     ArgError, ArgSpec, Args, Array, DType, Element, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext,
@@ -177,6 +179,11 @@ fn mean_of<T: Float>(ctx: &TaskContext, arrays: &[&Array]) -> Result<Array, Task
             *mean = *mean / count;
         }
         out.write_slice(tail);
+        // Inputs the engine spilled to files are let go as the chunks are done with them, so
+        // a mean over more members than fit in memory streams through them.
+        for array in arrays {
+            array.done_reading(start..end);
+        }
     });
     Ok(Array::from_ndarray(out))
 }
