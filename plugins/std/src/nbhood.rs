@@ -13,9 +13,11 @@
 //! background gives the smaller box; cells farther than the radius from that box are set to the
 //! background, and the work covers the box dilated by the radius; the table covers it dilated
 //! twice (every window of every worked-on cell). A slice of one value is copied through. So the
-//! memory a task needs follows the weather: the output plus, per slice being worked on, 8 bytes
-//! per cell of the wet region's dilated box — from little more than the output on a dry day to
-//! three times it when rain covers the grid.
+//! memory a task needs follows the weather: the output plus one table, 8 bytes per cell of the
+//! wettest slice's dilated box — from little more than the output on a dry day to three times
+//! it when rain covers the grid. Slices are done one after another (their rows in parallel
+//! bands), so exactly one table is alive at a time and the estimate at dispatch is what the
+//! task will really hold, whatever the timing of the threads.
 //!
 //! Trimming never changes a value: every running sum starts at the left or top edge of the table
 //! from +0.0, and everything left of and above the table is background, whose deviation is
@@ -27,7 +29,7 @@
 //! window the direct sum's NaN or infinity.
 //!
 //! Cost: one pass to find the box, one to build the table, one to read it; inner loops over
-//! columns vectorise; one output allocation; per slice being worked on, one table.
+//! columns vectorise; one output allocation; one table at a time.
 
 use std::ops::Range;
 
@@ -152,7 +154,7 @@ impl Plugin for Nbhood {
         };
         let slices = cells / (ny * nx);
         let whole_grid = SliceWork { background: 0.0, cells: Some((0..ny, 0..nx)) };
-        let mut tables: Vec<u64> = match dispatch_input.and_then(|array| array.view::<f32>().ok()) {
+        let tables: Vec<u64> = match dispatch_input.and_then(|array| array.view::<f32>().ok()) {
             Some(view) if view.is_standard_layout() => view
                 .as_slice()
                 .expect("a standard layout view is contiguous")
@@ -161,15 +163,13 @@ impl Plugin for Nbhood {
                 .collect(),
             _ => vec![table_of(whole_grid); slices],
         };
-        // As `run` does it: slices spread over the workers each build a table at the same time;
-        // fewer slices than workers are done one after another.
+        // As `run` does it: one slice at a time, so one table is alive at once — the largest is
+        // the peak — and each band being smoothed in parallel holds a row of sums and one of
+        // cell counts.
         let workers = rayon::current_num_threads().max(1);
-        let alive = if slices >= workers { workers } else { 1 };
-        tables.sort_unstable_by(|a, b| b.cmp(a));
-        let table_total: u64 = tables.iter().take(alive).sum();
-        // Each band being worked on holds a row of sums and one of cell counts.
-        let row_buffers = if table_total > 0 { (workers * 2 * nx * std::mem::size_of::<f64>()) as u64 } else { 0 };
-        output_bytes + table_total + row_buffers
+        let table: u64 = tables.iter().copied().max().unwrap_or(0);
+        let row_buffers = if table > 0 { (workers * 2 * nx * std::mem::size_of::<f64>()) as u64 } else { 0 };
+        output_bytes + table + row_buffers
     }
 
     fn run(&self, ctx: &TaskContext, args: &Args, inputs: &Inputs) -> Result<Value, TaskError> {
@@ -213,28 +213,19 @@ pub(crate) fn neighbourhood_mean(
     let grid = Grid { ny, nx };
     let flat = out.as_slice_mut().expect("a new array is in C order");
     let workers = rayon::current_num_threads().max(1);
-    let slices = flat.len() / plane;
     let work_of = |slice: &[f32]| SliceWork::plan(&Content::of(slice, nx), trim, &window, grid);
 
-    if slices >= workers {
-        // Enough slices to keep every worker busy: one slice, and its table, per piece of work.
-        ctx.par_chunks_mut(flat, plane, |s, out_slice| {
-            let slice = &data[s * plane..(s + 1) * plane];
-            let work = work_of(slice);
-            let table = Table::build(ctx, slice, &work, &window, grid);
-            smooth_band(slice, &table, &work, out_slice, 0..ny, &window, grid);
+    // One slice at a time, its rows smoothed in parallel bands: exactly one table is alive at
+    // any moment, so the task's peak is its output plus its largest slice's table (what
+    // `estimate` says), whatever the timing of the workers.
+    let band_rows = ny.div_ceil(2 * workers).max(MIN_BAND_ROWS);
+    for (slice, out_slice) in data.chunks_exact(plane).zip(flat.chunks_exact_mut(plane)) {
+        let work = work_of(slice);
+        let table = Table::build(ctx, slice, &work, &window, grid);
+        ctx.par_chunks_mut(out_slice, band_rows * nx, |b, out_band| {
+            let rows = b * band_rows..(b * band_rows + out_band.len() / nx);
+            smooth_band(slice, &table, &work, out_band, rows, &window, grid);
         });
-    } else {
-        // Few large slices: one table per slice, its rows smoothed in parallel bands.
-        let band_rows = ny.div_ceil(2 * workers).max(MIN_BAND_ROWS);
-        for (slice, out_slice) in data.chunks_exact(plane).zip(flat.chunks_exact_mut(plane)) {
-            let work = work_of(slice);
-            let table = Table::build(ctx, slice, &work, &window, grid);
-            ctx.par_chunks_mut(out_slice, band_rows * nx, |b, out_band| {
-                let rows = b * band_rows..(b * band_rows + out_band.len() / nx);
-                smooth_band(slice, &table, &work, out_band, rows, &window, grid);
-            });
-        }
     }
     out
 }
