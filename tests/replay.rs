@@ -63,3 +63,35 @@ fn the_weather_replay_converges_within_budget() {
         .unwrap();
     assert_eq!(sources, vec![("history".to_string(), 23 * 80)]);
 }
+
+#[test]
+fn tasks_of_two_sizes_in_one_step_are_each_estimated_from_their_own_basis() {
+    // Every step runs over two grid sizes and the threshold list changes between cycles: with
+    // each task predicted from its own plugin estimate and input bytes, and learned per size
+    // group, estimates stay tight for both sizes.
+    let dir = tempfile::tempdir().unwrap();
+    let cycles = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/cycles/mixed.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .arg("replay")
+        .arg(&cycles)
+        .args(["--budget", "64MiB", "--workers", "2", "--db", "mixed.db", "--summary", "mixed.json"])
+        .args(["--warmup", "1", "--max-underestimate-rate", "0.005", "--max-median-slack", "0.10"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}\n{}", String::from_utf8_lossy(&out.stderr));
+    let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("mixed.json")).unwrap()).unwrap();
+    assert_eq!(summary["cycles"].as_array().unwrap().len(), 16);
+    // The two sizes really differ: the large grid's threshold tasks peak about 4× the small's.
+    let db = rusqlite::Connection::open(dir.path().join("mixed.db")).unwrap();
+    let (small, large): (i64, i64) = db
+        .query_row(
+            "SELECT max(CASE WHEN key LIKE '%grid=240%' THEN peak_bytes END), \
+             max(CASE WHEN key LIKE '%grid=480%' THEN peak_bytes END) FROM tasks WHERE step = 'exceed'",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .unwrap();
+    assert!(large > 3 * small, "large {large}, small {small}");
+}

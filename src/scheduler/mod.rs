@@ -609,15 +609,33 @@ impl<'s, 'r> Worker<'s, 'r> {
     /// the worker's buffers). Runs outside the lock; a panicking estimate falls back to the plan's.
     fn estimate_at_dispatch(&mut self, task: TaskRef, values: Range<usize>, counts: Range<usize>) -> u64 {
         self.describe_task(task.step, task.index);
-        let step = &self.shared.recipe.steps[task.step];
-        let plan = &self.shared.plan.steps[task.step];
+        let input_bytes = self.values[values.clone()].iter().map(|v| v.buffer_bytes()).sum();
+        self.task_estimate(task.step, values, counts, input_bytes)
+            .unwrap_or(self.shared.plan.steps[task.step].plugin_estimate)
+    }
+
+    /// The plugin's estimate of the described task of `step_id` with the inputs at `values` and
+    /// `counts` (holding `input_bytes`), from its own args and, when they are not what the plan
+    /// assumed, its own output's shape. `None` when the plugin panicked.
+    fn task_estimate(
+        &self,
+        step_id: StepId,
+        values: Range<usize>,
+        counts: Range<usize>,
+        input_bytes: u64,
+    ) -> Option<u64> {
+        let step = &self.shared.recipe.steps[step_id];
+        let plan = &self.shared.plan.steps[step_id];
         let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
         let args = step.args.for_task(&lookup);
-        self.with_inputs(task.step, values, counts, |inputs| {
+        let as_planned = !step.args.is_per_task() && input_bytes == plan.input_bytes;
+        self.with_inputs(step_id, values, counts, |inputs| {
             catch_unwind(AssertUnwindSafe(|| {
-                step.plugin.estimate(&args, InputsForEstimate::Dispatch(*inputs), &plan.output)
+                let output =
+                    if as_planned { plan.output.clone() } else { task_output(&*step.plugin, &args, inputs, plan) };
+                step.plugin.estimate(&args, InputsForEstimate::Dispatch(*inputs), &output)
             }))
-            .unwrap_or(plan.plugin_estimate)
+            .ok()
         })
     }
 
@@ -729,14 +747,8 @@ impl<'s, 'r> Worker<'s, 'r> {
         if follows_data || (!step.args.is_per_task() && claimed.picked.input_bytes == plan.input_bytes) {
             return None;
         }
-        let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
-        let args = step.args.for_task(&lookup);
-        let estimate = self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
-            catch_unwind(AssertUnwindSafe(|| {
-                step.plugin.estimate(&args, InputsForEstimate::Dispatch(*inputs), &plan.output)
-            }))
-        });
-        estimate.ok().filter(|&e| e != claimed.picked.plugin_estimate)
+        self.task_estimate(step_id, claimed.values.clone(), claimed.counts.clone(), claimed.picked.input_bytes)
+            .filter(|&e| e != claimed.picked.plugin_estimate)
     }
 
     /// Adds a task that ran to its step's statistics.
@@ -867,6 +879,28 @@ impl<'s, 'r> Worker<'s, 'r> {
     /// Fills the reusable key string and index pairs of task `index` of `step`.
     fn describe_task(&mut self, step: StepId, index: u64) {
         self.shared.graph.describe_task(self.shared.recipe, step, index, &mut self.key, &mut self.index);
+    }
+}
+
+/// What the plugin says a task's output will be, given its own args and inputs (the plan's
+/// output when the plugin cannot say).
+fn task_output(
+    plugin: &dyn runner_plugin::Plugin,
+    args: &runner_plugin::Args,
+    inputs: &Inputs<'_>,
+    plan: &crate::plan::StepPlan,
+) -> runner_plugin::ValueMeta {
+    let metas: Vec<runner_plugin::InputMeta> = inputs
+        .iter()
+        .map(|input| runner_plugin::InputMeta {
+            name: input.name().to_string(),
+            gathered: input.is_gathered().then(|| input.len()),
+            item: input.values().next().map(Value::meta).unwrap_or_default(),
+        })
+        .collect();
+    match plugin.output(args, &metas) {
+        Ok(runner_plugin::ValueMeta::Unknown) | Err(_) => plan.output.clone(),
+        Ok(meta) => meta,
     }
 }
 

@@ -713,7 +713,8 @@ impl<'g> State<'g> {
             },
             None => Arc::new(output),
         };
-        self.outputs.insert(task, LiveOutput { value, remaining_consumers: consumers, bytes, resident_bytes, spilling: false });
+        self.outputs
+            .insert(task, LiveOutput { value, remaining_consumers: consumers, bytes, resident_bytes, spilling: false });
     }
 
     /// Takes emptied output `Arc`s back for reuse (a bounded number; the rest are freed with
