@@ -9,8 +9,9 @@
 //!   must wait, and `stop_growing`;
 //! - `ledger/used/<running>`: `used()`, which reads every running task's live bytes.
 //!
-//! The tasks are measured (`measure::begin_new_task`), as in a run, so the ledger reads their
-//! real counters; they allocate nothing, so their live bytes are 0 and only reservations count.
+//! The tasks are measured (`measure::begin_new_task`) and attached to their reservation slots in
+//! the engine's meter, as in a run, so the ledger reads their real counters; they allocate
+//! nothing, so their live bytes are 0 and only reservations count.
 //!
 //! Run with `cargo bench --bench ledger` (4 groups of 3, about 8 s each).
 
@@ -19,7 +20,8 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use runner::measure;
-use runner::memory::{Admission, Ledger};
+use runner::memory::{Admission, Ledger, TaskSlot};
+use runner::scheduler::RunMeter;
 
 const GIB: u64 = 1 << 30;
 /// Far above this process's own heap, which the ledger's live guard compares with the budget.
@@ -28,94 +30,101 @@ const BUDGET: u64 = 1024 * GIB;
 const RESERVED: u64 = GIB;
 const RUNNING: [usize; 3] = [1, 8, 64];
 
-/// A ledger with `running` measured tasks holding [`RESERVED`] each, and a measured tag for the
-/// task under test. The tags stay measured until [`Bench::end`].
+/// The slot of the task under test; the others take the slots after it.
+const SLOT: TaskSlot = TaskSlot(0);
+
+/// `running` measured tasks holding [`RESERVED`] each, and a measured tag for the task under
+/// test, each in its reservation slot of `meter`. The tags stay measured until [`Bench::end`].
 struct Bench {
-    ledger: Ledger,
-    others: Vec<u32>,
-    tag: u32,
+    tags: Vec<u32>,
 }
 
 impl Bench {
-    fn new(running: usize) -> Bench {
-        let mut ledger = Ledger::new(BUDGET);
-        let others: Vec<u32> = (0..running).map(|_| measure::begin_new_task().expect("a free slot")).collect();
-        for &tag in &others {
-            ledger.start(tag, RESERVED);
+    fn new(meter: &RunMeter, running: usize) -> Bench {
+        let tags: Vec<u32> = (0..=running).map(|_| measure::begin_new_task().expect("a free slot")).collect();
+        for (slot, &tag) in tags.iter().enumerate() {
+            meter.attach(TaskSlot(slot as u32), tag);
+        }
+        Bench { tags }
+    }
+
+    /// A ledger in which every task but the one under test holds its reservation.
+    fn ledger<'m>(&self, meter: &'m RunMeter) -> Ledger<'m> {
+        let mut ledger = Ledger::new(BUDGET, meter);
+        for slot in 1..self.tags.len() {
+            ledger.start(TaskSlot(slot as u32), RESERVED);
         }
         ledger.add_resident(4 * GIB);
-        let tag = measure::begin_new_task().expect("a free slot");
-        Bench { ledger, others, tag }
+        ledger
     }
 
     /// Stops measuring every tag.
     fn end(self) {
-        for tag in self.others.into_iter().chain([self.tag]) {
+        for tag in self.tags {
             measure::end_task(tag).expect("a measured tag");
         }
     }
 }
 
 /// Benchmarks `operation` as group `ledger/<name>`, once per count of other running tasks, on
-/// a ledger that `prepare` has readied for the task under test (its tag is the second argument).
+/// a ledger that `prepare` has readied for the task under test (in slot [`SLOT`]).
 fn bench_operation<R>(
     c: &mut Criterion,
     name: &str,
-    prepare: impl Fn(&mut Ledger, u32),
-    mut operation: impl FnMut(&mut Ledger, u32) -> R,
+    prepare: impl Fn(&mut Ledger),
+    mut operation: impl FnMut(&mut Ledger) -> R,
 ) {
     let mut group = c.benchmark_group(format!("ledger/{name}"));
+    let meter = RunMeter::new(1 + RUNNING[RUNNING.len() - 1]);
     for running in RUNNING {
-        let mut bench = Bench::new(running);
-        let tag = bench.tag;
-        prepare(&mut bench.ledger, tag);
-        group.bench_function(BenchmarkId::from_parameter(running), |b| {
-            b.iter(|| black_box(operation(&mut bench.ledger, tag)))
-        });
+        let bench = Bench::new(&meter, running);
+        let mut ledger = bench.ledger(&meter);
+        prepare(&mut ledger);
+        group.bench_function(BenchmarkId::from_parameter(running), |b| b.iter(|| black_box(operation(&mut ledger))));
         bench.end();
     }
     group.finish();
 }
 
 fn admit_start_finish(c: &mut Criterion) {
-    let prepare = |ledger: &mut Ledger, _| assert_eq!(ledger.admission(GIB), Admission::Fits);
-    bench_operation(c, "admit_start_finish", prepare, |ledger, tag| {
+    let prepare = |ledger: &mut Ledger| assert_eq!(ledger.admission(GIB), Admission::Fits);
+    bench_operation(c, "admit_start_finish", prepare, |ledger| {
         let admission = ledger.admission(black_box(GIB));
-        ledger.start(tag, GIB);
-        ledger.finish(black_box(tag));
+        ledger.start(SLOT, GIB);
+        ledger.finish(black_box(SLOT));
         admission
     });
 }
 
 fn grow(c: &mut Criterion) {
-    let grow_once = |ledger: &mut Ledger, tag| {
-        ledger.start(tag, GIB);
-        let grown = ledger.try_grow(tag, black_box(2 * GIB));
-        ledger.stop_growing(tag);
-        ledger.finish(tag);
+    let grow_once = |ledger: &mut Ledger| {
+        ledger.start(SLOT, GIB);
+        let grown = ledger.try_grow(SLOT, black_box(2 * GIB));
+        ledger.stop_growing(SLOT);
+        ledger.finish(SLOT);
         grown
     };
-    let prepare = |ledger: &mut Ledger, tag| assert!(grow_once(ledger, tag), "a growth that fits is granted");
+    let prepare = |ledger: &mut Ledger| assert!(grow_once(ledger), "a growth that fits is granted");
     bench_operation(c, "grow", prepare, grow_once);
 }
 
 fn grow_refused(c: &mut Criterion) {
     // The task asks for the whole budget, which the others' reservations and the resident
     // buffers leave no room for: it must wait.
-    let prepare = |ledger: &mut Ledger, tag| {
-        ledger.start(tag, GIB);
-        assert!(!ledger.try_grow(tag, BUDGET), "a growth past the budget waits");
-        ledger.stop_growing(tag);
+    let prepare = |ledger: &mut Ledger| {
+        ledger.start(SLOT, GIB);
+        assert!(!ledger.try_grow(SLOT, BUDGET), "a growth past the budget waits");
+        ledger.stop_growing(SLOT);
     };
-    bench_operation(c, "grow_refused", prepare, |ledger, tag| {
-        let grown = ledger.try_grow(tag, black_box(BUDGET));
-        ledger.stop_growing(tag);
+    bench_operation(c, "grow_refused", prepare, |ledger| {
+        let grown = ledger.try_grow(SLOT, black_box(BUDGET));
+        ledger.stop_growing(SLOT);
         grown
     });
 }
 
 fn used(c: &mut Criterion) {
-    bench_operation(c, "used", |_, _| {}, |ledger, _| ledger.used());
+    bench_operation(c, "used", |_| {}, |ledger| ledger.used());
 }
 
 criterion_group! {

@@ -6,7 +6,7 @@
 //! [`budget`], measurement by [`measure`]) → report. [`cli`] is the command line on top;
 //! [`registry`] holds the plugins a binary offers. See ARCHITECTURE.md for the map.
 
-pub mod budget;
+pub(crate) mod budget;
 pub mod cli;
 pub mod estimate;
 pub mod graph;

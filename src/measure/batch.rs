@@ -3,8 +3,8 @@
 //!
 //! A locked read-modify-write costs 6–15 ns on the machines measured, so one per shared counter
 //! per allocation would cost several times jemalloc's own fast path; a plain add to a
-//! thread-local costs under a nanosecond. So a thread adds the bytes of its small blocks (under [`SMALL_BLOCK`]) to
-//! its batch and publishes the batch to the shared counters when it reaches ±[`LIMIT`] bytes,
+//! thread-local costs under a nanosecond. So a thread adds the bytes of its small blocks (under
+//! [`SMALL_BLOCK`]) to its batch and publishes the batch to the shared counters when it reaches ±[`LIMIT`] bytes,
 //! when the thread starts allocating for another task, or on [`flush_thread`]. Larger blocks
 //! are published at once. The shared figures therefore lag the truth by less than `LIMIT` per
 //! thread, and large buffers — where the memory is — are exact.
@@ -12,13 +12,15 @@
 //! The batch is a const-initialised thread-local without a destructor, so using it from the
 //! allocator never allocates or registers anything. The price: a thread that exits with a
 //! non-empty batch never publishes it (under `LIMIT` bytes per such thread, in the process total
-//! and the retired bucket). The engine's threads call [`flush_thread`] when their task ends.
+//! and the retired bucket). A worker's batch is published when its task ends (`end_task`);
+//! rayon's threads, which run tasks' nested work, publish theirs as it fills or when they switch
+//! tasks.
 
 use std::cell::Cell;
 
 use runner_plugin::task_tag::{self, NO_TASK};
 
-use super::tally;
+use super::tally::{self, Pending};
 
 /// Blocks (header included) smaller than this are counted through the batch: jemalloc's small
 /// size classes end at 14 KiB.
@@ -107,15 +109,6 @@ pub(super) fn pending_for(tag: u32) -> Pending {
             }
         })
         .unwrap_or_default()
-}
-
-/// A batch's unpublished bytes for one task.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Pending {
-    /// Allocated minus freed.
-    pub bytes: i64,
-    /// The highest `bytes` has been (at least 0).
-    pub high: i64,
 }
 
 impl Batch {

@@ -14,9 +14,12 @@
 //! 2. run the task under `task_tag::with(tag, …)`; work it hands to other threads carries the tag
 //!    along (the plugin API's parallel helpers do that);
 //! 3. [`task_live`] / [`task_peak`] while it runs, for the live guard;
-//! 4. [`flush_thread`] on each engine thread that worked for the task, when it is done;
-//! 5. [`end_task`] when it returns: its peak, and the bytes its output still holds. Those bytes
-//!    then count as "retired" ([`retired_bytes`]) until whoever holds the output frees them.
+//! 4. [`end_task`] when it returns, on the thread that ran it (it publishes that thread's batch):
+//!    its peak, and the bytes its output still holds. Those bytes then count as "retired"
+//!    ([`retired_bytes`]) until whoever holds the output frees them. Threads that ran nested
+//!    work for the task (rayon's) are not flushed: what they have not published yet — under
+//!    64 KiB each — reaches the task's counts when they do, or the retired bucket after its end;
+//!    [`flush_thread`] publishes a thread's batch at once where that matters (tests).
 //!
 //! Process-wide: [`live_bytes`] / [`peak_live_bytes`] (every block, tagged or not),
 //! [`jemalloc_stats`], and the OS's view in [`process_memory`] / [`reset_peak_rss`].
@@ -37,6 +40,7 @@ mod alloc;
 mod batch;
 mod system;
 mod tally;
+mod task;
 
 #[cfg(test)]
 mod tests;
@@ -45,9 +49,9 @@ pub use alloc::CountingAlloc;
 pub use batch::flush_thread;
 pub use system::{JemallocStats, ProcessMemory, jemalloc_stats, process_memory, purge_free_pages, reset_peak_rss};
 pub use tally::{
-    SLOTS, TaskMemory, begin_new_task, begin_task, end_task, live_bytes, peak_live_bytes, reset_peak, retired_bytes,
-    task_live, task_peak,
+    SLOTS, TaskMemory, begin_new_task, begin_task, live_bytes, peak_live_bytes, reset_peak, retired_bytes,
 };
+pub use task::{end_task, task_live, task_peak};
 
 /// The allocator of every binary and test linking this crate.
 #[global_allocator]

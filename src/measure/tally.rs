@@ -22,7 +22,6 @@ use std::sync::atomic::Ordering::Relaxed;
 use runner_plugin::task_tag::NO_TASK;
 
 use super::MeasureError;
-use super::batch::{self, Pending};
 
 /// Number of task counter slots (at most this many tasks can be measured at once).
 pub const SLOTS: usize = 4096;
@@ -75,7 +74,16 @@ static RETIRED: AtomicI64 = AtomicI64::new(0);
 /// Where `begin_new_task` looks for its next tag.
 static NEXT_TAG: AtomicU32 = AtomicU32::new(1);
 
-/// What a task's allocations amounted to, from [`end_task`].
+/// A thread's unpublished bytes for one task (see `batch.rs`), settled here in one step.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Pending {
+    /// Allocated minus freed.
+    pub bytes: i64,
+    /// The highest `bytes` has been (at least 0).
+    pub high: i64,
+}
+
+/// What a task's allocations amounted to, from [`super::end_task`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TaskMemory {
     /// The most bytes the task's own blocks held at any one time.
@@ -222,45 +230,20 @@ pub fn begin_new_task() -> Result<u32, MeasureError> {
     Err(MeasureError::NoFreeSlot)
 }
 
-/// Task `tag`'s (live, peak) bytes as published, with this thread's unpublished batch for it.
-fn running_counts(tag: u32) -> Option<(u64, u64)> {
+/// Task `tag`'s published live bytes and peak, `None` when it is not running. (The thread's own
+/// unpublished batch is added by the caller, which owns the batches.)
+pub(super) fn published(tag: u32) -> Option<(i64, u64)> {
     let slot = slot_of(tag);
     let state = slot.state.load(Relaxed);
     if tag == NO_TASK || !owned_by(state, tag) {
         return None;
     }
-    let pending = batch::pending_for(tag);
-    let live = (live_of(state) + pending.bytes).max(0) as u64;
-    let batch_high = (live_of(state) + pending.high).max(0) as u64;
-    // The peak is raised just after the count changes, so it may trail it for an instant.
-    let peak = slot.peak.load(Relaxed).max(live).max(batch_high);
-    Some((live, peak))
+    Some((live_of(state), slot.peak.load(Relaxed)))
 }
 
-/// Bytes task `tag`'s blocks hold now; 0 if it is not running. Includes this thread's batch;
-/// other threads' batches of small blocks may each hold back up to 64 KiB.
-pub fn task_live(tag: u32) -> u64 {
-    running_counts(tag).map_or(0, |(live, _)| live)
-}
-
-/// The most bytes task `tag`'s blocks have held at once so far; 0 if it is not running. Exact
-/// for one thread and for large blocks; other threads' small blocks may be seen up to 64 KiB
-/// (per thread) late.
-pub fn task_peak(tag: u32) -> u64 {
-    running_counts(tag).map_or(0, |(_, peak)| peak)
-}
-
-/// Stops measuring task `tag` and frees its slot. Its blocks still alive (its output) move to
-/// the retired bucket, which later frees of them are credited to.
-///
-/// Publishes this thread's batch first; call it after the task and all the work it handed out
-/// have returned, and after the threads that ran that work called [`flush_thread`] (other
-/// threads' unpublished batches, up to 64 KiB each, are missed here and reach the retired
-/// bucket later).
-///
-/// [`flush_thread`]: super::flush_thread
-pub fn end_task(tag: u32) -> Result<TaskMemory, MeasureError> {
-    batch::flush_thread();
+/// Frees task `tag`'s slot and moves its blocks still alive (its output) to the retired bucket,
+/// which later frees of them are credited to. The caller publishes its thread's batch first.
+pub(super) fn end_slot(tag: u32) -> Result<TaskMemory, MeasureError> {
     let slot = slot_of(tag);
     let peak = slot.peak.load(Relaxed);
     let mut state = slot.state.load(Relaxed);

@@ -12,8 +12,10 @@
 //! - [`MappedBuffer`] is the mapped file ([`runner_plugin::ExternalBytes`]); dropping it deletes
 //!   the file. [`MappedBuffer::release_pages`] (or [`release_value_pages`] through a [`Value`])
 //!   lets the pages go again after a consumer has read them, so a gather over more spilled inputs
-//!   than the budget holds streams through them.
-//! - [`spill_value`] swaps a value's heap storage for the mapped file.
+//!   than the budget holds streams through them; `done_reading` (through
+//!   [`runner_plugin::Array::done_reading`]) lets a part go while a reader streams through it.
+//! - [`swap_in`] puts a written spill file in place of a value's heap storage (the scheduler does
+//!   that under its lock, and frees the heap copy after); [`spill_value`] writes and swaps at once.
 //!
 //! Pages are *released*, not just unmapped: unmapping leaves them in the page cache (charged to
 //! the process's cgroup), so after writing the file is synced and `posix_fadvise(DONTNEED)` drops
@@ -670,24 +672,32 @@ pub fn release_value_pages(value: &Value) -> u64 {
     bytes.len() as u64
 }
 
+/// Puts `mapped` (a spill file of `value`'s bytes) in place of `value`'s heap storage and
+/// returns the heap storage, for the caller to free (outside any lock). A value that is not an
+/// array or bytes gets nothing: `mapped` comes back.
+pub fn swap_in(value: &mut Value, mapped: MappedBuffer) -> Result<Storage, MappedBuffer> {
+    match value {
+        Value::Array(array) => Ok(array.replace_storage(Storage::External(Box::new(mapped)))),
+        Value::Bytes(bytes) => Ok(std::mem::replace(bytes, Storage::External(Box::new(mapped)))),
+        _ => Err(mapped),
+    }
+}
+
 /// Spills `value`'s buffer if it is a resident array or bytes value: writes it to `dir`, swaps its
 /// heap storage for the mapped file, frees the heap copy and returns the bytes moved. 0, with the
 /// value untouched, for other values, empty buffers and buffers already spilled. On error the
 /// value keeps its in-memory buffer.
 pub fn spill_value(dir: &SpillDir, value: &mut Value) -> Result<u64, SpillError> {
-    let moved = match value {
-        Value::Array(array) if array.storage().is_resident() && array.nbytes() > 0 => {
-            let mapped = dir.spill(array.storage())?;
-            drop(array.replace_storage(Storage::External(Box::new(mapped))));
-            array.nbytes()
-        }
-        Value::Bytes(storage) if storage.is_resident() && !storage.bytes().is_empty() => {
-            let mapped = dir.spill(storage)?;
-            drop(std::mem::replace(storage, Storage::External(Box::new(mapped))));
-            storage.bytes().len() as u64
-        }
+    let storage = match value {
+        Value::Array(array) if array.storage().is_resident() && array.nbytes() > 0 => array.storage(),
+        Value::Bytes(storage) if storage.is_resident() && !storage.bytes().is_empty() => &*storage,
         _ => return Ok(0),
     };
+    let moved = storage.bytes().len() as u64;
+    let mapped = dir.spill(storage)?;
+    if let Ok(heap) = swap_in(value, mapped) {
+        drop(heap);
+    }
     // jemalloc keeps freed pages for reuse for a while; the point of a spill is to give them
     // back now.
     let _ = crate::measure::purge_free_pages();

@@ -28,7 +28,7 @@ use crate::memory::spill::{SpillDir, release_value_pages};
 use crate::memory::{Admission, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::{Recipe, StepId};
-use meter::RunMeter;
+pub use meter::RunMeter;
 use state::{Garbage, Pick, Picked, SpillDone, SpillJob, State};
 pub use state::{Outcome, TaskRef};
 use stats::StepStats;

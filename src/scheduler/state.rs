@@ -19,7 +19,7 @@ use runner_plugin::{Storage, Value};
 
 use crate::estimate::{Params, StepModel};
 use crate::graph::Graph;
-use crate::memory::spill::MappedBuffer;
+use crate::memory::spill::{MappedBuffer, swap_in};
 use crate::memory::{Admission, Ledger, Meter, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::StepId;
@@ -562,13 +562,14 @@ impl<'g> State<'g> {
                 self.garbage.push(Garbage::Mapped(mapped));
                 continue;
             };
-            let storage = Storage::External(Box::new(mapped));
-            let old = match value {
-                Value::Array(array) => array.replace_storage(storage),
-                Value::Bytes(bytes) => std::mem::replace(bytes, storage),
-                _ => unreachable!("only buffers are spilled"),
-            };
-            self.garbage.push(Garbage::Storage(old));
+            match swap_in(value, mapped) {
+                Ok(heap) => self.garbage.push(Garbage::Storage(heap)),
+                // Only buffers are chosen as victims; nothing to swap otherwise.
+                Err(mapped) => {
+                    self.garbage.push(Garbage::Mapped(mapped));
+                    continue;
+                }
+            }
             let moved = live.resident_bytes;
             live.resident_bytes = 0;
             self.ledger.remove_resident(moved);

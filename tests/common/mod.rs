@@ -34,6 +34,7 @@ pub fn run_measured(recipe: &str, args: &[&str]) -> Measured {
 }
 
 /// Runs `runner run RECIPE --summary s.json ARGS...` in `dir` and reaps it with `wait4`.
+#[expect(clippy::zombie_processes, reason = "the child is reaped with wait4, for its rusage")]
 pub fn run_measured_in(dir: &Path, recipe: &str, args: &[&str]) -> Measured {
     let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
         .args(["run", recipe, "--summary", "s.json"])
