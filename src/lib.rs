@@ -13,6 +13,7 @@ pub mod graph;
 pub mod measure;
 pub mod memory;
 pub mod plan;
+pub mod process_identity;
 pub mod recipe;
 pub mod registry;
 pub mod scheduler;
