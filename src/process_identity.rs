@@ -107,6 +107,13 @@ impl ProcessIdentity {
     }
 }
 
+/// Start time of process `pid` in clock ticks since boot (`/proc/<pid>/stat`, field 22), or
+/// `None` when it does not exist or `/proc` cannot tell. Together with the pid it names one
+/// process: a recycled pid has a different start time.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    read_stat(pid).ok().map(|stat| stat.start)
+}
+
 struct Stat {
     start: u64,
     zombie: bool,
