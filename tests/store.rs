@@ -772,3 +772,46 @@ fn history_over_a_large_run() {
     store.task_history("throughput", "load", 1, None, |_, _| streamed += 1).unwrap();
     println!("task_history streamed {streamed} rows: {:.3} s", started.elapsed().as_secs_f64());
 }
+
+/// A dataset builder's step of noop tasks over one integer dim, as `runner run` records it: keys
+/// spelled from indices, figures that repeat their block's. The file must stay under 30 bytes a
+/// task (SPEC users record 10⁶-task runs).
+#[test]
+fn a_large_step_of_quick_tasks_costs_under_30_bytes_a_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    let n: u64 = 200_000;
+    let keys = runner::store::StepKeys {
+        step: "cache".into(),
+        dims: vec![runner::store::KeyDim { name: "file".into(), value0: 0, value_step: 1, size: n }],
+    };
+    let recorder = store.start_run(&RunStart { keys: vec![keys], tasks_total: n, ..start("builder", "c") }).unwrap();
+    let step: Arc<str> = Arc::from("cache");
+    for chunk in (0..n).collect::<Vec<_>>().chunks(256) {
+        recorder.record_all(
+            chunk
+                .iter()
+                .map(|&i| TaskRecord {
+                    task_index: Some(i),
+                    key: None,
+                    estimate_bytes: 65536,
+                    worker: (i % 2) as u32,
+                    start_ms: i / 400,
+                    ..TaskRecord::new(step.clone(), "noop", TaskStatus::Ok)
+                })
+                .collect(),
+        );
+    }
+    recorder.finish(outcome(RunStatus::Ok)).unwrap();
+    drop(store);
+    let conn = raw(&path);
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap();
+    let pages = count(&conn, "PRAGMA page_count") - count(&conn, "PRAGMA freelist_count");
+    let bytes = pages * count(&conn, "PRAGMA page_size");
+    let per_task = bytes as f64 / n as f64;
+    println!("{n} tasks: {bytes} bytes, {per_task:.1} bytes a task");
+    assert!(per_task <= 30.0, "{per_task:.1} bytes a task");
+    // And every key reads back through the view.
+    assert_eq!(count(&conn, "SELECT count(*) FROM tasks WHERE key = 'file=' || task_index"), n as i64);
+}

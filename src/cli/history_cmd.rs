@@ -8,7 +8,7 @@ use runner_plugin::size::format_size;
 
 use super::record;
 use super::{HistoryArgs, OutputFormat};
-use crate::store::{FailedTask, RunFilter, RunStatus, Store};
+use crate::store::{FailedTask, RunFilter, RunStatus, StepHistory, Store};
 
 /// Keys shown per group of identical errors in `--failed` text.
 const KEYS_SHOWN: usize = 10;
@@ -23,7 +23,10 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<u8> {
     if args.failed || args.run.is_some() {
         return failed(&store, &db, &args, filter);
     }
-    let rows = store.step_history(args.recipe.as_deref(), args.step.as_deref(), args.last, filter)?;
+    let mut rows = store.step_history(args.recipe.as_deref(), args.step.as_deref(), args.last, filter)?;
+    if args.step.is_none() {
+        with_runs_that_recorded_nothing(&store, &mut rows, args.recipe.as_deref(), args.last, filter)?;
+    }
     if args.format == OutputFormat::Json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(0);
@@ -71,6 +74,46 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<u8> {
     }
     print!("{}", super::table(&table, &[5, 6, 7, 9, 10, 11, 12, 13]));
     Ok(0)
+}
+
+/// A run that died (or was interrupted) before recording a task still shows, with a `-` step.
+fn with_runs_that_recorded_nothing(
+    store: &Store,
+    rows: &mut Vec<StepHistory>,
+    recipe: Option<&str>,
+    last: usize,
+    filter: RunFilter,
+) -> anyhow::Result<()> {
+    let mut runs = store.history_runs(recipe, None, last, filter)?;
+    runs.retain(|run| !rows.iter().any(|r| r.run_id == run.run_id));
+    for run in &runs {
+        let at = rows.iter().position(|r| r.run_id > run.run_id).unwrap_or(rows.len());
+        rows.insert(
+            at,
+            StepHistory {
+                run_id: run.run_id,
+                recipe: run.recipe.clone(),
+                cycle: run.cycle.clone(),
+                started_at: run.started_at.clone(),
+                run_status: run.status,
+                step: "-".into(),
+                plugin: String::new(),
+                estimate_sources: "-".into(),
+                tasks: 0,
+                ok: 0,
+                failed: 0,
+                skipped: 0,
+                estimate_p50: 0,
+                estimate_max: 0,
+                peak_p50: 0,
+                peak_max: 0,
+                underestimates: 0,
+                slack: None,
+                wall_ms_total: 0,
+            },
+        );
+    }
+    Ok(())
 }
 
 /// An unknown `--recipe` or `--step` is an error that names the closest known one.
