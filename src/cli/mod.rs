@@ -260,6 +260,7 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
         Command::Replay(args) => replay_cmd::replay(&registry, args),
         Command::Plugins => plugins_cmd::list(&registry),
     };
+    crate::budget::release();
     match code {
         Ok(code) => ExitCode::from(code),
         Err(error) => {

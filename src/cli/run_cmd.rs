@@ -29,11 +29,12 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
 
 /// Budget and workers from the command line, with their defaults.
 pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
-    let budget = match resources.budget {
-        Some(budget) => budget,
-        None => crate::budget::default_budget()
-            .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?,
-    };
+    let budget = crate::budget::choose(resources.budget)
+        .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?;
+    for warning in &budget.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let budget = budget.bytes;
     let workers = resources
         .workers
         .map(usize::from)
