@@ -49,16 +49,16 @@ fn task(steps: &[Arc<str>; 3], i: u64) -> TaskRecord {
         estimate_source: SOURCES[(i % 3) as usize],
         plugin_estimate_bytes: 900 + i,
         peak_bytes: (i * 7919 % 100_000) << 20,
-        peak_source: if i % 7 == 0 { PeakSource::Cgroup } else { PeakSource::Allocator },
+        peak_source: if i.is_multiple_of(7) { PeakSource::Cgroup } else { PeakSource::Allocator },
         output_bytes: i * 3,
         wall_ms: i % 1000,
         worker: (i % 4) as u32,
         start_ms: i * 2,
-        log_path: (i % 11 == 0).then(|| format!("logs/{i}.log")),
+        log_path: i.is_multiple_of(11).then(|| format!("logs/{i}.log")),
         args_hash: Some(0xfeed_0000_0000_0000 + i % 5),
-        inputs_hash: (i % 2 == 0).then_some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        inputs_hash: i.is_multiple_of(2).then_some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
         output_hash: None,
-        output_path: (i % 13 == 0).then(|| format!("out/{i}.npy")),
+        output_path: i.is_multiple_of(13).then(|| format!("out/{i}.npy")),
         error: (status == TaskStatus::Failed).then(|| format!("task {i} failed")),
         ..TaskRecord::new(steps[(i % 3) as usize].clone(), "alloc", status)
     }
@@ -771,6 +771,10 @@ fn history_over_a_large_run() {
     let started = Instant::now();
     store.task_history("throughput", "load", 1, None, |_, _| streamed += 1).unwrap();
     println!("task_history streamed {streamed} rows: {:.3} s", started.elapsed().as_secs_f64());
+    let run_id = store.runs(None, 1).unwrap()[0].run_id;
+    let started = Instant::now();
+    let read = store.timeline(run_id, |_| {}).unwrap();
+    println!("timeline streamed {read} rows: {:.3} s", started.elapsed().as_secs_f64());
 }
 
 /// A dataset builder's step of noop tasks over one integer dim, as `runner run` records it: keys
@@ -814,4 +818,20 @@ fn a_large_step_of_quick_tasks_costs_under_30_bytes_a_task() {
     assert!(per_task <= 30.0, "{per_task:.1} bytes a task");
     // And every key reads back through the view.
     assert_eq!(count(&conn, "SELECT count(*) FROM tasks WHERE key = 'file=' || task_index"), n as i64);
+    // The report's read: every task, keys spelled on demand.
+    let store = Store::open_read_only(&path).unwrap().unwrap();
+    let run_id = store.runs(None, 1).unwrap()[0].run_id;
+    let spelling = store.step_keys(run_id).unwrap().remove("cache").unwrap();
+    let started = Instant::now();
+    let mut seen = 0u64;
+    let read = store
+        .timeline(run_id, |t| {
+            assert_eq!((t.step, t.key, t.task_index), ("cache", None, Some(seen)));
+            assert_eq!((t.worker, t.start_ms, t.estimate_bytes), (Some((seen % 2) as u32), Some(seen / 400), 65536));
+            seen += 1;
+        })
+        .unwrap();
+    println!("timeline of {read} tasks read in {:.3} s", started.elapsed().as_secs_f64());
+    assert_eq!((read, seen), (n, n));
+    assert_eq!(spelling.key(12345), "file=12345");
 }

@@ -111,6 +111,23 @@ pub struct FailedTask {
     pub log_path: Option<String>,
 }
 
+/// One task of a run's timeline ([`Store::timeline`]): where and when it ran, what it was
+/// estimated at and what it took. Its key is `StepKeys::key(task_index)` where
+/// [`Store::step_keys`] has its step, else [`TimelineTask::key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimelineTask<'a> {
+    pub step: &'a str,
+    pub task_index: Option<u64>,
+    /// The stored key (`None` where it is spelled from the index).
+    pub key: Option<&'a str>,
+    pub status: TaskStatus,
+    pub worker: Option<u32>,
+    pub start_ms: Option<u64>,
+    pub wall_ms: u64,
+    pub estimate_bytes: u64,
+    pub peak_bytes: u64,
+}
+
 /// The tasks `t` of the blocks `b`, for a `WHERE` on `b.run_id` and `b.step`.
 pub(crate) const STEP_ROWS: &str =
     "task_blocks AS b CROSS JOIN task_rows AS t ON t.task_id BETWEEN b.first_task_id AND b.last_task_id";
@@ -309,6 +326,41 @@ impl Store {
             .query_row(params![run_id, step, to_sql_int((ran - 1) / 2)], |r| r.get(0))
             .map_err(|e| self.err(what, e))?;
         Ok(value.map_or(0, from_sql_int))
+    }
+
+    /// Every task of run `run_id`, streamed to `each` in recording order, read from the compact
+    /// tables without spelling keys (cheaper than the `tasks` view, which spells every key in
+    /// SQL). Returns how many there were.
+    pub fn timeline(&self, run_id: i64, mut each: impl FnMut(TimelineTask<'_>)) -> Result<u64, StoreError> {
+        let what = "reading a run's timeline";
+        let mut stmt = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT b.step, t.task_index, t.key, t.status, t.worker, t.start_ms, t.wall_ms, {ESTIMATE}, t.peak_bytes \
+                 FROM {STEP_ROWS} WHERE b.run_id = ?1 ORDER BY b.first_task_id, t.task_id"
+            ))
+            .map_err(|e| self.err(what, e))?;
+        let mut rows = stmt.query([run_id]).map_err(|e| self.err(what, e))?;
+        let mut count = 0;
+        while let Some(row) = rows.next().map_err(|e| self.err(what, e))? {
+            let read = || -> rusqlite::Result<TimelineTask<'_>> {
+                let opt = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map(from_sql_int));
+                Ok(TimelineTask {
+                    step: row.get_ref(0)?.as_str()?,
+                    task_index: opt(1)?,
+                    key: row.get_ref(2)?.as_str_or_null()?,
+                    status: TaskStatus::from_code(row.get(3)?),
+                    worker: row.get(4)?,
+                    start_ms: opt(5)?,
+                    wall_ms: opt(6)?.unwrap_or(0),
+                    estimate_bytes: opt(7)?.unwrap_or(0),
+                    peak_bytes: opt(8)?.unwrap_or(0),
+                })
+            };
+            each(read().map_err(|e| self.err(what, e))?);
+            count += 1;
+        }
+        Ok(count)
     }
 
     /// How run `run_id` spells the keys of its steps over integer dims (`step_dims`), by step.

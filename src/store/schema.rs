@@ -370,6 +370,9 @@ mod tests {
         conn
     }
 
+    /// step, key, plugin, attempts, estimate, source, plugin estimate, peak, error, status.
+    type MigratedTask = (String, String, String, i64, i64, String, i64, i64, Option<String>, String);
+
     fn assert_migrated(path: &Path) {
         let store = Store::open(path).unwrap();
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
@@ -378,7 +381,7 @@ mod tests {
             .query_row("SELECT count(*) FROM pragma_table_info('tasks') WHERE name = 'cycle'", [], |r| r.get(0))
             .unwrap();
         assert_eq!(has_cycle, 0);
-        let rows: Vec<(String, String, String, i64, i64, String, i64, i64, Option<String>, String)> = conn
+        let rows: Vec<MigratedTask> = conn
             .prepare(
                 "SELECT step, key, plugin, attempts, estimate_bytes, estimate_source, plugin_estimate_bytes, \
                  peak_bytes, error, status FROM tasks WHERE run_id = 1 ORDER BY task_id",
