@@ -835,3 +835,32 @@ fn a_large_step_of_quick_tasks_costs_under_30_bytes_a_task() {
     assert_eq!((read, seen), (n, n));
     assert_eq!(spelling.key(12345), "file=12345");
 }
+
+#[test]
+fn an_interrupt_commits_what_was_recorded_and_a_dropped_recorder_never_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    // Interrupted from another thread: every row queued before is committed, then the run row.
+    let recorder = store.start_run(&start("r", "c")).unwrap();
+    let handle = recorder.interrupt_handle().unwrap();
+    record_range(&recorder, 0..5000, 2);
+    let interrupted = RunOutcome { wall_ms: 77, ..RunOutcome::new(RunStatus::Interrupted) };
+    assert!(std::thread::spawn(move || handle.interrupt(interrupted, Duration::from_secs(10))).join().unwrap());
+    let run_id = recorder.run_id();
+    assert_rows(&path, run_id, "c", 5000);
+    let row = store.run(run_id).unwrap().unwrap();
+    assert_eq!((row.status, row.wall_ms, row.tasks_ok.is_some()), (RunStatus::Interrupted, Some(77), true));
+    assert!(row.finished_at.is_some());
+    drop(recorder);
+    assert_eq!(store.run(run_id).unwrap().unwrap().status, RunStatus::Interrupted, "and it stays so");
+
+    // A handle still alive does not keep a dropped recorder's writer waiting.
+    let recorder = store.start_run(&start("r", "c2")).unwrap();
+    let _handle = recorder.interrupt_handle().unwrap();
+    record_range(&recorder, 0..10, 1);
+    let run_id = recorder.run_id();
+    drop(recorder);
+    assert_eq!(store.run(run_id).unwrap().unwrap().status, RunStatus::Aborted);
+    assert_rows(&path, run_id, "c2", 10);
+}

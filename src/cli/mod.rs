@@ -1,6 +1,6 @@
-//! The command line: `runner run | plan | history | replay | prune | plugins`. Parses arguments, loads the recipe, hands
-//! it to the engine and reports. Library errors are typed; here they become messages and exit
-//! codes (0 ok, 1 task failures, 2 invalid recipe or usage).
+//! The command line: `runner run | plan | history | replay | prune | plugins`. Parses
+//! arguments, loads the recipe, hands it to the engine and reports. Library errors are typed;
+//! here they become messages and exit codes (0 ok, 1 task failures, 2 invalid recipe or usage).
 
 mod history_cmd;
 mod interrupt;

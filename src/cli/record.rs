@@ -164,7 +164,6 @@ impl KeyParser {
                     DimReader::Listed { positions: positions.clone(), size: values.len() as u64 }
                 }
                 // Longer lists, and kinds of dims without a reader here yet: recorded by key alone.
-                #[allow(unreachable_patterns)]
                 _ => DimReader::Unindexed,
             }
         };
@@ -248,6 +247,8 @@ const RECORDS_PER_MESSAGE: usize = 256;
 /// SIGTERM complete the run row as `interrupted` (with every row finished by then) before the
 /// process exits.
 pub struct StoreSink {
+    /// First, so that it goes before the recorder when the sink is dropped.
+    _interrupt: Option<InterruptGuard>,
     recorder: RunRecorder,
     /// Step names shared by every record of the step.
     steps: Vec<Arc<str>>,
@@ -255,7 +256,6 @@ pub struct StoreSink {
     keys: Vec<(KeyParser, bool)>,
     /// Each worker's records since its last flush; only that worker touches its own.
     pending: Box<[Mutex<Vec<TaskRecord>>]>,
-    _interrupt: Option<InterruptGuard>,
 }
 
 impl StoreSink {
@@ -281,11 +281,11 @@ impl StoreSink {
             })
         });
         StoreSink {
+            _interrupt: interrupt,
             recorder,
             steps: compiled.recipe.steps.iter().map(|s| Arc::from(s.name.as_str())).collect(),
             keys,
             pending: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
-            _interrupt: interrupt,
         }
     }
 

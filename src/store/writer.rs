@@ -295,6 +295,10 @@ impl RunRecorder {
 
 impl Drop for RunRecorder {
     fn drop(&mut self) {
+        // Said, not left to the channel's disconnection: a `RunInterrupt` may hold a sender.
+        if let Some(sender) = self.sender.take() {
+            let _ = sender.send(Message::Finish(RunOutcome::new(RunStatus::Aborted)));
+        }
         if self.writer.is_some()
             && let Err(e) = self.join()
         {
