@@ -864,3 +864,52 @@ fn an_interrupt_commits_what_was_recorded_and_a_dropped_recorder_never_hangs() {
     assert_eq!(store.run(run_id).unwrap().unwrap().status, RunStatus::Aborted);
     assert_rows(&path, run_id, "c2", 10);
 }
+
+#[test]
+fn resume_reads_back_each_tasks_hashes_and_output_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    let keys = runner::store::StepKeys {
+        step: "read".into(),
+        dims: vec![runner::store::KeyDim { name: "i".into(), value0: 10, value_step: 5, size: 100 }],
+    };
+    let recorder = store.start_run(&RunStart { keys: vec![keys], ..start("resumable", "c1") }).unwrap();
+    let run_id = recorder.run_id();
+    record_range(&recorder, 0..300, 1);
+    // A step whose keys are spelled from indices.
+    let read_step: Arc<str> = Arc::from("read");
+    recorder.record_all(
+        (0..100)
+            .map(|i| TaskRecord {
+                task_index: Some(i),
+                key: None,
+                args_hash: Some(42),
+                output_hash: Some(u64::MAX - i),
+                ..TaskRecord::new(read_step.clone(), "read_npy", TaskStatus::Ok)
+            })
+            .collect(),
+    );
+    recorder.finish(outcome(RunStatus::Failed)).unwrap();
+    assert_eq!(store.last_run_of("resumable", "c1").unwrap().map(|r| r.run_id), Some(run_id));
+    assert_eq!(store.last_run_of("resumable", "c2").unwrap(), None);
+    let steps = step_names();
+    let mut read = Vec::new();
+    assert_eq!(store.recorded_tasks(run_id, |t| read.push(t)).unwrap(), 400);
+    for t in &read {
+        let i = t.task_index.unwrap();
+        if t.step == "read" {
+            assert_eq!(
+                (t.key.as_str(), t.args_hash, t.output_hash),
+                (&*format!("i={}", 10 + 5 * i), Some(42), Some(u64::MAX - i))
+            );
+            continue;
+        }
+        let want = task(&steps, i);
+        assert_eq!(t.key, want.key.unwrap());
+        let inputs_hash = want.inputs_hash.filter(|&h| h != 0);
+        assert_eq!((t.status, t.args_hash, t.inputs_hash), (want.status, want.args_hash, inputs_hash));
+        assert_eq!((t.output_hash, &t.output_path), (want.output_hash, &want.output_path));
+    }
+    assert_eq!(read.iter().filter(|t| t.step == "read").count(), 100);
+}

@@ -37,7 +37,7 @@ use crate::process_identity::ProcessIdentity;
 
 pub use connect::{BUSY_NOTICE_AFTER, PAGE_SIZE};
 pub use prune::{Prune, Pruned};
-pub use query::{FailedTask, HistoryRun, HistoryTask, RunFilter, StepHistory, TimelineTask};
+pub use query::{FailedTask, HistoryRun, HistoryTask, RecordedTask, RunFilter, StepHistory, TimelineTask};
 pub use schema::SCHEMA_VERSION;
 pub use writer::{RunInterrupt, RunRecorder, RunWritten};
 

@@ -128,6 +128,19 @@ pub struct TimelineTask<'a> {
     pub peak_bytes: u64,
 }
 
+/// A task of an earlier run with what `--resume` compares to reuse it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordedTask {
+    pub step: String,
+    pub task_index: Option<u64>,
+    pub key: String,
+    pub status: TaskStatus,
+    pub args_hash: Option<u64>,
+    pub inputs_hash: Option<u64>,
+    pub output_hash: Option<u64>,
+    pub output_path: Option<String>,
+}
+
 /// The tasks `t` of the blocks `b`, for a `WHERE` on `b.run_id` and `b.step`.
 pub(crate) const STEP_ROWS: &str =
     "task_blocks AS b CROSS JOIN task_rows AS t ON t.task_id BETWEEN b.first_task_id AND b.last_task_id";
@@ -355,6 +368,65 @@ impl Store {
                     wall_ms: opt(6)?.unwrap_or(0),
                     estimate_bytes: opt(7)?.unwrap_or(0),
                     peak_bytes: opt(8)?.unwrap_or(0),
+                })
+            };
+            each(read().map_err(|e| self.err(what, e))?);
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// The latest run of `recipe` at `cycle`, whatever its status: what `--resume` continues.
+    pub fn last_run_of(&self, recipe: &str, cycle: &str) -> Result<Option<super::RunRow>, StoreError> {
+        let what = "looking for the last run of a cycle";
+        let run_id: Option<i64> = self
+            .conn()
+            .query_row("SELECT max(run_id) FROM runs WHERE recipe = ?1 AND cycle = ?2", params![recipe, cycle], |r| {
+                r.get(0)
+            })
+            .map_err(|e| self.err(what, e))?;
+        match run_id {
+            Some(run_id) => self.run(run_id),
+            None => Ok(None),
+        }
+    }
+
+    /// Every task row of run `run_id` with its resume columns (hashes, output path), keys
+    /// spelled, streamed to `each` in recording order. Returns how many there were.
+    pub fn recorded_tasks(&self, run_id: i64, mut each: impl FnMut(RecordedTask)) -> Result<u64, StoreError> {
+        let what = "reading a run's tasks for --resume";
+        let keys = self.step_keys(run_id)?;
+        let mut stmt = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT b.step, t.task_index, t.key, t.status, nullif(coalesce(e.args_hash, b.args_hash), 0), \
+                   nullif(coalesce(e.inputs_hash, b.inputs_hash), 0), nullif(coalesce(e.output_hash, b.output_hash), 0), \
+                   e.output_path \
+                 FROM {STEP_ROWS} LEFT JOIN task_details AS e ON e.task_id = t.task_id WHERE b.run_id = ?1 \
+                 ORDER BY b.first_task_id, t.task_id"
+            ))
+            .map_err(|e| self.err(what, e))?;
+        let mut rows = stmt.query([run_id]).map_err(|e| self.err(what, e))?;
+        let mut count = 0;
+        while let Some(row) = rows.next().map_err(|e| self.err(what, e))? {
+            let read = || -> rusqlite::Result<RecordedTask> {
+                let step: String = row.get(0)?;
+                let task_index = row.get::<_, Option<i64>>(1)?.map(from_sql_int);
+                let key = match (row.get::<_, Option<String>>(2)?, task_index, keys.get(&step)) {
+                    (Some(key), _, _) => key,
+                    (None, Some(index), Some(spelling)) => spelling.key(index),
+                    _ => String::new(),
+                };
+                let hash = |i: usize| row.get::<_, Option<i64>>(i).map(|h| h.map(|h| h as u64));
+                Ok(RecordedTask {
+                    step,
+                    task_index,
+                    key,
+                    status: TaskStatus::from_code(row.get(3)?),
+                    args_hash: hash(4)?,
+                    inputs_hash: hash(5)?,
+                    output_hash: hash(6)?,
+                    output_path: row.get(7)?,
                 })
             };
             each(read().map_err(|e| self.err(what, e))?);
