@@ -82,8 +82,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // plugin, and the first row's estimate, sources and hashes, which a row repeats only when it
     // differs: NULL there means "the block's"), `task_details` (errors, paths and hashes, only
     // for the rows that have them) and `step_dims` (how a key is spelled from a task index, for
-    // steps over integer dims only, whose rows then store no key). A million-task run costs
-    // about 25 bytes per task instead of 55.
+    // steps over integer dims only, whose rows then store no key). A million-task run of noop
+    // tasks costs 27 bytes per task instead of 54.
     "
     CREATE TABLE runs_v3 (
         run_id              INTEGER PRIMARY KEY,
