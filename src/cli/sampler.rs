@@ -1,8 +1,10 @@
 //! A run's memory over time, for `runner report`: a thread next to the progress bar reads the
 //! scheduler's atomic counters ([`Progress`]), the process's live heap and RSS about ten times
 //! a second, and hands the figures to the run's store writer, which commits them with the task
-//! rows. A sample that repeats the last one written is skipped (but one a second is always
-//! written), and a rise in the spill count is a spill event.
+//! rows. A sample is written only when it differs from the last one written — another count of
+//! running tasks, or a figure that moved by at least [`RESOLUTION`] of the budget — and at least
+//! once a second, so a busy minute costs a few KB rather than 600 rows; a rise in the spill
+//! count is a spill event.
 //!
 //! Times are ms since the sampler started, which is when the scheduler starts its clock too
 //! (within a few ms), so samples and task start times share one axis.
@@ -19,6 +21,9 @@ use crate::store::{EventKind, RunEvent, RunRecorder, Sample};
 pub const INTERVAL: Duration = Duration::from_millis(100);
 /// A sample is written at least this often, even when nothing changed.
 const AT_LEAST_EVERY: Duration = Duration::from_secs(1);
+/// The share of the budget a figure must move by to be worth a sample of its own (a chart of
+/// memory against the budget shows nothing finer).
+pub const RESOLUTION: f64 = 1.0 / 200.0;
 
 /// Starts sampling `progress` into `recorder` until the scheduler says it is done.
 pub fn spawn<'scope>(
@@ -56,9 +61,12 @@ fn sample(progress: &Progress, recorder: &RunRecorder) {
             });
             (spills, spilled) = (spill_count, sample.spilled_bytes);
         }
+        let resolution = (progress.budget.load(Ordering::Relaxed) as f64 * RESOLUTION) as u64;
         let due = match &written {
             None => true,
-            Some((last, at)) => done || !same_figures(last, &sample) || now.duration_since(*at) >= AT_LEAST_EVERY,
+            Some((last, at)) => {
+                done || !looks_the_same(last, &sample, resolution) || now.duration_since(*at) >= AT_LEAST_EVERY
+            }
         };
         if due {
             recorder.sample(sample);
@@ -71,8 +79,12 @@ fn sample(progress: &Progress, recorder: &RunRecorder) {
     }
 }
 
-fn same_figures(a: &Sample, b: &Sample) -> bool {
-    Sample { t_ms: 0, ..*a } == Sample { t_ms: 0, ..*b }
+/// Whether `b` would draw where `a` does: the same running tasks, every byte figure within
+/// `resolution` of `a`'s.
+fn looks_the_same(a: &Sample, b: &Sample, resolution: u64) -> bool {
+    let bytes =
+        |s: &Sample| [s.reserved_bytes, s.live_bytes, s.rss_bytes, s.resident_bytes, s.spilled_bytes, s.external_bytes];
+    a.running_tasks == b.running_tasks && bytes(a).iter().zip(bytes(b)).all(|(x, y)| x.abs_diff(y) <= resolution)
 }
 
 /// Resident bytes of this process, from `/proc/self/statm` (its second field, in pages): one
@@ -95,6 +107,15 @@ fn external_bytes() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn samples_that_would_draw_the_same_are_skipped() {
+        let a = Sample { t_ms: 0, reserved_bytes: 1000, live_bytes: 500, running_tasks: 2, ..Sample::default() };
+        assert!(looks_the_same(&a, &Sample { t_ms: 100, live_bytes: 505, ..a }, 10));
+        assert!(!looks_the_same(&a, &Sample { live_bytes: 511, ..a }, 10));
+        assert!(!looks_the_same(&a, &Sample { running_tasks: 3, ..a }, 10));
+        assert!(!looks_the_same(&a, &Sample { spilled_bytes: 11, ..a }, 10));
+    }
 
     #[test]
     fn rss_is_read_from_proc() {

@@ -244,8 +244,8 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CROSS JOIN task_rows AS t ON t.task_id BETWEEN b.first_task_id AND b.last_task_id
     LEFT JOIN task_details AS e ON e.task_id = t.task_id;
 
-    -- The run's memory over time, about 10 samples a second (a sample is written when a figure
-    -- changed, and at least once a second).
+    -- The run's memory over time, sampled 10 times a second; a sample is written when it would
+    -- draw elsewhere on a chart against the budget, and at least once a second.
     CREATE TABLE samples (
         run_id         INTEGER NOT NULL,
         t_ms           INTEGER NOT NULL,  -- since the run started
