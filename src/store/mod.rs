@@ -3,7 +3,7 @@
 //! tell what happened.
 //!
 //! - [`Store::open`] opens or creates the file for recording: it looks at the file read-only
-//!   first and refuses one that is not a runner store without changing a byte ([`connect`]),
+//!   first and refuses one that is not a runner store without changing a byte (`connect`),
 //!   then sets WAL, applies the schema migrations ([`schema`]) and marks as `killed` (with an
 //!   estimated `finished_at`) the runs whose process is gone ([`crate::process_identity`]).
 //!   [`Store::open_read_only`] is for commands that only read: it never writes, not even beside
