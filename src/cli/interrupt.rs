@@ -35,6 +35,7 @@ pub fn install() {
         if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
             let actions = std::mem::take(&mut *ACTIONS.lock().unwrap_or_else(|p| p.into_inner()));
             actions.into_iter().for_each(|(_, action)| action());
+            crate::budget::release();
             let spill_folders = crate::memory::spill::remove_active_dirs();
             for dir in SCRATCH.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                 let _ = std::fs::remove_dir_all(dir);
