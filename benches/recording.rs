@@ -27,9 +27,12 @@ use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group,
 use runner::Compiled;
 use runner::cli::record::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, step_observations};
 use runner::estimate::{Observation, Params};
+use runner::plan::EstimateSource;
 use runner::recipe::CompileOptions;
 use runner::registry::Registry;
-use runner::store::{RunOutcome, RunRecorder, RunStart, RunStatus, RunWritten, Store, TaskRecord, TaskStatus};
+use runner::store::{
+    RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, RunWritten, Store, TaskRecord, TaskStatus,
+};
 
 /// Rows per recorded run in `record`.
 const ROWS: u64 = 100_000;
@@ -63,32 +66,28 @@ impl Steps {
         };
         let jitter = (runner_std_plugins::fnv1a64(&i.to_le_bytes()) % 4096) << 10;
         TaskRecord {
-            step: step.clone(),
-            key,
-            plugin,
-            status: TaskStatus::Ok,
-            attempts: 1,
+            task_index: Some(i),
+            key: Some(key),
             input_bytes: 4 << 20,
             estimate_bytes: 10 << 20,
-            estimate_source: "history",
+            estimate_source: EstimateSource::History,
             plugin_estimate_bytes: 8 << 20,
             peak_bytes: (6 << 20) + jitter,
             output_bytes: 4 << 20,
             wall_ms: i % 50,
-            error: None,
+            worker: (i % 2) as u32,
+            start_ms: i / 20,
+            ..TaskRecord::new(step.clone(), plugin, TaskStatus::Ok)
         }
     }
 }
 
 fn start(store: &Store, cycle: &str) -> RunRecorder {
-    let start = RunStart { recipe: RECIPE.into(), cycle: cycle.into(), budget_bytes: 8 << 30, workers: 2 };
-    store.start_run(&start).expect("the run row is inserted")
+    store.start_run(&RunStart::new(RECIPE, cycle, 8 << 30, 2)).expect("the run row is inserted")
 }
 
 fn finish(recorder: RunRecorder) -> RunWritten {
-    let outcome =
-        RunOutcome { status: RunStatus::Ok, wall_ms: 1, peak_rss_bytes: 0, peak_reserved_bytes: 0, spilled_bytes: 0 };
-    recorder.finish(outcome).expect("every row is written")
+    recorder.finish(RunOutcome { wall_ms: 1, ..RunOutcome::new(RunStatus::Ok) }).expect("every row is written")
 }
 
 /// Records `rows` rows of `steps` into a new run and waits until they are committed.
@@ -176,7 +175,13 @@ fn history(c: &mut Criterion) {
     group.sampling_mode(SamplingMode::Flat);
     group.throughput(Throughput::Elements(HISTORY_RUNS as u64 * HISTORY_TASKS * 6 / 5));
     group.bench_function("16_runs", |b| {
-        b.iter(|| black_box(store.step_history(Some(RECIPE), None, HISTORY_RUNS).expect("the history is readable")))
+        b.iter(|| {
+            black_box(
+                store
+                    .step_history(Some(RECIPE), None, HISTORY_RUNS, RunFilter::default())
+                    .expect("the history is readable"),
+            )
+        })
     });
     group.finish();
 }

@@ -1,8 +1,25 @@
-//! How much memory a run may use: `--budget` parsing and the default of 80% of the memory
-//! available to this process, honouring a cgroup limit (v2 `memory.max`, v1
-//! `memory.limit_in_bytes`) as containers and batch schedulers set them.
+//! How much memory a run may use: `--budget` parsing, the memory available to this process
+//! (honouring a cgroup limit, v2 `memory.max` or v1 `memory.limit_in_bytes`, as containers and
+//! batch schedulers set them), and the runs on this machine sharing it.
+//!
+//! Concurrent runs see each other through a small registry ([`Registry`]): one file per live
+//! run, holding its budget and its [`ProcessIdentity`] (so that a killed run's file is dropped
+//! by the next run that looks), under `/dev/shm/runner-budgets/` (or the temp dir's
+//! `runner-budgets/`; `RUNNER_BUDGETS_DIR` overrides), updated under an exclusive `flock`. What
+//! another run may still take is its budget less what it already uses (its RSS, which
+//! `MemAvailable` has already taken off), so the default budget is 80% of what is available
+//! once the other live runs have taken theirs, and a `--budget` above what is available, or
+//! above what the other runs leave, comes with a warning.
 
-use runner_plugin::size::parse_size;
+use std::fs;
+use std::io;
+use std::os::fd::AsRawFd as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use runner_plugin::size::{format_size, parse_size};
+
+use crate::process_identity::ProcessIdentity;
 
 /// Share of the available memory used when `--budget` is not given.
 pub const DEFAULT_SHARE: f64 = 0.8;
@@ -27,9 +44,181 @@ pub fn parse_budget(text: &str) -> Result<u64, String> {
     Ok(bytes)
 }
 
-/// The default budget: [`DEFAULT_SHARE`] of [`available_memory`].
-pub fn default_budget() -> Result<u64, String> {
-    Ok((available_memory()? as f64 * DEFAULT_SHARE) as u64)
+/// A run's budget as [`choose`] settled it, and what the user should know about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    pub bytes: u64,
+    pub warnings: Vec<String>,
+}
+
+/// The budget of a run starting now in this process: `requested` (`--budget`) or the default
+/// share of what is available once the other live runs on this machine have taken theirs;
+/// registered so that runs starting later see it (until this process ends or chooses again).
+pub fn choose(requested: Option<u64>) -> Result<Budget, String> {
+    let available = match (available_memory(), requested) {
+        (Ok(available), _) => available,
+        // Nothing to compare an explicit budget with: take it as it is.
+        (Err(e), Some(bytes)) => {
+            return Ok(Budget { bytes, warnings: vec![format!("cannot check the budget against the memory: {e}")] });
+        }
+        (Err(e), None) => return Err(e),
+    };
+    let decide = |others| requested.unwrap_or_else(|| default_for(available, others));
+    let registry = Registry::default_location();
+    let (bytes, others, mut notes) = match registry.claim(decide) {
+        Ok((bytes, others)) => (bytes, others, Vec::new()),
+        Err(e) => {
+            let note = format!(
+                "cannot see other runs' budgets ({}: {e}): this run's budget ignores them",
+                registry.dir.display()
+            );
+            (decide(0), 0, vec![note])
+        }
+    };
+    notes.extend(warnings(requested, bytes, available, others));
+    Ok(Budget { bytes, warnings: notes })
+}
+
+/// [`DEFAULT_SHARE`] of what `others` leave of `available`.
+fn default_for(available: u64, others: u64) -> u64 {
+    (available.saturating_sub(others) as f64 * DEFAULT_SHARE) as u64
+}
+
+fn warnings(requested: Option<u64>, bytes: u64, available: u64, others: u64) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let (size, left) = (format_size(bytes), format_size(available.saturating_sub(others)));
+    let others_text = format!("other runs on this machine may still take {}", format_size(others));
+    match requested {
+        Some(_) if bytes > available => warnings.push(format!(
+            "the budget {size} is more than the {} of memory available: it no longer protects this machine \
+             (tasks may be killed by the kernel when memory runs out)",
+            format_size(available)
+        )),
+        Some(_) if bytes > available.saturating_sub(others) => warnings.push(format!(
+            "the budget {size} is more than the {left} left of the memory available ({others_text}): \
+             together they may run the machine out of memory"
+        )),
+        None if others > 0 && others >= available / 2 => {
+            warnings.push(format!("{others_text}: the default budget is only {size} (80% of the {left} left)"))
+        }
+        _ => {}
+    }
+    warnings
+}
+
+/// The live runs' budgets on this machine: a file per run (see the [module](self) docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Registry {
+    dir: PathBuf,
+}
+
+/// This process's registration, replaced when it chooses a budget again (a replay's cycles).
+static REGISTERED: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+impl Registry {
+    /// `RUNNER_BUDGETS_DIR`, else `/dev/shm/runner-budgets` where `/dev/shm` is a directory,
+    /// else `runner-budgets` in the temp dir.
+    pub fn default_location() -> Registry {
+        let dir = match std::env::var_os("RUNNER_BUDGETS_DIR") {
+            Some(dir) => PathBuf::from(dir),
+            None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm/runner-budgets"),
+            None => std::env::temp_dir().join("runner-budgets"),
+        };
+        Registry { dir }
+    }
+
+    pub fn at(dir: impl Into<PathBuf>) -> Registry {
+        Registry { dir: dir.into() }
+    }
+
+    /// Under the registry's lock: drops the files of runs that are gone, sums what the other
+    /// live runs may still take, lets `decide` choose this run's budget from that sum, and
+    /// records it. Returns the budget and the sum.
+    pub fn claim(&self, decide: impl FnOnce(u64) -> u64) -> io::Result<(u64, u64)> {
+        create_shared_dir(&self.dir)?;
+        let lock = fs::OpenOptions::new().create(true).truncate(false).write(true).open(self.dir.join(".lock"))?;
+        // SAFETY: flock on a file descriptor we own; the lock goes when `lock` is closed.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let me = ProcessIdentity::current();
+        let mine = self.dir.join(format!("{}-{}.budget", me.pid, me.start_ticks.unwrap_or(0)));
+        let others = self.others_may_take(&mine);
+        let bytes = decide(others);
+        let text = format!("{}budget={bytes}\n", me.marker());
+        let temporary = mine.with_extension("tmp");
+        fs::write(&temporary, text)?;
+        fs::rename(&temporary, &mine)?;
+        *REGISTERED.lock().unwrap_or_else(|p| p.into_inner()) = Some(mine);
+        Ok((bytes, others))
+    }
+
+    /// What the live runs other than `mine` may still take: each one's budget less its RSS.
+    fn others_may_take(&self, mine: &Path) -> u64 {
+        let Ok(entries) = fs::read_dir(&self.dir) else { return 0 };
+        let mut total: u64 = 0;
+        for path in entries.flatten().map(|e| e.path()) {
+            if path == mine || path.extension().is_none_or(|e| e != "budget") {
+                continue;
+            }
+            let Some((owner, budget)) = fs::read_to_string(&path).ok().as_deref().and_then(parse_entry) else {
+                continue;
+            };
+            if owner.is_gone() {
+                // Another user's stale file may not be ours to remove: then it is only skipped.
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            total = total.saturating_add(budget.saturating_sub(rss_of(owner.pid)));
+        }
+        total
+    }
+
+    /// This process's registration, if it has one here (for tests).
+    pub fn registered() -> Option<PathBuf> {
+        REGISTERED.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Withdraws this process's budget from the registry (its runs are over). A process that dies
+/// without it leaves a file the next run drops.
+pub fn release() {
+    if let Some(mine) = REGISTERED.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        let _ = fs::remove_file(mine);
+    }
+}
+
+fn parse_entry(text: &str) -> Option<(ProcessIdentity, u64)> {
+    let owner = ProcessIdentity::parse_marker(text)?;
+    let budget = text.lines().find_map(|l| l.strip_prefix("budget="))?.trim().parse().ok()?;
+    Some((owner, budget))
+}
+
+/// Resident bytes of process `pid` (0 where they cannot be read, e.g. another pid namespace).
+fn rss_of(pid: u32) -> u64 {
+    let Ok(statm) = fs::read_to_string(format!("/proc/{pid}/statm")) else { return 0 };
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    // SAFETY: sysconf only reads a system constant.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    pages.saturating_mul(u64::try_from(page).unwrap_or(4096))
+}
+
+/// The registry directory, writable by every user (sticky, as /tmp), so that runs of several
+/// users see each other.
+fn create_shared_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        fs::create_dir_all(parent)?;
+    }
+    match fs::DirBuilder::new().mode(0o1777).create(dir) {
+        // The umask took bits off; put them back.
+        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(0o1777)),
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(()),
+        Err(error) => Err(error),
+    }
 }
 
 /// Memory this process can still use: the system's `MemAvailable`, capped by the room left
@@ -91,6 +280,46 @@ mod tests {
         assert!(parse_budget("0").unwrap_err().contains("more than 0"));
         assert!(parse_budget("150%").unwrap_err().contains("(0, 100]"));
         assert!(parse_budget("lots").unwrap_err().contains("invalid size"));
+    }
+
+    #[test]
+    fn warnings_say_when_a_budget_protects_nothing_or_crowds_others() {
+        let gib = 1u64 << 30;
+        let too_big = warnings(Some(10 << 40), 10 << 40, 23 * gib, 0);
+        assert_eq!(too_big.len(), 1);
+        assert!(too_big[0].contains("10.0 TiB") && too_big[0].contains("no longer protects"), "{too_big:?}");
+        let crowded = warnings(Some(12 * gib), 12 * gib, 20 * gib, 10 * gib);
+        assert!(crowded[0].contains("other runs on this machine may still take 10.0 GiB"), "{crowded:?}");
+        assert!(warnings(Some(8 * gib), 8 * gib, 20 * gib, 10 * gib).is_empty());
+        assert!(warnings(None, default_for(20 * gib, 0), 20 * gib, 0).is_empty());
+        assert_eq!(default_for(20 * gib, 10 * gib), 8 * gib);
+        assert!(warnings(None, default_for(20 * gib, 15 * gib), 20 * gib, 15 * gib)[0].contains("only"));
+    }
+
+    #[test]
+    fn the_registry_counts_live_runs_and_drops_the_files_of_dead_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let registry = Registry::at(dir.path().join("budgets"));
+        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let live = ProcessIdentity {
+            pid: child.id(),
+            start_ticks: crate::process_identity::process_start_time(child.id()),
+            ..ProcessIdentity::current().clone()
+        };
+        create_shared_dir(&registry.dir).unwrap();
+        let entry = registry.dir.join("other.budget");
+        fs::write(&entry, format!("{}budget={}\n", live.marker(), 5u64 << 30)).unwrap();
+        let (bytes, others) = registry.claim(|others| others / 2).unwrap();
+        // Its budget less what it already uses (a few MiB, changing while `sleep` starts).
+        assert!(others < 5 << 30 && others > (5 << 30) - (64 << 20), "{others}");
+        assert_eq!(bytes, others / 2);
+        let mine = Registry::registered().unwrap();
+        assert_eq!(parse_entry(&fs::read_to_string(&mine).unwrap()).unwrap().1, bytes);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let (_, others) = registry.claim(|_| 1).unwrap();
+        assert_eq!(others, 0, "a dead run's budget no longer counts");
+        assert!(!entry.exists(), "and its file is gone");
     }
 
     #[test]

@@ -6,13 +6,14 @@
 //! [`budget`], measurement by [`measure`]) → report. [`cli`] is the command line on top;
 //! [`registry`] holds the plugins a binary offers. See ARCHITECTURE.md for the map.
 
-pub(crate) mod budget;
+pub mod budget;
 pub mod cli;
 pub mod estimate;
 pub mod graph;
 pub mod measure;
 pub mod memory;
 pub mod plan;
+pub mod process_identity;
 pub mod recipe;
 pub mod registry;
 pub mod scheduler;

@@ -8,21 +8,29 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use runner::measure::PeakSource;
+use runner::plan::EstimateSource;
 use runner::store::{
-    HistoryRun, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, StepHistory, Store, StoreError,
-    TaskRecord, TaskStatus,
+    HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, StepHistory, Store,
+    StoreError, TaskRecord, TaskStatus,
 };
 use rusqlite::Connection;
 
 const STEPS: [&str; 3] = ["load", "threshold", "nbhood"];
-const SOURCES: [&str; 3] = ["history", "hint", "plugin"];
+const SOURCES: [EstimateSource; 3] = [EstimateSource::History, EstimateSource::Hint, EstimateSource::Plugin];
 
 fn start(recipe: &str, cycle: &str) -> RunStart {
-    RunStart { recipe: recipe.into(), cycle: cycle.into(), budget_bytes: 8 << 30, workers: 4 }
+    RunStart::new(recipe, cycle, 8 << 30, 4)
 }
 
 fn outcome(status: RunStatus) -> RunOutcome {
-    RunOutcome { status, wall_ms: 1234, peak_rss_bytes: 5 << 30, peak_reserved_bytes: 4 << 30, spilled_bytes: 1 << 20 }
+    RunOutcome {
+        wall_ms: 1234,
+        peak_rss_bytes: 5 << 30,
+        peak_reserved_bytes: 4 << 30,
+        spilled_bytes: 1 << 20,
+        ..RunOutcome::new(status)
+    }
 }
 
 /// Task `i`'s record: every field a distinct function of `i`, some beyond 32 bits.
@@ -33,19 +41,26 @@ fn task(steps: &[Arc<str>; 3], i: u64) -> TaskRecord {
         _ => TaskStatus::Ok,
     };
     TaskRecord {
-        step: steps[(i % 3) as usize].clone(),
-        key: format!("member={},lead={}", i % 18, i / 18),
-        plugin: "alloc",
-        status,
+        task_index: Some(i),
+        key: Some(format!("member={},lead={}", i % 18, i / 18)),
         attempts: 1 + (i % 3) as u32,
         input_bytes: i,
         estimate_bytes: 1000 + i * 7,
         estimate_source: SOURCES[(i % 3) as usize],
         plugin_estimate_bytes: 900 + i,
         peak_bytes: (i * 7919 % 100_000) << 20,
+        peak_source: if i.is_multiple_of(7) { PeakSource::Cgroup } else { PeakSource::Allocator },
         output_bytes: i * 3,
         wall_ms: i % 1000,
+        worker: (i % 4) as u32,
+        start_ms: i * 2,
+        log_path: i.is_multiple_of(11).then(|| format!("logs/{i}.log")),
+        args_hash: Some(0xfeed_0000_0000_0000 + i % 5),
+        inputs_hash: i.is_multiple_of(2).then_some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        output_hash: None,
+        output_path: i.is_multiple_of(13).then(|| format!("out/{i}.npy")),
         error: (status == TaskStatus::Failed).then(|| format!("task {i} failed")),
+        ..TaskRecord::new(steps[(i % 3) as usize].clone(), "alloc", status)
     }
 }
 
@@ -72,7 +87,8 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
     let mut stmt = conn
         .prepare(
             "SELECT t.run_id, r.cycle, step, key, plugin, t.status, attempts, input_bytes, estimate_bytes, \
-             estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, t.wall_ms, error \
+             estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, t.wall_ms, error, task_index, \
+             peak_source, worker, start_ms, end_ms, log_path, args_hash, inputs_hash, output_hash, output_path \
              FROM tasks t JOIN runs r USING (run_id) WHERE run_id = ?1 ORDER BY input_bytes",
         )
         .unwrap();
@@ -84,18 +100,29 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
         assert_eq!(row.get::<_, i64>(0).unwrap(), run_id);
         assert_eq!(row.get::<_, String>(1).unwrap(), cycle);
         assert_eq!(row.get::<_, String>(2).unwrap(), &*want.step, "row {i}");
-        assert_eq!(row.get::<_, String>(3).unwrap(), want.key);
+        assert_eq!(row.get::<_, String>(3).unwrap(), want.key.unwrap());
         assert_eq!(row.get::<_, String>(4).unwrap(), want.plugin);
         assert_eq!(row.get::<_, String>(5).unwrap(), want.status.as_str());
         assert_eq!(row.get::<_, u32>(6).unwrap(), want.attempts);
         assert_eq!(u64_at(row, 7).unwrap(), want.input_bytes, "rows are missing before {i}");
         assert_eq!(u64_at(row, 8).unwrap(), want.estimate_bytes);
-        assert_eq!(row.get::<_, String>(9).unwrap(), want.estimate_source);
+        assert_eq!(row.get::<_, String>(9).unwrap(), want.estimate_source.as_str());
         assert_eq!(u64_at(row, 10).unwrap(), want.plugin_estimate_bytes);
         assert_eq!(u64_at(row, 11).unwrap(), want.peak_bytes);
         assert_eq!(u64_at(row, 12).unwrap(), want.output_bytes);
         assert_eq!(u64_at(row, 13).unwrap(), want.wall_ms);
         assert_eq!(row.get::<_, Option<String>>(14).unwrap(), want.error);
+        assert_eq!(row.get::<_, Option<i64>>(15).unwrap(), Some(i as i64));
+        assert_eq!(row.get::<_, String>(16).unwrap(), want.peak_source.as_str());
+        assert_eq!(row.get::<_, u32>(17).unwrap(), want.worker);
+        assert_eq!(u64_at(row, 18).unwrap(), want.start_ms);
+        assert_eq!(u64_at(row, 19).unwrap(), want.start_ms + want.wall_ms);
+        assert_eq!(row.get::<_, Option<String>>(20).unwrap(), want.log_path);
+        let hash = |index: usize| row.get::<_, Option<i64>>(index).unwrap().map(|h| h as u64);
+        assert_eq!(hash(21), want.args_hash);
+        assert_eq!(hash(22), want.inputs_hash.filter(|&h| h != 0));
+        assert_eq!(hash(23), want.output_hash);
+        assert_eq!(row.get::<_, Option<String>>(24).unwrap(), want.output_path);
         i += 1;
     }
     assert_eq!(i, n, "run {run_id} has {i} rows, expected {n}");
@@ -121,7 +148,7 @@ fn schema_version_tables_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 2);
+    assert_eq!(SCHEMA_VERSION, 3);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     drop(store);
 
@@ -153,6 +180,13 @@ fn schema_version_tables_and_columns() {
         "pid",
         "proc_start",
         "boot_id",
+        "pid_ns",
+        "executor",
+        "tasks_total",
+        "oversized",
+        "spill_count",
+        "resumed_from",
+        "recorded_ms",
     ] {
         assert!(runs.iter().any(|c| c == column), "runs has no column {column}: {runs:?}");
     }
@@ -173,10 +207,41 @@ fn schema_version_tables_and_columns() {
         "output_bytes",
         "wall_ms",
         "error",
+        "worker",
+        "start_ms",
+        "end_ms",
+        "log_path",
+        "peak_source",
+        "task_index",
+        "args_hash",
+        "inputs_hash",
+        "output_hash",
+        "output_path",
     ] {
         assert!(tasks.iter().any(|c| c == column), "tasks has no column {column}: {tasks:?}");
     }
-    assert_eq!(columns("task_blocks"), ["run_id", "step", "first_task_id", "last_task_id", "tasks"]);
+    for (table, wanted) in [
+        (
+            "samples",
+            &[
+                "run_id",
+                "t_ms",
+                "reserved_bytes",
+                "live_bytes",
+                "rss_bytes",
+                "resident_bytes",
+                "spilled_bytes",
+                "running_tasks",
+                "external_bytes",
+            ][..],
+        ),
+        ("events", &["run_id", "t_ms", "kind", "bytes", "detail"][..]),
+    ] {
+        let found = columns(table);
+        for column in wanted {
+            assert!(found.iter().any(|c| c == column), "{table} has no column {column}: {found:?}");
+        }
+    }
     let id: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).unwrap();
     assert_eq!(id, runner::store::schema::APPLICATION_ID);
 }
@@ -428,7 +493,18 @@ fn a_run_killed_mid_way_leaves_a_consistent_file() {
     let store = Store::open(&path).unwrap();
     assert_eq!(store.killed_at_open(), [run_id]);
     let row = store.run(run_id).unwrap().unwrap();
-    assert_eq!((row.status, row.finished_at.as_deref(), row.wall_ms), (RunStatus::Killed, None, None));
+    assert_eq!((row.status, row.wall_ms), (RunStatus::Killed, None));
+    // It ended where its committed rows end: its last task's end after its start.
+    let finished = chrono::DateTime::parse_from_rfc3339(row.finished_at.as_deref().unwrap()).unwrap();
+    let started = chrono::DateTime::parse_from_rfc3339(&row.started_at).unwrap();
+    let recorded = row.recorded_ms.unwrap();
+    assert_eq!((finished - started).num_milliseconds() as u64, recorded);
+    let rows_committed = row.tasks_ok.unwrap() + row.tasks_failed.unwrap() + row.tasks_skipped.unwrap();
+    assert!(rows_committed >= committed, "its rows are counted: {rows_committed}");
+    let last_end: u64 =
+        count(&raw(&path), &format!("SELECT max(end_ms) FROM tasks WHERE run_id = {run_id} AND status != 'skipped'"))
+            as u64;
+    assert_eq!(recorded, last_end);
     drop(store);
 
     // Every row committed before the kill is there, with no gap: a prefix of what was recorded.
@@ -467,7 +543,7 @@ fn a_write_error_is_returned_with_the_path_and_the_rows_lost() {
     while recorder.committed() < 100 {
         std::thread::sleep(Duration::from_millis(10));
     }
-    raw(&path).execute_batch("DROP TABLE tasks").unwrap();
+    raw(&path).execute_batch("DROP TABLE task_rows").unwrap();
     // More than the channel holds: senders must not block on a writer that stopped writing.
     record_range(&recorder, 100..100_100, 2);
     let err = recorder.finish(outcome(RunStatus::Ok)).unwrap_err();
@@ -477,7 +553,7 @@ fn a_write_error_is_returned_with_the_path_and_the_rows_lost() {
 }
 
 /// A hand-built task: (estimate, peak, status, source).
-type HandTask = (u64, u64, TaskStatus, &'static str);
+type HandTask = (u64, u64, TaskStatus, EstimateSource);
 
 /// Records a run of `steps`, each a list of tasks.
 fn hand_run(store: &Store, recipe: &str, cycle: &str, steps: &[(&str, &[HandTask])]) -> i64 {
@@ -486,19 +562,15 @@ fn hand_run(store: &Store, recipe: &str, cycle: &str, steps: &[(&str, &[HandTask
         let step: Arc<str> = Arc::from(*step);
         for (i, &(estimate, peak, status, source)) in tasks.iter().enumerate() {
             recorder.record(TaskRecord {
-                step: step.clone(),
-                key: format!("i={i}"),
-                plugin: "alloc",
-                status,
-                attempts: 1,
+                task_index: Some(i as u64),
+                key: Some(format!("i={i}")),
                 input_bytes: 10 * i as u64,
                 estimate_bytes: estimate,
                 estimate_source: source,
                 plugin_estimate_bytes: estimate / 2,
                 peak_bytes: peak,
-                output_bytes: 0,
                 wall_ms: 5,
-                error: None,
+                ..TaskRecord::new(step.clone(), "alloc", status)
             });
         }
     }
@@ -509,17 +581,18 @@ fn hand_run(store: &Store, recipe: &str, cycle: &str, steps: &[(&str, &[HandTask
 
 #[test]
 fn history_queries_aggregate_a_hand_built_history() {
+    use EstimateSource::{Hint as HINT, History as HISTORY, Plugin as PLUGIN};
     use TaskStatus::{Failed, Ok, Skipped};
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(dir.path().join("runner.db")).unwrap();
-    let load: &[_] = &[(10, 10, Ok, "hint"), (10, 20, Ok, "hint"), (10, 30, Ok, "hint")];
-    let smooth_c2: &[_] = &[(64, 32, Ok, "plugin"), (64, 48, Ok, "plugin")];
+    let load: &[_] = &[(10, 10, Ok, HINT), (10, 20, Ok, HINT), (10, 30, Ok, HINT)];
+    let smooth_c2: &[_] = &[(64, 32, Ok, PLUGIN), (64, 48, Ok, PLUGIN)];
     let smooth_c3: &[_] = &[
-        (100, 50, Ok, "history"),
-        (100, 150, Ok, "history"),
-        (200, 210, Ok, "history"),
-        (300, 100, Failed, "plugin"),
-        (400, 0, Skipped, "history"),
+        (100, 50, Ok, HISTORY),
+        (100, 150, Ok, HISTORY),
+        (200, 210, Ok, HISTORY),
+        (300, 100, Failed, PLUGIN),
+        (400, 0, Skipped, HISTORY),
     ];
     let c1 = hand_run(&store, "precip", "c1", &[("load", load)]);
     let c2 = hand_run(&store, "precip", "c2", &[("load", load), ("smooth", smooth_c2)]);
@@ -528,19 +601,11 @@ fn history_queries_aggregate_a_hand_built_history() {
     // A run in progress: shown by `runner history`, not used by the estimator.
     let running = store.start_run(&start("precip", "c4")).unwrap();
     running.record(TaskRecord {
-        step: Arc::from("smooth"),
-        key: String::new(),
-        plugin: "alloc",
-        status: Ok,
-        attempts: 1,
-        input_bytes: 0,
         estimate_bytes: 1,
-        estimate_source: "history",
+        estimate_source: HISTORY,
         plugin_estimate_bytes: 1,
         peak_bytes: 1,
-        output_bytes: 0,
-        wall_ms: 0,
-        error: None,
+        ..TaskRecord::new(Arc::from("smooth"), "alloc", Ok)
     });
     while running.committed() < 1 {
         std::thread::sleep(Duration::from_millis(10));
@@ -548,7 +613,7 @@ fn history_queries_aggregate_a_hand_built_history() {
     let c4 = running.run_id();
 
     // runner history --recipe precip --last 3
-    let history = store.step_history(Some("precip"), None, 3).unwrap();
+    let history = store.step_history(Some("precip"), None, 3, RunFilter::default()).unwrap();
     let shape: Vec<(i64, &str)> = history.iter().map(|h| (h.run_id, h.step.as_str())).collect();
     assert_eq!(shape, [(c2, "load"), (c2, "smooth"), (c3, "load"), (c3, "smooth"), (c4, "smooth")]);
     let c3_smooth = &history[3];
@@ -589,10 +654,10 @@ fn history_queries_aggregate_a_hand_built_history() {
     assert!(chrono::DateTime::parse_from_rfc3339(&c3_smooth.started_at).is_ok(), "{}", c3_smooth.started_at);
 
     // runner history --step smooth: only runs that have the step; any recipe when none is given.
-    let smooth = store.step_history(None, Some("smooth"), 10).unwrap();
+    let smooth = store.step_history(None, Some("smooth"), 10, RunFilter::default()).unwrap();
     let smooth: Vec<(i64, &str)> = smooth.iter().map(|h| (h.run_id, h.recipe.as_str())).collect();
     assert_eq!(smooth, [(c2, "precip"), (other, "other"), (c3, "precip"), (c4, "precip")]);
-    let precip_load = store.step_history(Some("precip"), Some("load"), 10).unwrap();
+    let precip_load = store.step_history(Some("precip"), Some("load"), 10, RunFilter::default()).unwrap();
     assert_eq!(precip_load.iter().map(|h| h.run_id).collect::<Vec<_>>(), [c1, c2, c3]);
 
     // The estimator's view: finished runs with the step, oldest first, rows in recording order.
@@ -600,9 +665,16 @@ fn history_queries_aggregate_a_hand_built_history() {
     let runs = store
         .task_history("precip", "smooth", 5, None, |run, t| {
             assert_eq!(run.run_id, t.run_id);
-            rows.push((t.run_index, run.cycle.clone(), t.estimate_bytes, t.peak_bytes, t.status, t.key.to_string()));
+            rows.push((
+                t.run_index,
+                run.cycle.clone(),
+                t.estimate_bytes,
+                t.peak_bytes,
+                t.status,
+                t.task_index.unwrap(),
+            ));
             assert_eq!(t.plugin_estimate_bytes, Some(t.estimate_bytes / 2));
-            assert_eq!(t.input_bytes, 10 * t.key[2..].parse::<u64>().unwrap());
+            assert_eq!(t.input_bytes, 10 * t.task_index.unwrap());
         })
         .unwrap();
     assert_eq!(
@@ -612,7 +684,7 @@ fn history_queries_aggregate_a_hand_built_history() {
     let mut expected = Vec::new();
     for (index, (cycle, tasks)) in [("c2", smooth_c2), ("c3", smooth_c3)].into_iter().enumerate() {
         for (i, &(estimate, peak, status, _)) in tasks.iter().enumerate() {
-            expected.push((index, cycle.to_string(), estimate, peak, status, format!("i={i}")));
+            expected.push((index, cycle.to_string(), estimate, peak, status, i as u64));
         }
     }
     assert_eq!(rows, expected);
@@ -692,11 +764,152 @@ fn history_over_a_large_run() {
     let (path, _, _, _) = timed_run(dir.path(), n);
     let store = Store::open(&path).unwrap();
     let started = Instant::now();
-    let history = store.step_history(Some("throughput"), None, 1).unwrap();
+    let history = store.step_history(Some("throughput"), None, 1, RunFilter::default()).unwrap();
     println!("step_history over {n} rows: {:.3} s", started.elapsed().as_secs_f64());
     assert_eq!(history.iter().map(|h| h.tasks).sum::<u64>(), n);
     let mut streamed = 0u64;
     let started = Instant::now();
     store.task_history("throughput", "load", 1, None, |_, _| streamed += 1).unwrap();
     println!("task_history streamed {streamed} rows: {:.3} s", started.elapsed().as_secs_f64());
+    let run_id = store.runs(None, 1).unwrap()[0].run_id;
+    let started = Instant::now();
+    let read = store.timeline(run_id, |_| {}).unwrap();
+    println!("timeline streamed {read} rows: {:.3} s", started.elapsed().as_secs_f64());
+}
+
+/// A dataset builder's step of noop tasks over one integer dim, as `runner run` records it: keys
+/// spelled from indices, figures that repeat their block's. The file must stay under 30 bytes a
+/// task (SPEC users record 10⁶-task runs).
+#[test]
+fn a_large_step_of_quick_tasks_costs_under_30_bytes_a_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    let n: u64 = 200_000;
+    let keys = runner::store::StepKeys {
+        step: "cache".into(),
+        dims: vec![runner::store::KeyDim { name: "file".into(), value0: 0, value_step: 1, size: n }],
+    };
+    let recorder = store.start_run(&RunStart { keys: vec![keys], tasks_total: n, ..start("builder", "c") }).unwrap();
+    let step: Arc<str> = Arc::from("cache");
+    for chunk in (0..n).collect::<Vec<_>>().chunks(256) {
+        recorder.record_all(
+            chunk
+                .iter()
+                .map(|&i| TaskRecord {
+                    task_index: Some(i),
+                    key: None,
+                    estimate_bytes: 65536,
+                    worker: (i % 2) as u32,
+                    start_ms: i / 400,
+                    ..TaskRecord::new(step.clone(), "noop", TaskStatus::Ok)
+                })
+                .collect(),
+        );
+    }
+    recorder.finish(outcome(RunStatus::Ok)).unwrap();
+    drop(store);
+    let conn = raw(&path);
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).unwrap();
+    let pages = count(&conn, "PRAGMA page_count") - count(&conn, "PRAGMA freelist_count");
+    let bytes = pages * count(&conn, "PRAGMA page_size");
+    let per_task = bytes as f64 / n as f64;
+    println!("{n} tasks: {bytes} bytes, {per_task:.1} bytes a task");
+    assert!(per_task <= 30.0, "{per_task:.1} bytes a task");
+    // And every key reads back through the view.
+    assert_eq!(count(&conn, "SELECT count(*) FROM tasks WHERE key = 'file=' || task_index"), n as i64);
+    // The report's read: every task, keys spelled on demand.
+    let store = Store::open_read_only(&path).unwrap().unwrap();
+    let run_id = store.runs(None, 1).unwrap()[0].run_id;
+    let spelling = store.step_keys(run_id).unwrap().remove("cache").unwrap();
+    let started = Instant::now();
+    let mut seen = 0u64;
+    let read = store
+        .timeline(run_id, |t| {
+            assert_eq!((t.step, t.key, t.task_index), ("cache", None, Some(seen)));
+            assert_eq!((t.worker, t.start_ms, t.estimate_bytes), (Some((seen % 2) as u32), Some(seen / 400), 65536));
+            seen += 1;
+        })
+        .unwrap();
+    println!("timeline of {read} tasks read in {:.3} s", started.elapsed().as_secs_f64());
+    assert_eq!((read, seen), (n, n));
+    assert_eq!(spelling.key(12345), "file=12345");
+}
+
+#[test]
+fn an_interrupt_commits_what_was_recorded_and_a_dropped_recorder_never_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    // Interrupted from another thread: every row queued before is committed, then the run row.
+    let recorder = store.start_run(&start("r", "c")).unwrap();
+    let handle = recorder.interrupt_handle().unwrap();
+    record_range(&recorder, 0..5000, 2);
+    let interrupted = RunOutcome { wall_ms: 77, ..RunOutcome::new(RunStatus::Interrupted) };
+    assert!(std::thread::spawn(move || handle.interrupt(interrupted, Duration::from_secs(10))).join().unwrap());
+    let run_id = recorder.run_id();
+    assert_rows(&path, run_id, "c", 5000);
+    let row = store.run(run_id).unwrap().unwrap();
+    assert_eq!((row.status, row.wall_ms, row.tasks_ok.is_some()), (RunStatus::Interrupted, Some(77), true));
+    assert!(row.finished_at.is_some());
+    drop(recorder);
+    assert_eq!(store.run(run_id).unwrap().unwrap().status, RunStatus::Interrupted, "and it stays so");
+
+    // A handle still alive does not keep a dropped recorder's writer waiting.
+    let recorder = store.start_run(&start("r", "c2")).unwrap();
+    let _handle = recorder.interrupt_handle().unwrap();
+    record_range(&recorder, 0..10, 1);
+    let run_id = recorder.run_id();
+    drop(recorder);
+    assert_eq!(store.run(run_id).unwrap().unwrap().status, RunStatus::Aborted);
+    assert_rows(&path, run_id, "c2", 10);
+}
+
+#[test]
+fn resume_reads_back_each_tasks_hashes_and_output_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    let keys = runner::store::StepKeys {
+        step: "read".into(),
+        dims: vec![runner::store::KeyDim { name: "i".into(), value0: 10, value_step: 5, size: 100 }],
+    };
+    let recorder = store.start_run(&RunStart { keys: vec![keys], ..start("resumable", "c1") }).unwrap();
+    let run_id = recorder.run_id();
+    record_range(&recorder, 0..300, 1);
+    // A step whose keys are spelled from indices.
+    let read_step: Arc<str> = Arc::from("read");
+    recorder.record_all(
+        (0..100)
+            .map(|i| TaskRecord {
+                task_index: Some(i),
+                key: None,
+                args_hash: Some(42),
+                output_hash: Some(u64::MAX - i),
+                ..TaskRecord::new(read_step.clone(), "read_npy", TaskStatus::Ok)
+            })
+            .collect(),
+    );
+    recorder.finish(outcome(RunStatus::Failed)).unwrap();
+    assert_eq!(store.last_run_of("resumable", "c1").unwrap().map(|r| r.run_id), Some(run_id));
+    assert_eq!(store.last_run_of("resumable", "c2").unwrap(), None);
+    let steps = step_names();
+    let mut read = Vec::new();
+    assert_eq!(store.recorded_tasks(run_id, |t| read.push(t)).unwrap(), 400);
+    for t in &read {
+        let i = t.task_index.unwrap();
+        if t.step == "read" {
+            assert_eq!(
+                (t.key.as_str(), t.args_hash, t.output_hash),
+                (&*format!("i={}", 10 + 5 * i), Some(42), Some(u64::MAX - i))
+            );
+            continue;
+        }
+        let want = task(&steps, i);
+        assert_eq!(t.key, want.key.unwrap());
+        let inputs_hash = want.inputs_hash.filter(|&h| h != 0);
+        assert_eq!((t.status, t.args_hash, t.inputs_hash), (want.status, want.args_hash, inputs_hash));
+        assert_eq!((t.output_hash, &t.output_path), (want.output_hash, &want.output_path));
+    }
+    assert_eq!(read.iter().filter(|t| t.step == "read").count(), 100);
 }

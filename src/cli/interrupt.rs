@@ -1,5 +1,6 @@
-//! Ctrl-C and SIGTERM: before the process exits, the run's spill folder and scratch folders are
-//! removed, so an interrupted run leaves nothing behind. (A SIGKILLed run cannot clean up; its
+//! Ctrl-C and SIGTERM: before the process exits, the run is marked `interrupted` in the store
+//! ([`on_interrupt`]) and its spill folder and scratch folders are removed, so an interrupted
+//! run leaves nothing behind. (A SIGKILLed run cannot clean up; its
 //! spill folder is removed by the next run.)
 
 use std::path::PathBuf;
@@ -7,6 +8,10 @@ use std::sync::Mutex;
 
 /// Folders to remove when interrupted (the runs' scratch folders).
 static SCRATCH: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// What to do first when interrupted (mark the running run `interrupted` in the store), by id.
+type Action = Box<dyn FnOnce() + Send>;
+static ACTIONS: Mutex<Vec<(u64, Action)>> = Mutex::new(Vec::new());
 
 /// Blocks SIGINT and SIGTERM in the calling thread — every thread spawned afterwards inherits
 /// that — and waits for them on a thread of its own, where cleaning up may lock and allocate
@@ -28,6 +33,9 @@ pub fn install() {
         let mut signal = 0;
         // SAFETY: `set` lives in this closure; sigwait writes the signal number into `signal`.
         if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
+            let actions = std::mem::take(&mut *ACTIONS.lock().unwrap_or_else(|p| p.into_inner()));
+            actions.into_iter().for_each(|(_, action)| action());
+            crate::budget::release();
             let spill_folders = crate::memory::spill::remove_active_dirs();
             for dir in SCRATCH.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                 let _ = std::fs::remove_dir_all(dir);
@@ -46,4 +54,21 @@ pub fn install() {
 /// Removes `dir` too if the process is interrupted.
 pub fn remove_on_interrupt(dir: PathBuf) {
     SCRATCH.lock().unwrap_or_else(|p| p.into_inner()).push(dir);
+}
+
+/// Runs `action` before exiting if the process is interrupted while the guard lives.
+pub fn on_interrupt(action: impl FnOnce() + Send + 'static) -> InterruptGuard {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    ACTIONS.lock().unwrap_or_else(|p| p.into_inner()).push((id, Box::new(action)));
+    InterruptGuard(id)
+}
+
+/// Withdraws its [`on_interrupt`] action when dropped.
+pub struct InterruptGuard(u64);
+
+impl Drop for InterruptGuard {
+    fn drop(&mut self) {
+        ACTIONS.lock().unwrap_or_else(|p| p.into_inner()).retain(|(id, _)| *id != self.0);
+    }
 }

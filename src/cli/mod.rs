@@ -1,6 +1,6 @@
-//! The command line: `runner run | plan | plugins`. Parses arguments, loads the recipe, hands
-//! it to the engine and reports. Library errors are typed; here they become messages and exit
-//! codes (0 ok, 1 task failures, 2 invalid recipe or usage).
+//! The command line: `runner run | plan | history | replay | prune | plugins`. Parses
+//! arguments, loads the recipe, hands it to the engine and reports. Library errors are typed;
+//! here they become messages and exit codes (0 ok, 1 task failures, 2 invalid recipe or usage).
 
 mod failures;
 mod history_cmd;
@@ -9,9 +9,11 @@ mod logging;
 mod plan_cmd;
 mod plugins_cmd;
 mod progress;
+mod prune_cmd;
 pub mod record;
 mod replay_cmd;
 mod run_cmd;
+mod sampler;
 mod summary;
 
 use std::path::PathBuf;
@@ -68,6 +70,7 @@ enum Command {
     #[command(after_help = "Examples:\n  \
         runner history\n  \
         runner history --recipe precip-probability --step smooth --last 24\n  \
+        runner history --failed\n  \
         runner history --format json > history.json")]
     History(HistoryArgs),
     /// Run a recipe over a list of cycles in order against one store, a row per cycle.
@@ -82,8 +85,32 @@ enum Command {
         Exit codes: 0 every cycle ok and within its thresholds; 1 a task failed, a cycle exceeded \
         its budget (peak RSS > budget + 5% + 64 MiB) or a threshold was crossed; 2 invalid input.")]
     Replay(ReplayArgs),
+    /// Delete old runs from the feedback store (with their tasks and samples) and shrink it.
+    #[command(after_help = "Examples:\n  \
+        runner prune --keep 48\n  \
+        runner prune --before 2026-11-01 --db /data/runner.db\n  \
+        runner prune --keep 10 --recipe precip-probability\n\n\
+        --keep counts the runs of each recipe. Runs still going are never deleted.")]
+    Prune(PruneArgs),
     /// List the plugins this binary offers, with their args.
     Plugins,
+}
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["keep", "before"])))]
+struct PruneArgs {
+    /// The feedback store [default: runner.db in the working directory; env RUNNER_DB].
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// Keep the last N runs of each recipe, delete the older ones.
+    #[arg(long, value_name = "N")]
+    keep: Option<usize>,
+    /// Delete the runs started before this date (`2026-11-01`, UTC) or time (RFC 3339).
+    #[arg(long, value_name = "DATE")]
+    before: Option<String>,
+    /// Only runs of this recipe.
+    #[arg(long)]
+    recipe: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -97,9 +124,18 @@ struct HistoryArgs {
     /// Only this step (its name under `steps:`).
     #[arg(long, value_name = "NAME")]
     step: Option<String>,
-    /// How many of the most recent runs to show (a count of runs, not of rows).
-    #[arg(long, value_name = "N", default_value_t = 10)]
+    /// How many of the most recent runs to show (a count of runs, not of rows; at least 1).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     last: usize,
+    /// List the failed tasks of a run (the last one with failures, or --run), errors grouped.
+    #[arg(long)]
+    failed: bool,
+    /// The run whose failed tasks --failed lists (its id, as the table shows it).
+    #[arg(long, value_name = "ID")]
+    run: Option<i64>,
+    /// Also show runs stopped by Ctrl-C or SIGTERM (left out by default, as they are from learning).
+    #[arg(long)]
+    interrupted: bool,
     /// Output format: `text` (a table) or `json` (the rows, for scripts).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     format: OutputFormat,
@@ -231,9 +267,11 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
         Command::Run(args) => run_cmd::run(&registry, args),
         Command::Plan(args) => plan_cmd::plan(&registry, args),
         Command::History(args) => history_cmd::history(args),
+        Command::Prune(args) => prune_cmd::prune(args),
         Command::Replay(args) => replay_cmd::replay(&registry, args),
         Command::Plugins => plugins_cmd::list(&registry),
     };
+    crate::budget::release();
     match code {
         Ok(code) => ExitCode::from(code),
         Err(error) => {

@@ -1,29 +1,53 @@
 //! The CLI's side of the feedback loop: which store to use (`--db`, `RUNNER_DB`,
 //! `--no-record`), learning estimates from it before a run, and recording every task into it.
+//!
+//! What is learned from: the finished runs of a step (ok or failed) and the killed ones — a
+//! killed run's rows were measured like any other, only the tasks running when it died are
+//! missing — but not interrupted runs (Ctrl-C, SIGTERM): a run stopped on purpose is often a
+//! run that went wrong (a wrong budget, a wrong input), and its cycle is incomplete.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-use anyhow::Context as _;
-
+use super::interrupt::{self, InterruptGuard};
 use crate::Compiled;
 use crate::estimate::{Observation, Params};
-use crate::scheduler::{Outcome, TaskReport, TaskSink};
-use crate::store::{RunRecorder, Store, StoreError, TaskRecord, TaskStatus};
+use crate::plan::EstimateSource;
+use crate::recipe::DimValues;
+use crate::scheduler::{Outcome, RunOptions, TaskReport, TaskSink};
+use crate::store::writer::INTERRUPT_WAIT;
+use crate::store::{
+    Executor, KeyDim, RunOutcome, RunRecorder, RunStart, RunStatus, RunWritten, StepKeys, Store, StoreError,
+    TaskRecord, TaskStatus,
+};
 
 /// Runs of a step the estimator learns from.
 pub const HISTORY_RUNS: usize = 16;
 /// Tasks per run it reads at most (a million-task step is learned from a sample).
 pub const HISTORY_TASKS_PER_RUN: u64 = 5_000;
 
-/// Opens the store at `path` for recording, or, with `read_only`, only if it already exists
-/// (so `--no-record` and `runner plan` never create a file).
-pub fn open(path: &Path, read_only: bool) -> anyhow::Result<Option<Store>> {
-    if read_only && !path.exists() {
-        return Ok(None);
+/// Opens (or creates) the store at `path` for recording.
+pub fn open_for_recording(path: &Path) -> anyhow::Result<Store> {
+    Ok(Store::open(path)?)
+}
+
+/// Opens the store at `path` for reading only: `None` when there is none. Nothing is written
+/// (`plan`, `history`, `run --no-record`).
+pub fn open_for_reading(path: &Path) -> Result<Option<Store>, StoreError> {
+    Store::open_read_only(path)
+}
+
+/// [`open_for_reading`] for commands that can do without history (`plan`, `run --no-record`):
+/// a store of an older schema is skipped with a warning rather than refused.
+pub fn open_history(path: &Path) -> anyhow::Result<Option<Store>> {
+    match open_for_reading(path) {
+        Err(error @ StoreError::TooOld { .. }) => {
+            tracing::warn!("{error}; estimates do not use its history until then");
+            Ok(None)
+        }
+        other => Ok(other?),
     }
-    let store = Store::open(path).with_context(|| format!("opening the feedback store {}", path.display()))?;
-    Ok(Some(store))
 }
 
 /// The default store path: `RUNNER_DB` or `runner.db` in the working directory.
@@ -33,6 +57,7 @@ pub fn default_db() -> PathBuf {
 
 /// What the estimator learns `step` of `recipe` from: its last [`HISTORY_RUNS`] runs' tasks
 /// (a sample of [`HISTORY_TASKS_PER_RUN`] of each), their ages counted back from the newest run.
+/// Interrupted runs are left out (see the [module](self) documentation).
 pub fn step_observations(store: &Store, recipe: &str, step: &str) -> Result<Vec<Observation>, StoreError> {
     // (run index, observation with age still unknown).
     let mut rows: Vec<(usize, Observation)> = Vec::new();
@@ -44,7 +69,7 @@ pub fn step_observations(store: &Store, recipe: &str, step: &str) -> Result<Vec<
                 plugin_estimate: task.plugin_estimate_bytes.unwrap_or(0),
                 input_bytes: task.input_bytes,
                 estimate: task.estimate_bytes,
-                from_history: task.estimate_source == "history",
+                from_history: task.estimate_source == Some(EstimateSource::History),
             };
             rows.push((task.run_index, observation));
         }
@@ -66,51 +91,141 @@ pub fn learn(store: &Store, compiled: &mut Compiled) {
     plan.learn(steps, &history, Params::default());
 }
 
+/// The run row a run of `compiled` under `options` starts with, declaring the steps whose keys
+/// the store can spell from task indices.
+pub fn run_start(compiled: &Compiled, options: &RunOptions) -> RunStart {
+    let keys = key_spellings(compiled).into_iter().flatten().collect();
+    RunStart {
+        tasks_total: compiled.graph.total_tasks(),
+        executor: Executor::Local,
+        resumed_from: None,
+        keys,
+        ..RunStart::new(
+            compiled.recipe.name.clone(),
+            compiled.recipe.cycle.clone(),
+            options.budget,
+            options.workers as u32,
+        )
+    }
+}
+
+/// The store's spelling of each step's keys from task indices (in step order), for the steps
+/// whose dims are all arithmetic (counts, ranges, groups): their keys need not be stored.
+fn key_spellings(compiled: &Compiled) -> Vec<Option<StepKeys>> {
+    let recipe = &compiled.recipe;
+    let arithmetic = |dim_id: usize| -> Option<KeyDim> {
+        let dim = &recipe.dims[dim_id];
+        let (value0, value_step, size) = match &dim.values {
+            DimValues::Range { start, step, len } if *len > 0 => {
+                start.checked_add(step.checked_mul(i64::try_from(len - 1).ok()?)?)?;
+                (*start, *step, *len)
+            }
+            DimValues::Group { len, .. } => (0, 1, *len),
+            _ => return None,
+        };
+        Some(KeyDim { name: dim.name.clone(), value0, value_step, size })
+    };
+    compiled
+        .graph
+        .steps
+        .iter()
+        .zip(&recipe.steps)
+        .map(|(shape, step)| {
+            let dims = shape.dims.iter().map(|&d| arithmetic(d)).collect::<Option<Vec<_>>>()?;
+            Some(StepKeys { step: step.name.clone(), dims })
+        })
+        .collect()
+}
+
 /// Records a worker buffers before sending them on, at most.
 const RECORDS_PER_MESSAGE: usize = 256;
 
 /// Records finished tasks through a store's writer thread, a batch of a worker's tasks at a
-/// time (one channel message per batch rather than per task).
+/// time (one channel message per batch rather than per task). While it lives, Ctrl-C and
+/// SIGTERM complete the run row as `interrupted` (with every row finished by then) before the
+/// process exits.
 pub struct StoreSink {
-    pub recorder: RunRecorder,
+    /// First, so that it goes before the recorder when the sink is dropped.
+    _interrupt: Option<InterruptGuard>,
+    recorder: RunRecorder,
     /// Step names shared by every record of the step.
     steps: Vec<Arc<str>>,
+    /// Per step: whether the store spells its keys from task indices (so none is stored).
+    spelled: Vec<bool>,
     /// Each worker's records since its last flush; only that worker touches its own.
     pending: Box<[Mutex<Vec<TaskRecord>>]>,
 }
 
 impl StoreSink {
-    pub fn new(recorder: RunRecorder, compiled: &Compiled, workers: usize) -> StoreSink {
+    /// `start` is the run row `recorder` started with (its key spellings).
+    pub fn new(recorder: RunRecorder, start: &RunStart, compiled: &Compiled, workers: usize) -> StoreSink {
+        let spelled = compiled.recipe.steps.iter().map(|step| start.keys.iter().any(|k| k.step == step.name)).collect();
+        let started = Instant::now();
+        let interrupt = recorder.interrupt_handle().map(|handle| {
+            interrupt::on_interrupt(move || {
+                let outcome = RunOutcome {
+                    wall_ms: started.elapsed().as_millis() as u64,
+                    peak_rss_bytes: crate::measure::process_memory().map_or(0, |m| m.peak_rss_bytes),
+                    ..RunOutcome::new(RunStatus::Interrupted)
+                };
+                if !handle.interrupt(outcome, INTERRUPT_WAIT) {
+                    eprintln!("run {} could not be marked interrupted in the store in time", handle.run_id());
+                }
+            })
+        });
         StoreSink {
+            _interrupt: interrupt,
             recorder,
             steps: compiled.recipe.steps.iter().map(|s| Arc::from(s.name.as_str())).collect(),
+            spelled,
             pending: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
         }
     }
 
+    /// The recorder, for the sampler.
+    pub fn recorder(&self) -> &RunRecorder {
+        &self.recorder
+    }
+
+    /// Writes what is queued and completes the run row (see [`RunRecorder::finish`]).
+    pub fn finish(self, outcome: RunOutcome) -> Result<RunWritten, StoreError> {
+        // A signal from now on has nothing to mark: the run row is being completed.
+        drop(self._interrupt);
+        self.recorder.finish(outcome)
+    }
+
     fn to_record(&self, task: &TaskReport<'_>) -> TaskRecord {
         // By index, not by comparing names: this runs for every task.
-        let step = match self.steps.get(task.step_id) {
-            Some(name) if &**name == task.step => name.clone(),
-            _ => Arc::from(task.step),
+        let (step, spelled) = match (self.steps.get(task.step_id), self.spelled.get(task.step_id)) {
+            (Some(name), Some(&spelled)) if &**name == task.step => (name.clone(), spelled),
+            _ => (Arc::from(task.step), false),
         };
         TaskRecord {
             step,
-            key: task.key.to_string(),
+            task_index: Some(task.index),
+            key: (!spelled).then(|| task.key.to_string()),
             plugin: task.plugin,
             status: match task.outcome {
                 Outcome::Ok => TaskStatus::Ok,
                 Outcome::Failed => TaskStatus::Failed,
                 Outcome::Skipped => TaskStatus::Skipped,
             },
-            attempts: if task.outcome == Outcome::Skipped { 0 } else { 1 },
+            attempts: task.attempts,
             input_bytes: task.input_bytes,
             estimate_bytes: task.estimate,
-            estimate_source: task.source.as_str(),
+            estimate_source: task.source,
             plugin_estimate_bytes: task.plugin_estimate,
             peak_bytes: task.peak,
+            peak_source: task.peak_source,
             output_bytes: task.output_bytes,
             wall_ms: task.wall.as_millis() as u64,
+            worker: task.worker as u32,
+            start_ms: task.started.as_millis() as u64,
+            log_path: task.log_path.map(|p| p.display().to_string()),
+            args_hash: None,
+            inputs_hash: None,
+            output_hash: None,
+            output_path: None,
             error: task.error.map(str::to_string),
         }
     }
@@ -139,5 +254,35 @@ impl TaskSink for StoreSink {
                 self.recorder.record_all(std::mem::take(&mut *pending));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::recipe::CompileOptions;
+    use crate::registry::Registry;
+
+    fn compiled(text: &str) -> Compiled {
+        let registry = Registry::new(runner_std_plugins::all());
+        let options = CompileOptions { cycle: "c".into(), set: vec![] };
+        Compiled::from_text(Path::new("r.yaml"), text, &options, &registry).unwrap()
+    }
+
+    #[test]
+    fn the_store_spells_the_keys_the_engine_gives() {
+        let c = compiled(
+            "recipe: r\ndims:\n  member: 3\n  hour: {start: 6, stop: 15, step: 3}\n  lead: [1, 12, 3]\n  chunk: {group: hour, size: 2}\nsteps:\n  s:\n    plugin: noop\n    over: [member, hour]\n  l:\n    plugin: noop\n    over: [lead, member]\n  g:\n    plugin: noop\n    over: [chunk]\n",
+        );
+        let spellings = key_spellings(&c);
+        let (mut key, mut pairs) = (String::new(), Vec::new());
+        for (step, spelling) in [(0, &spellings[0]), (2, &spellings[2])] {
+            let spelling = spelling.as_ref().expect("arithmetic dims are spelled");
+            for index in 0..c.graph.steps[step].tasks {
+                c.graph.describe_task(&c.recipe, step, index, &mut key, &mut pairs);
+                assert_eq!(spelling.key(index), key);
+            }
+        }
+        assert!(spellings[1].is_none(), "a list's values are not arithmetic: its keys are stored");
     }
 }

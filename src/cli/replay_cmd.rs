@@ -47,7 +47,7 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     let recipe_path = args.cycles.parent().unwrap_or(Path::new(".")).join(&file.recipe);
     let options = run_options(&args.resources)?;
     let db = args.db.clone().unwrap_or_else(record::default_db);
-    let store = record::open(&db, false)?;
+    let store = Some(record::open_for_recording(&db)?);
     println!(
         "{:<20} {:>6} {:>8} {:>10} {:>10} {:>7} {:>7} {:>9}",
         "cycle", "tasks", "wall", "peak RSS", "budget", "under", "slack", "spilled"

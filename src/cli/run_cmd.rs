@@ -7,12 +7,12 @@ use anyhow::{Context as _, anyhow};
 
 use super::record::{self, StoreSink};
 use super::summary::RunSummary;
-use super::{EXIT_RUNTIME, EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress};
+use super::{EXIT_RUNTIME, EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress, sampler};
 use crate::Compiled;
 use crate::measure;
 use crate::registry::Registry;
 use crate::scheduler::{self, Progress, RunOptions, TaskSink};
-use crate::store::{RunOutcome, RunStart, RunStatus, Store};
+use crate::store::{RunOutcome, RunStatus, Store};
 
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
@@ -22,7 +22,7 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     }
     let options = run_options(&args.resources)?;
     let db = args.db.clone().unwrap_or_else(record::default_db);
-    let store = record::open(&db, args.no_record)?;
+    let store = if args.no_record { record::open_history(&db)? } else { Some(record::open_for_recording(&db)?) };
     let Executed { summary, store_error } = execute(&mut compiled, &options, store.as_ref(), !args.no_record)?;
     summary.print();
     let mut code = if summary.status == "ok" { 0 } else { EXIT_TASKS_FAILED };
@@ -55,11 +55,12 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
 
 /// Budget and workers from the command line, with their defaults.
 pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
-    let budget = match resources.budget {
-        Some(budget) => budget,
-        None => crate::budget::default_budget()
-            .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?,
-    };
+    let budget = crate::budget::choose(resources.budget)
+        .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?;
+    for warning in &budget.warnings {
+        eprintln!("warning: {warning}");
+    }
+    let budget = budget.bytes;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let workers = resources.workers.map(usize::from).unwrap_or(cpus);
     if workers > cpus {
@@ -91,25 +92,24 @@ pub fn execute(
     if let Some(store) = store {
         record::learn(store, compiled);
     }
-    let recorder = match (store, record) {
-        (Some(store), true) => Some(store.start_run(&RunStart {
-            recipe: compiled.recipe.name.clone(),
-            cycle: compiled.recipe.cycle.clone(),
-            budget_bytes: options.budget,
-            workers: options.workers as u32,
-        })?),
+    let sink = match (store, record) {
+        (Some(store), true) => {
+            let start = record::run_start(compiled, options);
+            let recorder = store.start_run(&start)?;
+            Some(StoreSink::new(recorder, &start, compiled, options.workers.max(1)))
+        }
         _ => None,
     };
-    let sink = recorder.map(|recorder| StoreSink::new(recorder, compiled, options.workers.max(1)));
     // Each run of a replay reports its own peak, not the process's.
     let _ = measure::reset_peak_rss();
     let progress = Progress::default();
     let report = std::thread::scope(|scope| {
         let bar = progress::spawn(scope, &progress);
+        let sampler = sink.as_ref().and_then(|s| sampler::spawn(scope, &progress, s.recorder()).ok());
         let sink = sink.as_ref().map(|s| s as &dyn TaskSink);
         let report = scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, options, &progress, sink);
-        if let Some(bar) = bar {
-            let _ = bar.join();
+        for thread in [bar, sampler].into_iter().flatten() {
+            let _ = thread.join();
         }
         report
     });
@@ -118,12 +118,15 @@ pub fn execute(
     let mut store_error = None;
     if let Some(sink) = sink {
         let status = if summary.status == "ok" { RunStatus::Ok } else { RunStatus::Failed };
-        match sink.recorder.finish(RunOutcome {
+        match sink.finish(RunOutcome {
             status,
             wall_ms: report.wall.as_millis() as u64,
             peak_rss_bytes: peak_rss,
             peak_reserved_bytes: report.peak_reserved,
             spilled_bytes: report.spilled_bytes,
+            spill_count: report.spill_count,
+            spill_error: report.spill_error.clone(),
+            oversized: summary.oversized,
         }) {
             Ok(written) => tracing::debug!(
                 rows = written.rows,

@@ -103,124 +103,30 @@ impl SpillError {
     }
 }
 
-/// Which process a folder belongs to. `boot` and `pidns` are `None` when unknown (then they are
-/// taken to be the same as ours).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Owner {
-    pid: u32,
-    /// Start time of the process in clock ticks since boot (`/proc/<pid>/stat`, field 22).
-    start: u64,
-    /// `/proc/sys/kernel/random/boot_id`: a folder from an earlier boot is stale whatever its pid.
-    boot: Option<String>,
-    /// The pid namespace (`/proc/self/ns/pid`): a pid from another namespace cannot be checked.
-    pidns: Option<String>,
-}
+/// Which process a folder belongs to: the process identity the store and the budget registry
+/// use too. A folder's marker file holds it; its name holds the pid and start time.
+use crate::process_identity::ProcessIdentity as Owner;
+pub use crate::process_identity::process_start_time;
 
-impl Owner {
-    fn this_process() -> &'static Owner {
-        static OWNER: OnceLock<Owner> = OnceLock::new();
-        OWNER.get_or_init(|| {
-            let pid = std::process::id();
-            Owner {
-                pid,
-                start: process_start_time(pid).unwrap_or(0),
-                boot: fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string()),
-                pidns: fs::read_link("/proc/self/ns/pid").ok().map(|p| p.to_string_lossy().into_owned()),
-            }
-        })
+/// `<pid>-<start>-<hex>`: the folder names this module makes (a start of 0: unknown).
+fn parse_folder_name(name: &str) -> Option<Owner> {
+    let mut parts = name.split('-');
+    let pid = parts.next()?;
+    let start = parts.next()?;
+    let random = parts.next()?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if parts.next().is_some()
+        || !digits(pid)
+        || !digits(start)
+        || random.is_empty()
+        || !random.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return None;
     }
-
-    /// The marker file's text: `key=value` lines.
-    fn marker(&self) -> String {
-        let mut text = format!("pid={}\nstart={}\n", self.pid, self.start);
-        if let Some(boot) = &self.boot {
-            text.push_str(&format!("boot={boot}\n"));
-        }
-        if let Some(pidns) = &self.pidns {
-            text.push_str(&format!("pidns={pidns}\n"));
-        }
-        text
-    }
-
-    fn parse_marker(text: &str) -> Option<Owner> {
-        let field = |key: &str| {
-            text.lines().find_map(|line| line.strip_prefix(key)?.strip_prefix('=')).map(|v| v.trim().to_string())
-        };
-        Some(Owner {
-            pid: field("pid")?.parse().ok()?,
-            start: field("start")?.parse().ok()?,
-            boot: field("boot"),
-            pidns: field("pidns"),
-        })
-    }
-
-    /// `<pid>-<start>-<hex>`: the folder names this module makes.
-    fn parse_folder_name(name: &str) -> Option<Owner> {
-        let mut parts = name.split('-');
-        let pid = parts.next()?;
-        let start = parts.next()?;
-        let random = parts.next()?;
-        let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if parts.next().is_some()
-            || !digits(pid)
-            || !digits(start)
-            || random.is_empty()
-            || !random.bytes().all(|b| b.is_ascii_hexdigit())
-        {
-            return None;
-        }
-        Some(Owner { pid: pid.parse().ok()?, start: start.parse().ok()?, boot: None, pidns: None })
-    }
-
-    /// True when the owner is certainly gone; false when it is alive or cannot be checked.
-    fn is_gone(&self) -> bool {
-        let us = Owner::this_process();
-        if let (Some(theirs), Some(ours)) = (&self.boot, &us.boot)
-            && theirs != ours
-        {
-            return true;
-        }
-        if let (Some(theirs), Some(ours)) = (&self.pidns, &us.pidns)
-            && theirs != ours
-        {
-            return false;
-        }
-        if us.start == 0 {
-            // No /proc: all we can ask is whether the pid exists.
-            // SAFETY: signal 0 only checks that the process exists and may be signalled.
-            let status = unsafe { libc::kill(self.pid as libc::pid_t, 0) };
-            return status != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-        }
-        match read_stat(self.pid) {
-            Ok(stat) => stat.zombie || stat.start != self.start,
-            Err(error) => error.kind() == io::ErrorKind::NotFound,
-        }
-    }
-}
-
-struct Stat {
-    start: u64,
-    zombie: bool,
-}
-
-/// Reads state and start time from `/proc/<pid>/stat`.
-fn read_stat(pid: u32) -> io::Result<Stat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat"))?;
-    let bad = || io::Error::new(io::ErrorKind::InvalidData, "unexpected /proc/<pid>/stat format");
-    // The command name (field 2) is in parentheses and may contain anything, ')' included.
-    let rest = &text[text.rfind(')').ok_or_else(bad)? + 1..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // `rest` starts at field 3 (state); field 22 is the start time.
-    let state = fields.first().ok_or_else(bad)?;
-    let start = fields.get(22 - 3).and_then(|s| s.parse().ok()).ok_or_else(bad)?;
-    Ok(Stat { start, zombie: matches!(*state, "Z" | "X" | "x") })
-}
-
-/// Start time of process `pid` in clock ticks since boot (`/proc/<pid>/stat`, field 22), or
-/// `None` when it does not exist or `/proc` cannot tell. Together with the pid it names one
-/// process: a recycled pid has a different start time.
-pub fn process_start_time(pid: u32) -> Option<u64> {
-    read_stat(pid).ok().map(|stat| stat.start)
+    let start: u64 = start.parse().ok()?;
+    let mut owner = Owner::from_pid_and_start(pid.parse().ok()?, start);
+    owner.start_ticks = (start != 0).then_some(start);
+    Some(owner)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -294,8 +200,8 @@ impl SpillDir {
             Some(dir) => (dir.to_path_buf(), false),
             None => (Self::default_parent(), true),
         };
-        let owner = Owner::this_process();
-        let path = parent.join(format!("{}-{}-{:016x}", owner.pid, owner.start, random_u64()));
+        let owner = Owner::current();
+        let path = parent.join(format!("{}-{}-{:016x}", owner.pid, owner.start_ticks.unwrap_or(0), random_u64()));
         SpillDir {
             inner: Arc::new(Inner {
                 parent,
@@ -364,7 +270,7 @@ impl SpillDir {
         for entry in entries.flatten() {
             let Ok(kind) = entry.file_type() else { continue };
             let name = entry.file_name();
-            let Some(from_name) = name.to_str().and_then(Owner::parse_folder_name) else { continue };
+            let Some(from_name) = name.to_str().and_then(parse_folder_name) else { continue };
             if !kind.is_dir() {
                 continue;
             }
@@ -410,7 +316,7 @@ impl SpillDir {
         }
         DirBuilder::new().mode(0o700).create(&inner.path).map_err(create_error(&inner.path))?;
         let marker = inner.path.join(OWNER_FILE);
-        if let Err(source) = fs::write(&marker, Owner::this_process().marker()) {
+        if let Err(source) = fs::write(&marker, Owner::current().marker()) {
             let _ = fs::remove_dir_all(&inner.path);
             return Err(SpillError::CreateDir { path: marker, source });
         }
@@ -796,29 +702,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn marker_round_trip() {
-        let owner = Owner::this_process();
-        assert_eq!(Owner::parse_marker(&owner.marker()).as_ref(), Some(owner));
-        assert_eq!(Owner::parse_marker("pid=12\nstart=34\n").map(|o| (o.pid, o.start)), Some((12, 34)));
-        assert_eq!(Owner::parse_marker("pid=12\n"), None);
-    }
-
-    #[test]
     fn folder_names() {
-        assert_eq!(Owner::parse_folder_name("12-34-00ff").map(|o| (o.pid, o.start)), Some((12, 34)));
+        assert_eq!(parse_folder_name("12-34-00ff"), Some(Owner::from_pid_and_start(12, 34)));
+        assert_eq!(parse_folder_name("12-0-00ff").map(|o| (o.pid, o.start_ticks)), Some((12, None)));
         for other in ["12-34", "12-34-zz", "a-34-ff", "12-34-ff-1", "notes", "-1-ff"] {
-            assert_eq!(Owner::parse_folder_name(other), None, "{other}");
+            assert_eq!(parse_folder_name(other), None, "{other}");
         }
-    }
-
-    #[test]
-    fn own_process_is_alive_and_a_recycled_pid_is_not() {
-        let us = Owner::this_process();
-        assert!(us.start > 0, "/proc/self/stat gives a start time");
-        assert!(!us.is_gone());
-        assert!(Owner { start: us.start + 1, ..us.clone() }.is_gone());
-        assert!(Owner { boot: Some("another boot".into()), ..us.clone() }.is_gone());
-        let other_ns = Owner { start: us.start + 1, pidns: Some("pid:[1]".into()), ..us.clone() };
-        assert!(!other_ns.is_gone(), "another namespace's pid cannot be checked: kept");
     }
 }

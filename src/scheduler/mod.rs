@@ -78,6 +78,8 @@ pub struct TaskReport<'a> {
     /// The step's index in the recipe, and its name.
     pub step_id: StepId,
     pub step: &'a str,
+    /// The task's linear index in its step (row-major over its `over` dims), and its key.
+    pub index: u64,
     pub key: &'a str,
     pub plugin: &'static str,
     pub outcome: Outcome,
@@ -462,6 +464,7 @@ impl<'s, 'r> Worker<'s, 'r> {
                     worker: self.id,
                     step_id: task.step,
                     step: &step.name,
+                    index: task.index,
                     key: &self.key,
                     plugin: step.plugin.name(),
                     outcome: Outcome::Skipped,
@@ -785,6 +788,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             worker: self.id,
             step_id: picked.task.step,
             step: &step.name,
+            index: picked.task.index,
             key: &self.key,
             plugin: step.plugin.name(),
             outcome,

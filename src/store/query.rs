@@ -2,14 +2,23 @@
 //! streamed (or limited per run), and aggregates are computed by SQLite, whose sorter spills to
 //! temporary files rather than growing without bound.
 //!
-//! Both readers find one run's rows of one step through `task_blocks`: a few ranges of task ids,
-//! read in the order they were recorded. `FROM {STEP_ROWS}` below is that join; the `CROSS JOIN`
-//! makes SQLite loop over the blocks outside and the task ids inside.
+//! The readers work on the compact tables, not the `tasks` view: they find one run's rows of
+//! one step through `task_blocks` (a few ranges of task ids, read in the order they were
+//! recorded; `FROM {STEP_ROWS}` below is that join, and its `CROSS JOIN` makes SQLite loop over
+//! the blocks outside and the task ids inside), take a block's value where a row has none, and
+//! spell keys from task indices in Rust only for the few rows that show them.
+
+use std::collections::HashMap;
 
 use rusqlite::{Row, params};
 use serde::Serialize;
 
-use super::{RunStatus, Store, StoreError, TaskStatus, from_sql_int, to_sql_int};
+use super::{
+    KeyDim, RunStatus, StepKeys, Store, StoreError, TaskStatus, from_sql_int, parse_estimate_source, run_owner,
+    status_now, to_sql_int,
+};
+use crate::measure::PeakSource;
+use crate::plan::EstimateSource;
 
 /// A run in a history, as the estimator and `runner history` see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -18,23 +27,46 @@ pub struct HistoryRun {
     pub recipe: String,
     pub cycle: String,
     pub started_at: String,
+    /// As stored, except that a `running` run whose process is gone reads as `killed`.
     pub status: RunStatus,
 }
 
-/// One task row of a step's history, borrowing its strings from the database row.
+/// Which runs a history reads besides the finished and killed ones.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RunFilter {
+    /// Runs still going.
+    pub running: bool,
+    /// Runs stopped by Ctrl-C or SIGTERM: what they measured is real, but a run cut short is
+    /// no picture of a cycle, so they are left out unless asked for.
+    pub interrupted: bool,
+}
+
+impl RunFilter {
+    fn keeps(self, status: RunStatus) -> bool {
+        match status {
+            RunStatus::Running => self.running,
+            RunStatus::Interrupted => self.interrupted,
+            RunStatus::Ok | RunStatus::Failed | RunStatus::Killed | RunStatus::Aborted => true,
+        }
+    }
+}
+
+/// One task row of a step's history.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HistoryTask<'a> {
+pub struct HistoryTask {
     pub run_id: i64,
     /// The position of its run in the runs [`Store::task_history`] returns: 0 is the oldest.
     pub run_index: usize,
-    pub key: &'a str,
+    /// Its linear index in the step (`None` for rows recorded before schema version 3).
+    pub task_index: Option<u64>,
     pub status: TaskStatus,
     pub attempts: u32,
     pub input_bytes: u64,
     pub estimate_bytes: u64,
-    pub estimate_source: &'a str,
+    pub estimate_source: Option<EstimateSource>,
     pub plugin_estimate_bytes: Option<u64>,
     pub peak_bytes: u64,
+    pub peak_source: Option<PeakSource>,
     pub output_bytes: u64,
     pub wall_ms: u64,
 }
@@ -69,53 +101,91 @@ pub struct StepHistory {
     pub wall_ms_total: u64,
 }
 
-const TASK_COLUMNS: &str = "t.run_id, t.key, t.status, t.attempts, t.input_bytes, t.estimate_bytes, \
-     t.estimate_source, t.plugin_estimate_bytes, t.peak_bytes, t.output_bytes, t.wall_ms";
+/// A failed task of a run, for `runner history --failed`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedTask {
+    pub step: String,
+    pub key: String,
+    pub task_index: Option<u64>,
+    pub error: Option<String>,
+    pub log_path: Option<String>,
+}
+
+/// One task of a run's timeline ([`Store::timeline`]): where and when it ran, what it was
+/// estimated at and what it took. Its key is `StepKeys::key(task_index)` where
+/// [`Store::step_keys`] has its step, else [`TimelineTask::key`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimelineTask<'a> {
+    pub step: &'a str,
+    pub task_index: Option<u64>,
+    /// The stored key (`None` where it is spelled from the index).
+    pub key: Option<&'a str>,
+    pub status: TaskStatus,
+    pub worker: Option<u32>,
+    pub start_ms: Option<u64>,
+    pub wall_ms: u64,
+    pub estimate_bytes: u64,
+    pub peak_bytes: u64,
+}
+
+/// A task of an earlier run with what `--resume` compares to reuse it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RecordedTask {
+    pub step: String,
+    pub task_index: Option<u64>,
+    pub key: String,
+    pub status: TaskStatus,
+    pub args_hash: Option<u64>,
+    pub inputs_hash: Option<u64>,
+    pub output_hash: Option<u64>,
+    pub output_path: Option<String>,
+}
 
 /// The tasks `t` of the blocks `b`, for a `WHERE` on `b.run_id` and `b.step`.
-const STEP_ROWS: &str =
-    "task_blocks AS b CROSS JOIN tasks AS t ON t.task_id BETWEEN b.first_task_id AND b.last_task_id";
+pub(crate) const STEP_ROWS: &str =
+    "task_blocks AS b CROSS JOIN task_rows AS t ON t.task_id BETWEEN b.first_task_id AND b.last_task_id";
 
-fn history_task<'a>(row: &'a Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask<'a>> {
-    let int = |i: usize| row.get::<_, i64>(i).map(from_sql_int);
-    let status = row.get_ref(2)?.as_str()?;
+/// Every row of run `?1`.
+pub(crate) const RUN_ROWS: &str = "task_blocks AS b CROSS JOIN task_rows AS t \
+     ON t.task_id BETWEEN b.first_task_id AND b.last_task_id WHERE b.run_id = ?1";
+
+/// A row's estimate: its own, or its block's.
+const ESTIMATE: &str = "coalesce(t.estimate_bytes, b.estimate_bytes)";
+
+const TASK_COLUMNS: &str = "b.run_id, t.task_index, t.status, t.attempts, t.input_bytes, \
+     coalesce(t.estimate_bytes, b.estimate_bytes), coalesce(t.estimate_source, b.estimate_source), \
+     coalesce(t.plugin_estimate_bytes, b.plugin_estimate_bytes), t.peak_bytes, \
+     coalesce(t.peak_source, b.peak_source), t.output_bytes, t.wall_ms";
+
+fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask> {
+    let int = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map_or(0, from_sql_int));
+    let text = |i: usize| row.get_ref(i).map(|v| v.as_str_or_null().ok().flatten());
     Ok(HistoryTask {
         run_id: row.get(0)?,
         run_index,
-        key: row.get_ref(1)?.as_str()?,
-        status: TaskStatus::parse(status).unwrap_or(TaskStatus::Failed),
+        task_index: row.get::<_, Option<i64>>(1)?.map(from_sql_int),
+        status: TaskStatus::from_code(row.get(2)?),
         attempts: row.get(3)?,
         input_bytes: int(4)?,
         estimate_bytes: int(5)?,
-        estimate_source: row.get_ref(6)?.as_str()?,
+        estimate_source: text(6)?.and_then(parse_estimate_source),
         plugin_estimate_bytes: row.get::<_, Option<i64>>(7)?.map(from_sql_int),
         peak_bytes: int(8)?,
-        output_bytes: int(9)?,
-        wall_ms: int(10)?,
-    })
-}
-
-fn history_run(row: &Row<'_>) -> rusqlite::Result<HistoryRun> {
-    let status: String = row.get(4)?;
-    Ok(HistoryRun {
-        run_id: row.get(0)?,
-        recipe: row.get(1)?,
-        cycle: row.get(2)?,
-        started_at: row.get(3)?,
-        status: RunStatus::parse(&status).unwrap_or(RunStatus::Killed),
+        peak_source: text(9)?.and_then(PeakSource::parse),
+        output_bytes: int(10)?,
+        wall_ms: int(11)?,
     })
 }
 
 impl Store {
     /// The last `last` runs, oldest first, of `recipe` (or of every recipe), keeping only those
-    /// with rows for `step` if one is given. Runs still `running` are left out unless
-    /// `include_running`.
+    /// with rows for `step` if one is given, and those `filter` lets through.
     pub fn history_runs(
         &self,
         recipe: Option<&str>,
         step: Option<&str>,
         last: usize,
-        include_running: bool,
+        filter: RunFilter,
     ) -> Result<Vec<HistoryRun>, StoreError> {
         let what = "listing the runs of a history";
         // With a recipe, `recipe = ?1` walks the index runs_by_recipe backwards.
@@ -123,33 +193,49 @@ impl Store {
         let mut stmt = self
             .conn()
             .prepare_cached(&format!(
-                "SELECT run_id, recipe, cycle, started_at, status FROM runs \
-                 WHERE {recipe_filter} AND (?4 OR status != 'running') \
+                "SELECT run_id, recipe, cycle, started_at, status, pid, proc_start, boot_id, host, pid_ns FROM runs \
+                 WHERE {recipe_filter} \
                  AND (?2 IS NULL OR EXISTS (SELECT 1 FROM task_blocks AS b WHERE b.run_id = runs.run_id AND b.step = ?2)) \
-                 ORDER BY run_id DESC LIMIT ?3",
+                 ORDER BY run_id DESC",
             ))
             .map_err(|e| self.err(what, e))?;
-        let mut runs = stmt
-            .query_map(params![recipe, step, to_sql_int(last as u64), include_running], history_run)
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-            .map_err(|e| self.err(what, e))?;
+        let mut rows = stmt.query(params![recipe, step]).map_err(|e| self.err(what, e))?;
+        let mut runs = Vec::new();
+        while runs.len() < last {
+            let Some(row) = rows.next().map_err(|e| self.err(what, e))? else { break };
+            let read = || -> rusqlite::Result<HistoryRun> {
+                let stored: String = row.get(4)?;
+                Ok(HistoryRun {
+                    run_id: row.get(0)?,
+                    recipe: row.get(1)?,
+                    cycle: row.get(2)?,
+                    started_at: row.get(3)?,
+                    status: status_now(&stored, || run_owner(row, 5)),
+                })
+            };
+            let run = read().map_err(|e| self.err(what, e))?;
+            if filter.keeps(run.status) {
+                runs.push(run);
+            }
+        }
         runs.reverse();
         Ok(runs)
     }
 
-    /// The estimator's view of a step: the last `last_runs` finished (or killed) runs of `recipe`
-    /// that have rows for `step`, oldest first (run order is cycle order), and each of their task
-    /// rows of the step streamed to `each` in run order, then recording order — at most
-    /// `max_tasks_per_run` per run, the first recorded. Returns the runs.
+    /// The estimator's view of a step: the last `last_runs` runs of `recipe` that have rows for
+    /// `step` (finished, failed or killed: not running, not interrupted), oldest first (run
+    /// order is cycle order), and each of their task rows of the step streamed to `each` in run
+    /// order, then recording order — at most `max_tasks_per_run` per run, the first recorded.
+    /// Returns the runs.
     pub fn task_history(
         &self,
         recipe: &str,
         step: &str,
         last_runs: usize,
         max_tasks_per_run: Option<u64>,
-        mut each: impl FnMut(&HistoryRun, HistoryTask<'_>),
+        mut each: impl FnMut(&HistoryRun, HistoryTask),
     ) -> Result<Vec<HistoryRun>, StoreError> {
-        let runs = self.history_runs(Some(recipe), Some(step), last_runs, false)?;
+        let runs = self.history_runs(Some(recipe), Some(step), last_runs, RunFilter::default())?;
         let what = "reading the task history of a step";
         let mut stmt = self
             .conn()
@@ -169,26 +255,28 @@ impl Store {
     }
 
     /// Estimate against actual per step, for `runner history`: for each of the last `last_runs`
-    /// runs (of `recipe`, or of any; with rows for `step` if given), oldest first, one entry per
-    /// step (or just `step`) in the order the run first recorded them.
+    /// runs (of `recipe`, or of any; with rows for `step` if given; running ones included,
+    /// interrupted ones as `filter` says), oldest first, one entry per step (or just `step`) in
+    /// the order the run first recorded them.
     pub fn step_history(
         &self,
         recipe: Option<&str>,
         step: Option<&str>,
         last_runs: usize,
+        filter: RunFilter,
     ) -> Result<Vec<StepHistory>, StoreError> {
-        let runs = self.history_runs(recipe, step, last_runs, true)?;
+        let runs = self.history_runs(recipe, step, last_runs, RunFilter { running: true, ..filter })?;
         let what = "aggregating the task history";
         let mut aggregate = self
             .conn()
             .prepare_cached(&format!(
-                "SELECT b.step, min(t.plugin), group_concat(DISTINCT t.estimate_source), count(*), \
-                   sum(t.status = 'ok'), sum(t.status = 'failed'), sum(t.status = 'skipped'), \
-                   max(CASE WHEN t.status != 'skipped' THEN t.estimate_bytes END), \
-                   max(CASE WHEN t.status != 'skipped' THEN t.peak_bytes END), \
-                   sum(t.status != 'skipped' AND t.peak_bytes > t.estimate_bytes), \
-                   total(CASE WHEN t.status != 'skipped' THEN t.estimate_bytes END), \
-                   total(CASE WHEN t.status != 'skipped' THEN t.peak_bytes END), \
+                "SELECT b.step, min(b.plugin), group_concat(DISTINCT coalesce(t.estimate_source, b.estimate_source)), \
+                   count(*), sum(t.status = 0), sum(t.status = 1), sum(t.status = 2), \
+                   max(CASE WHEN t.status != 2 THEN {ESTIMATE} END), \
+                   max(CASE WHEN t.status != 2 THEN t.peak_bytes END), \
+                   sum(t.status != 2 AND t.peak_bytes > {ESTIMATE}), \
+                   total(CASE WHEN t.status != 2 THEN {ESTIMATE} END), \
+                   total(CASE WHEN t.status != 2 THEN t.peak_bytes END), \
                    total(t.wall_ms), min(b.first_task_id) AS first \
                  FROM {STEP_ROWS} WHERE b.run_id = ?1 AND (?2 IS NULL OR b.step = ?2) GROUP BY b.step ORDER BY first",
             ))
@@ -198,7 +286,8 @@ impl Store {
             let steps = aggregate
                 .query_map(params![run.run_id, step], |row| {
                     let int = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map_or(0, from_sql_int));
-                    let mut sources: Vec<String> = row.get::<_, String>(2)?.split(',').map(str::to_string).collect();
+                    let sources: Option<String> = row.get(2)?;
+                    let mut sources: Vec<&str> = sources.as_deref().unwrap_or("").split(',').collect();
                     sources.sort();
                     let (estimate_total, peak_total): (f64, f64) = (row.get(10)?, row.get(11)?);
                     Ok(StepHistory {
@@ -228,8 +317,8 @@ impl Store {
             for mut entry in steps {
                 let ran = entry.ok + entry.failed;
                 if ran > 0 {
-                    entry.estimate_p50 = self.lower_median(run.run_id, &entry.step, "estimate_bytes", ran)?;
-                    entry.peak_p50 = self.lower_median(run.run_id, &entry.step, "peak_bytes", ran)?;
+                    entry.estimate_p50 = self.lower_median(run.run_id, &entry.step, ESTIMATE, ran)?;
+                    entry.peak_p50 = self.lower_median(run.run_id, &entry.step, "t.peak_bytes", ran)?;
                 }
                 out.push(entry);
             }
@@ -237,17 +326,185 @@ impl Store {
         Ok(out)
     }
 
-    /// The ⌈n/2⌉-th smallest `column` of the `ran` tasks of a step that ran.
+    /// The ⌈n/2⌉-th smallest `column` (an SQL expression over `t` and `b`) of the `ran` tasks
+    /// of a step that ran.
     fn lower_median(&self, run_id: i64, step: &str, column: &'static str, ran: u64) -> Result<u64, StoreError> {
         let what = "computing a median of the task history";
         let sql = format!(
-            "SELECT t.{column} FROM {STEP_ROWS} WHERE b.run_id = ?1 AND b.step = ?2 AND t.status != 'skipped' \
-             ORDER BY t.{column} LIMIT 1 OFFSET ?3"
+            "SELECT {column} FROM {STEP_ROWS} WHERE b.run_id = ?1 AND b.step = ?2 AND t.status != 2 \
+             ORDER BY 1 LIMIT 1 OFFSET ?3"
         );
         let mut stmt = self.conn().prepare_cached(&sql).map_err(|e| self.err(what, e))?;
-        let value: i64 = stmt
+        let value: Option<i64> = stmt
             .query_row(params![run_id, step, to_sql_int((ran - 1) / 2)], |r| r.get(0))
             .map_err(|e| self.err(what, e))?;
-        Ok(from_sql_int(value))
+        Ok(value.map_or(0, from_sql_int))
+    }
+
+    /// Every task of run `run_id`, streamed to `each` in recording order, read from the compact
+    /// tables without spelling keys (cheaper than the `tasks` view, which spells every key in
+    /// SQL). Returns how many there were.
+    pub fn timeline(&self, run_id: i64, mut each: impl FnMut(TimelineTask<'_>)) -> Result<u64, StoreError> {
+        let what = "reading a run's timeline";
+        let mut stmt = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT b.step, t.task_index, t.key, t.status, t.worker, t.start_ms, t.wall_ms, {ESTIMATE}, t.peak_bytes \
+                 FROM {STEP_ROWS} WHERE b.run_id = ?1 ORDER BY b.first_task_id, t.task_id"
+            ))
+            .map_err(|e| self.err(what, e))?;
+        let mut rows = stmt.query([run_id]).map_err(|e| self.err(what, e))?;
+        let mut count = 0;
+        while let Some(row) = rows.next().map_err(|e| self.err(what, e))? {
+            let read = || -> rusqlite::Result<TimelineTask<'_>> {
+                let opt = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map(from_sql_int));
+                Ok(TimelineTask {
+                    step: row.get_ref(0)?.as_str()?,
+                    task_index: opt(1)?,
+                    key: row.get_ref(2)?.as_str_or_null()?,
+                    status: TaskStatus::from_code(row.get(3)?),
+                    worker: row.get(4)?,
+                    start_ms: opt(5)?,
+                    wall_ms: opt(6)?.unwrap_or(0),
+                    estimate_bytes: opt(7)?.unwrap_or(0),
+                    peak_bytes: opt(8)?.unwrap_or(0),
+                })
+            };
+            each(read().map_err(|e| self.err(what, e))?);
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// The latest run of `recipe` at `cycle`, whatever its status: what `--resume` continues.
+    pub fn last_run_of(&self, recipe: &str, cycle: &str) -> Result<Option<super::RunRow>, StoreError> {
+        let what = "looking for the last run of a cycle";
+        let run_id: Option<i64> = self
+            .conn()
+            .query_row("SELECT max(run_id) FROM runs WHERE recipe = ?1 AND cycle = ?2", params![recipe, cycle], |r| {
+                r.get(0)
+            })
+            .map_err(|e| self.err(what, e))?;
+        match run_id {
+            Some(run_id) => self.run(run_id),
+            None => Ok(None),
+        }
+    }
+
+    /// Every task row of run `run_id` with its resume columns (hashes, output path), keys
+    /// spelled, streamed to `each` in recording order. Returns how many there were.
+    pub fn recorded_tasks(&self, run_id: i64, mut each: impl FnMut(RecordedTask)) -> Result<u64, StoreError> {
+        let what = "reading a run's tasks for --resume";
+        let keys = self.step_keys(run_id)?;
+        let mut stmt = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT b.step, t.task_index, t.key, t.status, nullif(coalesce(e.args_hash, b.args_hash), 0), \
+                   nullif(coalesce(e.inputs_hash, b.inputs_hash), 0), nullif(coalesce(e.output_hash, b.output_hash), 0), \
+                   e.output_path \
+                 FROM {STEP_ROWS} LEFT JOIN task_details AS e ON e.task_id = t.task_id WHERE b.run_id = ?1 \
+                 ORDER BY b.first_task_id, t.task_id"
+            ))
+            .map_err(|e| self.err(what, e))?;
+        let mut rows = stmt.query([run_id]).map_err(|e| self.err(what, e))?;
+        let mut count = 0;
+        while let Some(row) = rows.next().map_err(|e| self.err(what, e))? {
+            let read = || -> rusqlite::Result<RecordedTask> {
+                let step: String = row.get(0)?;
+                let task_index = row.get::<_, Option<i64>>(1)?.map(from_sql_int);
+                let key = match (row.get::<_, Option<String>>(2)?, task_index, keys.get(&step)) {
+                    (Some(key), _, _) => key,
+                    (None, Some(index), Some(spelling)) => spelling.key(index),
+                    _ => String::new(),
+                };
+                let hash = |i: usize| row.get::<_, Option<i64>>(i).map(|h| h.map(|h| h as u64));
+                Ok(RecordedTask {
+                    step,
+                    task_index,
+                    key,
+                    status: TaskStatus::from_code(row.get(3)?),
+                    args_hash: hash(4)?,
+                    inputs_hash: hash(5)?,
+                    output_hash: hash(6)?,
+                    output_path: row.get(7)?,
+                })
+            };
+            each(read().map_err(|e| self.err(what, e))?);
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// How run `run_id` spells the keys of its steps over integer dims (`step_dims`), by step.
+    pub fn step_keys(&self, run_id: i64) -> Result<HashMap<String, StepKeys>, StoreError> {
+        let what = "reading how a run's keys are spelled";
+        let mut stmt = self
+            .conn()
+            .prepare_cached(
+                "SELECT step, name, value0, value_step, size FROM step_dims WHERE run_id = ?1 ORDER BY step, pos",
+            )
+            .map_err(|e| self.err(what, e))?;
+        let mut rows = stmt.query([run_id]).map_err(|e| self.err(what, e))?;
+        let mut keys: HashMap<String, StepKeys> = HashMap::new();
+        while let Some(row) = rows.next().map_err(|e| self.err(what, e))? {
+            let read = || -> rusqlite::Result<(String, KeyDim)> {
+                let dim = KeyDim {
+                    name: row.get(1)?,
+                    value0: row.get(2)?,
+                    value_step: row.get(3)?,
+                    size: from_sql_int(row.get(4)?),
+                };
+                Ok((row.get(0)?, dim))
+            };
+            let (step, dim) = read().map_err(|e| self.err(what, e))?;
+            keys.entry(step.clone()).or_insert_with(|| StepKeys { step, dims: Vec::new() }).dims.push(dim);
+        }
+        Ok(keys)
+    }
+
+    /// The failed tasks of run `run_id`: steps in the order the run recorded them, tasks by
+    /// index within a step (rows without an index after, by key).
+    pub fn failed_tasks(&self, run_id: i64) -> Result<Vec<FailedTask>, StoreError> {
+        let what = "listing a run's failed tasks";
+        let keys = self.step_keys(run_id)?;
+        let mut stmt = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT b.step, t.key, t.task_index, e.error, e.log_path, b.first_task_id FROM {STEP_ROWS} \
+                 LEFT JOIN task_details AS e ON e.task_id = t.task_id WHERE b.run_id = ?1 AND t.status = 1"
+            ))
+            .map_err(|e| self.err(what, e))?;
+        let mut rows = stmt.query([run_id]).map_err(|e| self.err(what, e))?;
+        let mut failed = Vec::new();
+        // Where each step's rows start, to order steps as the run recorded them.
+        let mut step_order: HashMap<String, i64> = HashMap::new();
+        while let Some(row) = rows.next().map_err(|e| self.err(what, e))? {
+            let read = || -> rusqlite::Result<(FailedTask, i64)> {
+                let step: String = row.get(0)?;
+                let task_index = row.get::<_, Option<i64>>(2)?.map(from_sql_int);
+                let key = match (row.get::<_, Option<String>>(1)?, task_index, keys.get(&step)) {
+                    (Some(key), _, _) => key,
+                    (None, Some(index), Some(spelling)) => spelling.key(index),
+                    _ => String::new(),
+                };
+                let task = FailedTask { step, key, task_index, error: row.get(3)?, log_path: row.get(4)? };
+                Ok((task, row.get(5)?))
+            };
+            let (task, block) = read().map_err(|e| self.err(what, e))?;
+            let first = step_order.entry(task.step.clone()).or_insert(block);
+            *first = (*first).min(block);
+            failed.push(task);
+        }
+        failed.sort_by(|a, b| {
+            let order = |t: &FailedTask| step_order.get(&t.step).copied().unwrap_or(i64::MAX);
+            (order(a), &a.step, a.task_index.is_none(), a.task_index, &a.key).cmp(&(
+                order(b),
+                &b.step,
+                b.task_index.is_none(),
+                b.task_index,
+                &b.key,
+            ))
+        });
+        Ok(failed)
     }
 }

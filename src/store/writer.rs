@@ -1,14 +1,25 @@
-//! Recording a run's tasks off the scheduler's hot path.
+//! Recording a run off the scheduler's hot path.
 //!
-//! Workers send [`TaskRecord`]s into a bounded channel ([`CHANNEL_CAPACITY`]); when it is full a
-//! sender waits (back-pressure: the records in flight never exceed the capacity plus one batch).
-//! One writer thread per run, with its own connection, takes them out and inserts them in
-//! transactions of up to [`BATCH_ROWS`] rows, or whatever arrived within [`FLUSH_INTERVAL`] of a
-//! batch's first row, 32 rows per prepared `INSERT`, binding only what differs from the row
-//! bound before in the same place. A batch is written a step at a time, so a
-//! step's rows get consecutive task ids, recorded as one `task_blocks` row (the history reads
-//! find a step's rows by these blocks; a per-row index would double the cost of recording). Each
-//! transaction takes the write lock immediately (`BEGIN IMMEDIATE`) and holds it only while
+//! Workers send batches of [`TaskRecord`]s, the sampler [`Sample`]s and [`RunEvent`]s, into a
+//! bounded channel ([`CHANNEL_CAPACITY`]); when it is full a task sender waits (back-pressure:
+//! the records in flight never exceed the capacity plus one batch), a sample is dropped. One
+//! writer thread per run, with its own connection, takes them out and commits them:
+//!
+//! - **promptly**, so that a process that dies (an `abort()` or a stack overflow in a plugin, a
+//!   SIGKILL) loses at most the tasks running at that moment and the few finished in its last
+//!   [`COMMIT_GAP`]: rows are committed as soon as the channel is empty, but no sooner than
+//!   [`COMMIT_GAP`] after the previous commit, and at the latest [`FLUSH_INTERVAL`] after the
+//!   first uncommitted row or when [`BATCH_ROWS`] wait. Samples and events alone wait up to
+//!   [`SAMPLE_FLUSH`] (they ride along with task rows otherwise). Each commit also moves the run
+//!   row's `recorded_ms` on, from which a later open dates the end of a killed run.
+//! - **compactly**: a batch is written a step at a time, so a step's rows get consecutive task
+//!   ids, recorded as one `task_blocks` row that also holds what the rows share (plugin, and the
+//!   first row's estimate, sources and hashes; a row stores these only where it differs), 32
+//!   rows per prepared `INSERT`, binding only what differs from the row bound before in the same
+//!   place. Errors, paths and hashes unlike the block's go to `task_details`, only for the rows
+//!   that have them.
+//!
+//! Each transaction takes the write lock immediately (`BEGIN IMMEDIATE`) and holds it only while
 //! inserting, so concurrent runs on one file take turns. The run row is completed in the same
 //! transaction as the last batch.
 
@@ -19,53 +30,86 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{self, Receiver, RecvTimeoutError, Sender};
-use rusqlite::{Connection, Statement, TransactionBehavior, params};
+use rusqlite::{Connection, Statement, ToSql, TransactionBehavior, params};
 
-use super::{RunOutcome, RunStatus, StoreError, TaskRecord, TaskStatus, connect, now_text, to_sql_int};
+use super::connect::{self, Found};
+use super::{
+    RunEvent, RunOutcome, RunStatus, Sample, StoreError, TaskRecord, TaskStatus, hash_to_sql, now_text, to_sql_int,
+};
 
-/// Messages (a record, or a worker's batch of up to a few hundred) that may wait in the channel
+/// Messages (a worker's batch of records, a sample, an event) that may wait in the channel
 /// before senders block.
 pub const CHANNEL_CAPACITY: usize = 256;
 /// Rows per transaction at most.
 pub const BATCH_ROWS: usize = 10_000;
-/// A batch is written at the latest this long after its first row arrived.
+/// Task rows are committed at the latest this long after the first of them arrived.
 pub const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
-/// Attempts at a batch that finds the file locked for longer than the busy timeout.
-const BUSY_ATTEMPTS: u32 = 3;
+/// Commits are at least this far apart, so that a stream of small batches is not committed one
+/// by one (a commit writes a few 16 KiB pages to the WAL).
+pub const COMMIT_GAP: Duration = Duration::from_millis(20);
+/// Samples and events with no task row to ride along are committed at the latest this late.
+pub const SAMPLE_FLUSH: Duration = Duration::from_secs(1);
+/// How long [`RunInterrupt::interrupt`] waits for the writer to commit what it has.
+pub const INTERRUPT_WAIT: Duration = Duration::from_secs(3);
 
 /// Rows per `INSERT` statement: one statement per row spends most of its time starting and
 /// finishing the statement rather than inserting.
 const ROWS_PER_INSERT: usize = 32;
-/// Parameters every row of a statement shares: run id, step, plugin.
-const SHARED_PARAMS: usize = 3;
-/// Parameters of each row of its own (see [`bind_row`]).
-const ROW_PARAMS: usize = 11;
+/// The columns of a `task_rows` row the writer binds, in order (see [`row_cells`]).
+const ROW_COLUMNS: [&str; 14] = [
+    "task_index",
+    "key",
+    "status",
+    "attempts",
+    "input_bytes",
+    "estimate_bytes",
+    "estimate_source",
+    "plugin_estimate_bytes",
+    "peak_bytes",
+    "peak_source",
+    "output_bytes",
+    "wall_ms",
+    "worker",
+    "start_ms",
+];
+const ROW_PARAMS: usize = ROW_COLUMNS.len();
 
-/// `INSERT INTO tasks` of `rows` rows: `?1`..`?3` shared, then [`ROW_PARAMS`] per row. Task ids
-/// are left to SQLite, which appends (one more than the largest) faster than it places a given id.
-fn insert_tasks_sql(rows: usize) -> String {
-    let mut sql = String::from(
-        "INSERT INTO tasks (run_id, step, plugin, key, status, attempts, input_bytes, estimate_bytes, \
-         estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, wall_ms, error) VALUES ",
-    );
+/// `INSERT INTO task_rows` of `rows` rows, [`ROW_PARAMS`] parameters each. Task ids are left to
+/// SQLite, which appends (one more than the largest) faster than it places a given id.
+fn insert_rows_sql(rows: usize) -> String {
+    let mut sql = format!("INSERT INTO task_rows ({}) VALUES ", ROW_COLUMNS.join(", "));
     for row in 0..rows {
-        let first = SHARED_PARAMS + row * ROW_PARAMS + 1;
+        let first = row * ROW_PARAMS + 1;
         let own: Vec<String> = (first..first + ROW_PARAMS).map(|p| format!("?{p}")).collect();
         let separator = if row > 0 { ", " } else { "" };
-        sql.push_str(&format!("{separator}(?1, ?2, ?3, {})", own.join(", ")));
+        sql.push_str(&format!("{separator}({})", own.join(", ")));
     }
     sql
 }
 
-const INSERT_BLOCK: &str =
-    "INSERT INTO task_blocks (run_id, step, first_task_id, last_task_id, tasks) VALUES (?1, ?2, ?3, ?4, ?5)";
+const INSERT_BLOCK: &str = "INSERT INTO task_blocks (run_id, step, first_task_id, last_task_id, tasks, plugin, \
+     estimate_source, estimate_bytes, plugin_estimate_bytes, peak_source, args_hash, inputs_hash, output_hash) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
+
+const INSERT_DETAILS: &str = "INSERT INTO task_details (task_id, error, log_path, output_path, args_hash, \
+     inputs_hash, output_hash) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+const INSERT_SAMPLE: &str = "INSERT OR IGNORE INTO samples (run_id, t_ms, reserved_bytes, live_bytes, rss_bytes, \
+     resident_bytes, spilled_bytes, running_tasks, external_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+
+const INSERT_EVENT: &str = "INSERT INTO events (run_id, t_ms, kind, bytes, detail) VALUES (?1, ?2, ?3, ?4, ?5)";
+
+const RECORDED: &str = "UPDATE runs SET recorded_ms = max(coalesce(recorded_ms, 0), ?2) WHERE run_id = ?1";
 
 const FINISH_RUN: &str = "UPDATE runs SET finished_at = ?2, status = ?3, wall_ms = ?4, peak_rss_bytes = ?5, \
-     peak_reserved_bytes = ?6, spilled_bytes = ?7, tasks_ok = ?8, tasks_failed = ?9, tasks_skipped = ?10, \
-     underestimates = ?11 WHERE run_id = ?1";
+     peak_reserved_bytes = ?6, spilled_bytes = ?7, spill_count = ?8, spill_error = ?9, oversized = ?10, \
+     tasks_ok = ?11, tasks_failed = ?12, tasks_skipped = ?13, underestimates = ?14, estimate_bytes_sum = ?15, \
+     peak_bytes_sum = ?16, recorded_ms = max(coalesce(recorded_ms, 0), ?17) WHERE run_id = ?1";
 
 enum Message {
     Tasks(Vec<TaskRecord>),
+    Sample(Sample),
+    Event(RunEvent),
     Finish(RunOutcome),
 }
 
@@ -83,7 +127,7 @@ pub struct RunWritten {
     pub cpu_time: Duration,
 }
 
-/// Records one run's tasks; see the [module](self) documentation. `Sync`: workers share it by
+/// Records one run; see the [module](self) documentation. `Sync`: workers share it by
 /// reference. Dropping it without [`finish`](RunRecorder::finish) still writes what was recorded
 /// and marks the run [`RunStatus::Aborted`].
 pub struct RunRecorder {
@@ -91,6 +135,8 @@ pub struct RunRecorder {
     path: PathBuf,
     sender: Option<Sender<Message>>,
     writer: Option<JoinHandle<WriterEnd>>,
+    /// Disconnected when the writer thread ends.
+    ended: Receiver<()>,
     /// Records the channel refused (the writer thread was gone).
     dropped: AtomicU64,
     committed: Arc<AtomicU64>,
@@ -102,18 +148,48 @@ impl std::fmt::Debug for RunRecorder {
     }
 }
 
+/// Ends a run's recording from another thread (the signal handler's): what was queued is
+/// committed, then the run row is completed with the given outcome.
+#[derive(Debug, Clone)]
+pub struct RunInterrupt {
+    run_id: i64,
+    sender: Sender<Message>,
+    ended: Receiver<()>,
+}
+
+impl RunInterrupt {
+    /// The run it ends.
+    pub fn run_id(&self) -> i64 {
+        self.run_id
+    }
+
+    /// Asks the writer to commit what it has and complete the run row with `outcome`, and
+    /// waits up to `wait` for it. True when the writer has ended in time.
+    pub fn interrupt(&self, outcome: RunOutcome, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        // A writer that has ended already refuses the message: nothing more to do then.
+        let _ = self.sender.send_deadline(Message::Finish(outcome), deadline);
+        matches!(self.ended.recv_deadline(deadline), Err(channel::RecvTimeoutError::Disconnected) | Ok(()))
+    }
+}
+
 impl RunRecorder {
     pub(crate) fn start(path: &Path, run_id: i64) -> Result<RunRecorder, StoreError> {
-        let conn = connect(path)?;
+        let conn = connect::open_writer(path, Found::Store { version: super::SCHEMA_VERSION })?;
         let (sender, receiver) = channel::bounded(CHANNEL_CAPACITY);
+        let (end_signal, ended) = channel::bounded(0);
         let committed = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             conn,
+            path: path.to_path_buf(),
             run_id,
             receiver,
+            _end_signal: end_signal,
             committed: committed.clone(),
             groups: Vec::new(),
             counts: Counts::default(),
+            pending: Pending::default(),
+            last_commit: Instant::now(),
             received: 0,
             batches: 0,
             write_time: Duration::ZERO,
@@ -121,12 +197,13 @@ impl RunRecorder {
         let writer = std::thread::Builder::new()
             .name(format!("store-writer-{run_id}"))
             .spawn(move || writer.run())
-            .map_err(|source| StoreError::Spawn { path: path.to_path_buf(), source })?;
+            .map_err(|error| StoreError::Spawn { path: path.to_path_buf(), error })?;
         Ok(RunRecorder {
             run_id,
             path: path.to_path_buf(),
             sender: Some(sender),
             writer: Some(writer),
+            ended,
             dropped: AtomicU64::new(0),
             committed,
         })
@@ -138,9 +215,9 @@ impl RunRecorder {
     }
 
     /// Queues one task row, as a message of its own ([`record_all`](RunRecorder::record_all)
-    /// sends many in one). Blocks only while the channel is full. After
-    /// a write error the writer discards what it receives, counting it as lost, and
-    /// [`finish`](RunRecorder::finish) reports the error.
+    /// sends many in one). Blocks only while the channel is full. After a write error the writer
+    /// discards what it receives, counting it as lost, and [`finish`](RunRecorder::finish)
+    /// reports the error.
     pub fn record(&self, task: TaskRecord) {
         self.record_all(vec![task]);
     }
@@ -153,6 +230,26 @@ impl RunRecorder {
         if !sent {
             self.dropped.fetch_add(count, Ordering::Relaxed);
         }
+    }
+
+    /// Queues a memory sample; dropped rather than waited for when the channel is full.
+    pub fn sample(&self, sample: Sample) {
+        if let Some(sender) = &self.sender {
+            let _ = sender.try_send(Message::Sample(sample));
+        }
+    }
+
+    /// Queues an event.
+    pub fn event(&self, event: RunEvent) {
+        if let Some(sender) = &self.sender {
+            let _ = sender.send(Message::Event(event));
+        }
+    }
+
+    /// A handle that ends this run's recording from another thread (see [`RunInterrupt`]).
+    pub fn interrupt_handle(&self) -> Option<RunInterrupt> {
+        let sender = self.sender.clone()?;
+        Some(RunInterrupt { run_id: self.run_id, sender, ended: self.ended.clone() })
     }
 
     /// Task rows committed so far.
@@ -186,11 +283,11 @@ impl RunRecorder {
                 write_time: end.write_time,
                 cpu_time: end.cpu_time,
             }),
-            Some(source) => Err(StoreError::Write {
+            Some(error) => Err(StoreError::Write {
                 path: self.path.clone(),
                 run_id: self.run_id,
                 lost: self.dropped.load(Ordering::Relaxed) + end.received - end.written,
-                source,
+                error,
             }),
         }
     }
@@ -198,6 +295,10 @@ impl RunRecorder {
 
 impl Drop for RunRecorder {
     fn drop(&mut self) {
+        // Said, not left to the channel's disconnection: a `RunInterrupt` may hold a sender.
+        if let Some(sender) = self.sender.take() {
+            let _ = sender.send(Message::Finish(RunOutcome::new(RunStatus::Aborted)));
+        }
         if self.writer.is_some()
             && let Err(e) = self.join()
         {
@@ -206,12 +307,17 @@ impl Drop for RunRecorder {
     }
 }
 
+/// What the run row counts of the rows written.
 #[derive(Default, Clone, Copy)]
 struct Counts {
     ok: u64,
     failed: u64,
     skipped: u64,
     underestimates: u64,
+    estimate_sum: u64,
+    peak_sum: u64,
+    /// How far into the run the records reach, in ms.
+    recorded_ms: u64,
 }
 
 impl Counts {
@@ -221,8 +327,13 @@ impl Counts {
             TaskStatus::Failed => self.failed += 1,
             TaskStatus::Skipped => self.skipped += 1,
         }
-        if task.status != TaskStatus::Skipped && task.peak_bytes > task.estimate_bytes {
-            self.underestimates += 1;
+        if task.status != TaskStatus::Skipped {
+            if task.peak_bytes > task.estimate_bytes {
+                self.underestimates += 1;
+            }
+            self.estimate_sum = self.estimate_sum.saturating_add(task.estimate_bytes);
+            self.peak_sum = self.peak_sum.saturating_add(task.peak_bytes);
+            self.recorded_ms = self.recorded_ms.max(task.start_ms.saturating_add(task.wall_ms));
         }
     }
 }
@@ -244,23 +355,53 @@ struct Group {
     rows: Vec<u32>,
 }
 
+/// What the writer holds until its next commit.
+#[derive(Default)]
+struct Pending {
+    tasks: Vec<TaskRecord>,
+    samples: Vec<Sample>,
+    events: Vec<RunEvent>,
+    first_task_at: Option<Instant>,
+    first_sample_at: Option<Instant>,
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.tasks.is_empty() && self.samples.is_empty() && self.events.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.tasks.clear();
+        self.samples.clear();
+        self.events.clear();
+        self.first_task_at = None;
+        self.first_sample_at = None;
+    }
+}
+
 /// What one transaction writes.
 struct Batch<'a> {
     run_id: i64,
-    tasks: &'a [TaskRecord],
+    pending: &'a Pending,
     groups: &'a [Group],
+    recorded_ms: u64,
     finish: Option<(RunOutcome, Counts)>,
 }
 
 struct Writer {
     conn: Connection,
+    path: PathBuf,
     run_id: i64,
     receiver: Receiver<Message>,
+    /// Dropped when the thread ends, which is what [`RunInterrupt::interrupt`] waits for.
+    _end_signal: Sender<()>,
     /// Reused from batch to batch (see [`Writer::group`]).
     groups: Vec<Group>,
     committed: Arc<AtomicU64>,
     /// Of committed rows.
     counts: Counts,
+    pending: Pending,
+    last_commit: Instant,
     received: u64,
     batches: u64,
     write_time: Duration,
@@ -268,6 +409,7 @@ struct Writer {
 
 impl Writer {
     fn run(mut self) -> WriterEnd {
+        connect::waiting_on_this_thread(&self.path);
         let error = self.serve().err();
         if error.is_some() {
             // Count what still arrives as lost, until `finish` or the recorder is dropped, so
@@ -276,6 +418,7 @@ impl Writer {
                 match message {
                     Message::Tasks(tasks) => self.received += tasks.len() as u64,
                     Message::Finish(_) => break,
+                    Message::Sample(_) | Message::Event(_) => {}
                 }
             }
         }
@@ -290,84 +433,93 @@ impl Writer {
         // The receiver drops here: senders blocked on a full channel wake up and give up.
     }
 
+    /// When the next commit is due if nothing else arrives, or `None` if nothing waits.
+    fn deadline(&self) -> Option<Instant> {
+        let tasks = self.pending.first_task_at.map(|first| {
+            let latest = first + FLUSH_INTERVAL;
+            if self.receiver.is_empty() { latest.min(self.last_commit + COMMIT_GAP) } else { latest }
+        });
+        let samples = self.pending.first_sample_at.map(|first| first + SAMPLE_FLUSH);
+        match (tasks, samples) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     fn serve(&mut self) -> rusqlite::Result<()> {
-        let mut batch: Vec<TaskRecord> = Vec::with_capacity(BATCH_ROWS);
-        let mut deadline = Instant::now();
         loop {
-            let message = if batch.is_empty() {
-                self.receiver.recv().map_err(|_| RecvTimeoutError::Disconnected)
-            } else {
-                self.receiver.recv_deadline(deadline)
+            let message = match self.deadline() {
+                None => self.receiver.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(deadline) => self.receiver.recv_deadline(deadline),
             };
+            let now = || Some(Instant::now());
             match message {
                 Ok(Message::Tasks(mut tasks)) => {
                     self.received += tasks.len() as u64;
-                    if batch.is_empty() {
-                        deadline = Instant::now() + FLUSH_INTERVAL;
-                    }
-                    batch.append(&mut tasks);
-                    if batch.len() >= BATCH_ROWS {
-                        self.write(&mut batch, None)?;
+                    let pending = &mut self.pending;
+                    pending.first_task_at = pending.first_task_at.or_else(now);
+                    pending.tasks.append(&mut tasks);
+                    if pending.tasks.len() >= BATCH_ROWS {
+                        self.write(None)?;
                     }
                 }
-                Ok(Message::Finish(outcome)) => return self.write(&mut batch, Some(outcome)),
-                Err(RecvTimeoutError::Timeout) => self.write(&mut batch, None)?,
-                Err(RecvTimeoutError::Disconnected) => {
-                    // The recorder was dropped without `finish`.
-                    let aborted = RunOutcome {
-                        status: RunStatus::Aborted,
-                        wall_ms: 0,
-                        peak_rss_bytes: 0,
-                        peak_reserved_bytes: 0,
-                        spilled_bytes: 0,
-                    };
-                    return self.write(&mut batch, Some(aborted));
+                Ok(Message::Sample(sample)) => {
+                    self.pending.first_sample_at = self.pending.first_sample_at.or_else(now);
+                    self.pending.samples.push(sample);
                 }
+                Ok(Message::Event(event)) => {
+                    self.pending.first_sample_at = self.pending.first_sample_at.or_else(now);
+                    self.pending.events.push(event);
+                }
+                Ok(Message::Finish(outcome)) => return self.write(Some(outcome)),
+                Err(RecvTimeoutError::Timeout) => self.write(None)?,
+                // The recorder was dropped without `finish`.
+                Err(RecvTimeoutError::Disconnected) => return self.write(Some(RunOutcome::new(RunStatus::Aborted))),
             }
         }
     }
 
-    /// Commits `batch` (and the run row's completion), retrying a few times if the file stays
-    /// locked beyond the busy timeout. Clears the batch once it is committed.
-    fn write(&mut self, batch: &mut Vec<TaskRecord>, finish: Option<RunOutcome>) -> rusqlite::Result<()> {
+    /// Commits what is pending (and the run row's completion). Clears it once committed.
+    fn write(&mut self, finish: Option<RunOutcome>) -> rusqlite::Result<()> {
+        if self.pending.is_empty() && finish.is_none() {
+            return Ok(());
+        }
         let started = Instant::now();
-        let used = self.group(batch);
+        let used = self.group();
         let mut counts = self.counts;
-        for task in batch.iter() {
+        for task in &self.pending.tasks {
             counts.add(task);
         }
-        let write = Batch {
+        let sampled = self.pending.samples.iter().map(|s| s.t_ms).chain(self.pending.events.iter().map(|e| e.t_ms));
+        counts.recorded_ms = counts.recorded_ms.max(sampled.max().unwrap_or(0));
+        let batch = Batch {
             run_id: self.run_id,
-            tasks: batch,
+            pending: &self.pending,
             groups: &self.groups[..used],
+            recorded_ms: counts.recorded_ms,
             finish: finish.map(|outcome| (outcome, counts)),
         };
-        let mut attempt = 1;
-        let result = loop {
-            match write.commit(&mut self.conn) {
-                Err(e) if attempt < BUSY_ATTEMPTS && is_busy(&e) => attempt += 1,
-                result => break result,
-            }
-        };
+        let result = batch.commit(&mut self.conn);
         self.write_time += started.elapsed();
         result?;
+        self.last_commit = Instant::now();
         self.counts = counts;
         self.batches += 1;
-        self.committed.fetch_add(batch.len() as u64, Ordering::Release);
-        batch.clear();
+        self.committed.fetch_add(self.pending.tasks.len() as u64, Ordering::Release);
+        self.pending.clear();
         Ok(())
     }
 
-    /// Sorts the batch's rows by step, keeping their order within a step, into the first groups
+    /// Sorts the pending rows by step, keeping their order within a step, into the first groups
     /// of `self.groups`; returns how many groups there are.
-    fn group(&mut self, batch: &[TaskRecord]) -> usize {
+    fn group(&mut self) -> usize {
         fn same(group: &Group, task: &TaskRecord) -> bool {
             (Arc::ptr_eq(&group.step, &task.step) || group.step == task.step) && group.plugin == task.plugin
         }
         let groups = &mut self.groups;
         let mut used = 0;
         let mut current = 0;
-        for (index, task) in batch.iter().enumerate() {
+        for (index, task) in self.pending.tasks.iter().enumerate() {
             if used == 0 || !same(&groups[current], task) {
                 current = match groups[..used].iter().position(|g| same(g, task)) {
                     Some(found) => found,
@@ -390,117 +542,280 @@ impl Writer {
     }
 }
 
-impl Batch<'_> {
-    /// One transaction: the rows, a step at a time, each step's consecutive task ids as a
-    /// block, and the run row's completion if this is the last batch.
-    fn commit(&self, conn: &mut Connection) -> rusqlite::Result<()> {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        if !self.tasks.is_empty() {
-            // The write lock is ours (`BEGIN IMMEDIATE`), and SQLite gives each new row one more
-            // than the largest id (while that is below 2⁶³ − 1): so this batch's rows get the ids
-            // from max + 1 in insertion order, and each step's rows are one block.
-            let mut next_id: i64 = tx.query_row("SELECT coalesce(max(task_id), 0) + 1 FROM tasks", [], |r| r.get(0))?;
-            let mut many = tx.prepare_cached(&insert_tasks_sql(ROWS_PER_INSERT))?;
-            let mut one = tx.prepare_cached(&insert_tasks_sql(1))?;
-            let mut block = tx.prepare_cached(INSERT_BLOCK)?;
-            // Bindings survive the reset after each statement: what rows share is bound once.
-            for insert in [&mut many, &mut one] {
-                insert.raw_bind_parameter(1, self.run_id)?;
-            }
-            block.raw_bind_parameter(1, self.run_id)?;
-            // The task last bound to each row of each statement: a value equal to what is bound
-            // already (most of a step's statuses, sources, sizes) is not bound again.
-            let mut bound_many: [Option<&TaskRecord>; ROWS_PER_INSERT] = [None; ROWS_PER_INSERT];
-            let mut bound_one: [Option<&TaskRecord>; 1] = [None];
-            for group in self.groups {
-                let first = next_id;
-                for insert in [&mut many, &mut one] {
-                    insert.raw_bind_parameter(2, &*group.step)?;
-                    insert.raw_bind_parameter(3, group.plugin)?;
-                }
-                let chunks = group.rows.chunks_exact(ROWS_PER_INSERT);
-                let rest = chunks.remainder();
-                for chunk in chunks {
-                    for (row, &index) in chunk.iter().enumerate() {
-                        let task = &self.tasks[index as usize];
-                        bind_row(&mut many, row, task, bound_many[row].replace(task))?;
-                    }
-                    many.raw_execute()?;
-                }
-                for &index in rest {
-                    let task = &self.tasks[index as usize];
-                    bind_row(&mut one, 0, task, bound_one[0].replace(task))?;
-                    one.raw_execute()?;
-                }
-                next_id += group.rows.len() as i64;
-                debug_assert_eq!(tx.last_insert_rowid(), next_id - 1, "task ids are consecutive");
-                block.raw_bind_parameter(2, &*group.step)?;
-                block.raw_bind_parameter(3, first)?;
-                block.raw_bind_parameter(4, next_id - 1)?;
-                block.raw_bind_parameter(5, next_id - first)?;
-                block.raw_execute()?;
-            }
+/// One value as bound to a statement parameter. `Unbound` is what a fresh statement holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cell<'a> {
+    Unbound,
+    Null,
+    Int(i64),
+    Text(&'a str),
+}
+
+impl Cell<'_> {
+    fn bind(self, stmt: &mut Statement<'_>, param: usize) -> rusqlite::Result<()> {
+        match self {
+            Cell::Unbound | Cell::Null => stmt.raw_bind_parameter(param, rusqlite::types::Null),
+            Cell::Int(value) => stmt.raw_bind_parameter(param, value),
+            Cell::Text(text) => stmt.raw_bind_parameter(param, text),
         }
-        if let Some((outcome, counts)) = self.finish {
-            let finished = outcome.status != RunStatus::Aborted;
-            tx.execute(
-                FINISH_RUN,
-                params![
-                    self.run_id,
-                    now_text(),
-                    outcome.status.as_str(),
-                    finished.then_some(to_sql_int(outcome.wall_ms)),
-                    finished.then_some(to_sql_int(outcome.peak_rss_bytes)),
-                    finished.then_some(to_sql_int(outcome.peak_reserved_bytes)),
-                    finished.then_some(to_sql_int(outcome.spilled_bytes)),
-                    to_sql_int(counts.ok),
-                    to_sql_int(counts.failed),
-                    to_sql_int(counts.skipped),
-                    to_sql_int(counts.underestimates),
-                ],
-            )?;
-        }
-        tx.commit()
+    }
+
+    fn hash(hash: Option<u64>) -> Cell<'static> {
+        hash.filter(|&h| h != 0).map_or(Cell::Null, |h| Cell::Int(hash_to_sql(h)))
     }
 }
 
-/// One integer column of a task row, as SQLite stores it.
-type IntField = fn(&TaskRecord) -> i64;
+/// What a block's rows share unless they say otherwise: its first row's values.
+struct BlockDefaults {
+    estimate_bytes: u64,
+    plugin_estimate_bytes: u64,
+    estimate_source: &'static str,
+    peak_source: &'static str,
+    args_hash: Cell<'static>,
+    inputs_hash: Cell<'static>,
+    output_hash: Cell<'static>,
+}
 
-/// Binds `task` as row `row` of an insert statement whose row holds `bound`'s values now (if
-/// any): only the values that differ are bound.
-fn bind_row(
-    insert: &mut Statement<'_>,
-    row: usize,
-    task: &TaskRecord,
-    bound: Option<&TaskRecord>,
-) -> rusqlite::Result<()> {
-    let at = SHARED_PARAMS + row * ROW_PARAMS;
-    let changed = |field: IntField| bound.is_none_or(|b| field(b) != field(task));
-    insert.raw_bind_parameter(at + 1, task.key.as_str())?;
-    if bound.is_none_or(|b| b.status != task.status) {
-        insert.raw_bind_parameter(at + 2, task.status.as_str())?;
-    }
-    let ints: [(usize, IntField); 7] = [
-        (3, |t| i64::from(t.attempts)),
-        (4, |t| to_sql_int(t.input_bytes)),
-        (5, |t| to_sql_int(t.estimate_bytes)),
-        (7, |t| to_sql_int(t.plugin_estimate_bytes)),
-        (8, |t| to_sql_int(t.peak_bytes)),
-        (9, |t| to_sql_int(t.output_bytes)),
-        (10, |t| to_sql_int(t.wall_ms)),
-    ];
-    for (param, field) in ints {
-        if changed(field) {
-            insert.raw_bind_parameter(at + param, field(task))?;
+impl BlockDefaults {
+    fn of(first: &TaskRecord) -> BlockDefaults {
+        BlockDefaults {
+            estimate_bytes: first.estimate_bytes,
+            plugin_estimate_bytes: first.plugin_estimate_bytes,
+            estimate_source: first.estimate_source.as_str(),
+            peak_source: first.peak_source.as_str(),
+            args_hash: Cell::hash(first.args_hash),
+            inputs_hash: Cell::hash(first.inputs_hash),
+            output_hash: Cell::hash(first.output_hash),
         }
     }
-    if bound.is_none_or(|b| b.estimate_source != task.estimate_source) {
-        insert.raw_bind_parameter(at + 6, task.estimate_source)?;
+
+    /// A row's hash as `task_details` stores it: NULL when it is the block's, 0 for none.
+    fn own_hash(block: Cell<'static>, hash: Option<u64>) -> Cell<'static> {
+        match Cell::hash(hash) {
+            cell if cell == block => Cell::Null,
+            Cell::Null => Cell::Int(0),
+            cell => cell,
+        }
     }
-    if bound.is_none_or(|b| b.error.is_some() || task.error.is_some()) {
-        insert.raw_bind_parameter(at + 11, task.error.as_deref())?;
+
+    /// `task`'s `task_details` values after its task id, if it needs a row there.
+    fn details<'a>(&self, task: &'a TaskRecord) -> Option<[Cell<'a>; 6]> {
+        let text = |t: &'a Option<String>| t.as_deref().map_or(Cell::Null, Cell::Text);
+        let cells = [
+            text(&task.error),
+            text(&task.log_path),
+            text(&task.output_path),
+            Self::own_hash(self.args_hash, task.args_hash),
+            Self::own_hash(self.inputs_hash, task.inputs_hash),
+            Self::own_hash(self.output_hash, task.output_hash),
+        ];
+        cells.iter().any(|c| *c != Cell::Null).then_some(cells)
     }
+}
+
+/// `task`'s `task_rows` values, in [`ROW_COLUMNS`] order: what equals the block's is NULL.
+fn row_cells<'a>(task: &'a TaskRecord, block: &BlockDefaults) -> [Cell<'a>; ROW_PARAMS] {
+    let int = |v: u64| Cell::Int(to_sql_int(v));
+    let unless_default = |v: u64, default: u64| if v == default { Cell::Null } else { int(v) };
+    let text_unless = |v: &'static str, default: &str| if v == default { Cell::Null } else { Cell::Text(v) };
+    [
+        task.task_index.map_or(Cell::Null, int),
+        task.key.as_deref().map_or(Cell::Null, Cell::Text),
+        Cell::Int(task.status.code()),
+        Cell::Int(i64::from(task.attempts)),
+        int(task.input_bytes),
+        unless_default(task.estimate_bytes, block.estimate_bytes),
+        text_unless(task.estimate_source.as_str(), block.estimate_source),
+        unless_default(task.plugin_estimate_bytes, block.plugin_estimate_bytes),
+        int(task.peak_bytes),
+        text_unless(task.peak_source.as_str(), block.peak_source),
+        int(task.output_bytes),
+        int(task.wall_ms),
+        Cell::Int(i64::from(task.worker)),
+        int(task.start_ms),
+    ]
+}
+
+/// Binds `cells` as row `row` of an insert statement whose row holds `bound` now: only the
+/// values that differ are bound.
+fn bind_row<'a>(
+    insert: &mut Statement<'_>,
+    row: usize,
+    cells: [Cell<'a>; ROW_PARAMS],
+    bound: &mut [Cell<'a>; ROW_PARAMS],
+) -> rusqlite::Result<()> {
+    let at = row * ROW_PARAMS;
+    for (column, (cell, was)) in cells.into_iter().zip(bound.iter_mut()).enumerate() {
+        if cell != *was {
+            cell.bind(insert, at + column + 1)?;
+            *was = cell;
+        }
+    }
+    Ok(())
+}
+
+impl Batch<'_> {
+    /// One transaction: the rows, a step at a time, each step's consecutive task ids as a
+    /// block; the samples and events; how far the records reach; and the run row's completion
+    /// if this is the last batch.
+    fn commit(&self, conn: &mut Connection) -> rusqlite::Result<()> {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        if !self.pending.tasks.is_empty() {
+            self.insert_tasks(&tx)?;
+        }
+        if !self.pending.samples.is_empty() {
+            let mut insert = tx.prepare_cached(INSERT_SAMPLE)?;
+            for s in &self.pending.samples {
+                let values = [
+                    s.t_ms,
+                    s.reserved_bytes,
+                    s.live_bytes,
+                    s.rss_bytes,
+                    s.resident_bytes,
+                    s.spilled_bytes,
+                    s.running_tasks,
+                    s.external_bytes,
+                ]
+                .map(to_sql_int);
+                insert.execute(params![
+                    self.run_id,
+                    values[0],
+                    values[1],
+                    values[2],
+                    values[3],
+                    values[4],
+                    values[5],
+                    values[6],
+                    values[7]
+                ])?;
+            }
+        }
+        if !self.pending.events.is_empty() {
+            let mut insert = tx.prepare_cached(INSERT_EVENT)?;
+            for e in &self.pending.events {
+                insert.execute(params![
+                    self.run_id,
+                    to_sql_int(e.t_ms),
+                    e.kind.as_str(),
+                    e.bytes.map(to_sql_int),
+                    e.detail
+                ])?;
+            }
+        }
+        match &self.finish {
+            None => {
+                tx.prepare_cached(RECORDED)?.execute(params![self.run_id, to_sql_int(self.recorded_ms)])?;
+            }
+            Some((outcome, counts)) => finish_run(&tx, self.run_id, outcome, counts)?,
+        }
+        tx.commit()
+    }
+
+    fn insert_tasks(&self, tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+        let tasks = &self.pending.tasks;
+        // The write lock is ours (`BEGIN IMMEDIATE`), and SQLite gives each new row one more
+        // than the largest id (while that is below 2⁶³ − 1): so this batch's rows get the ids
+        // from max + 1 in insertion order, and each step's rows are one block.
+        let mut next_id: i64 = tx.query_row("SELECT coalesce(max(task_id), 0) + 1 FROM task_rows", [], |r| r.get(0))?;
+        let mut many = tx.prepare_cached(&insert_rows_sql(ROWS_PER_INSERT))?;
+        let mut one = tx.prepare_cached(&insert_rows_sql(1))?;
+        let mut block = tx.prepare_cached(INSERT_BLOCK)?;
+        let mut details = tx.prepare_cached(INSERT_DETAILS)?;
+        block.raw_bind_parameter(1, self.run_id)?;
+        // What each row of each statement holds now: bindings survive the reset after each
+        // statement, so a value equal to what is bound already is not bound again.
+        let mut bound_many = [[Cell::Unbound; ROW_PARAMS]; ROWS_PER_INSERT];
+        let mut bound_one = [Cell::Unbound; ROW_PARAMS];
+        for group in self.groups {
+            let first = next_id;
+            let defaults = BlockDefaults::of(&tasks[group.rows[0] as usize]);
+            let chunks = group.rows.chunks_exact(ROWS_PER_INSERT);
+            let rest = chunks.remainder();
+            for chunk in chunks {
+                for (row, &index) in chunk.iter().enumerate() {
+                    let task = &tasks[index as usize];
+                    bind_row(&mut many, row, row_cells(task, &defaults), &mut bound_many[row])?;
+                }
+                many.raw_execute()?;
+            }
+            for &index in rest {
+                let task = &tasks[index as usize];
+                bind_row(&mut one, 0, row_cells(task, &defaults), &mut bound_one)?;
+                one.raw_execute()?;
+            }
+            next_id += group.rows.len() as i64;
+            debug_assert_eq!(tx.last_insert_rowid(), next_id - 1, "task ids are consecutive");
+            for (offset, &index) in group.rows.iter().enumerate() {
+                if let Some(cells) = defaults.details(&tasks[index as usize]) {
+                    details.raw_bind_parameter(1, first + offset as i64)?;
+                    for (param, cell) in cells.into_iter().enumerate() {
+                        cell.bind(&mut details, param + 2)?;
+                    }
+                    details.raw_execute()?;
+                }
+            }
+            let step: &str = &group.step;
+            let shared: [(usize, &dyn ToSql); 12] = [
+                (2, &step),
+                (3, &first),
+                (4, &(next_id - 1)),
+                (5, &(next_id - first)),
+                (6, &group.plugin),
+                (7, &defaults.estimate_source),
+                (8, &to_sql_int(defaults.estimate_bytes)),
+                (9, &to_sql_int(defaults.plugin_estimate_bytes)),
+                (10, &defaults.peak_source),
+                (11, &cell_value(defaults.args_hash)),
+                (12, &cell_value(defaults.inputs_hash)),
+                (13, &cell_value(defaults.output_hash)),
+            ];
+            for (param, value) in shared {
+                block.raw_bind_parameter(param, value)?;
+            }
+            block.raw_execute()?;
+        }
+        Ok(())
+    }
+}
+
+fn cell_value(cell: Cell<'_>) -> Option<i64> {
+    match cell {
+        Cell::Int(value) => Some(value),
+        _ => None,
+    }
+}
+
+fn finish_run(
+    tx: &rusqlite::Transaction<'_>,
+    run_id: i64,
+    outcome: &RunOutcome,
+    counts: &Counts,
+) -> rusqlite::Result<()> {
+    // An aborted run's figures are unknown: the recorder was dropped without them.
+    let known = outcome.status != RunStatus::Aborted;
+    let figure = |value: u64| known.then_some(to_sql_int(value));
+    tx.execute(
+        FINISH_RUN,
+        params![
+            run_id,
+            now_text(),
+            outcome.status.as_str(),
+            figure(outcome.wall_ms),
+            figure(outcome.peak_rss_bytes),
+            figure(outcome.peak_reserved_bytes),
+            figure(outcome.spilled_bytes),
+            figure(outcome.spill_count),
+            outcome.spill_error,
+            figure(outcome.oversized),
+            to_sql_int(counts.ok),
+            to_sql_int(counts.failed),
+            to_sql_int(counts.skipped),
+            to_sql_int(counts.underestimates),
+            to_sql_int(counts.estimate_sum),
+            to_sql_int(counts.peak_sum),
+            to_sql_int(counts.recorded_ms.max(outcome.wall_ms)),
+        ],
+    )?;
     Ok(())
 }
 
@@ -513,13 +828,10 @@ fn thread_cpu_time() -> Duration {
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
-fn is_busy(e: &rusqlite::Error) -> bool {
-    matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plan::EstimateSource;
 
     fn assert_sync<T: Sync + Send>() {}
 
@@ -530,10 +842,38 @@ mod tests {
 
     #[test]
     fn multi_row_inserts_number_their_parameters_in_order() {
-        assert_eq!(
-            insert_tasks_sql(2).split("VALUES ").nth(1).unwrap(),
-            "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14), \
-             (?1, ?2, ?3, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25)"
-        );
+        let sql = insert_rows_sql(2);
+        let values = sql.split("VALUES ").nth(1).unwrap();
+        let first: Vec<String> = (1..=14).map(|p| format!("?{p}")).collect();
+        let second: Vec<String> = (15..=28).map(|p| format!("?{p}")).collect();
+        assert_eq!(values, format!("({}), ({})", first.join(", "), second.join(", ")));
+    }
+
+    #[test]
+    fn rows_store_only_what_differs_from_their_block() {
+        let step: Arc<str> = Arc::from("s");
+        let first = TaskRecord {
+            estimate_bytes: 100,
+            plugin_estimate_bytes: 80,
+            args_hash: Some(7),
+            ..TaskRecord::new(step.clone(), "noop", TaskStatus::Ok)
+        };
+        let block = BlockDefaults::of(&first);
+        let cells = row_cells(&first, &block);
+        assert_eq!(cells[5..8], [Cell::Null, Cell::Null, Cell::Null]);
+        assert_eq!(block.details(&first), None, "nothing of its own beyond the block's");
+        let other = TaskRecord {
+            estimate_bytes: 200,
+            estimate_source: EstimateSource::History,
+            args_hash: None,
+            error: Some("boom".into()),
+            ..first.clone()
+        };
+        let cells = row_cells(&other, &block);
+        assert_eq!(cells[5..8], [Cell::Int(200), Cell::Text("history"), Cell::Null]);
+        let details = block.details(&other).unwrap();
+        assert_eq!(details[0], Cell::Text("boom"));
+        assert_eq!(details[3], Cell::Int(0), "no args hash where the block has one");
+        assert_eq!(details[4..], [Cell::Null, Cell::Null]);
     }
 }

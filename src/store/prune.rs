@@ -1,0 +1,106 @@
+//! Deleting old runs with everything recorded of them, then giving the space back to the file
+//! system (`runner prune`). Runs still going are never deleted.
+
+use rusqlite::params;
+
+use super::{RunStatus, Store, StoreError, status_now};
+
+/// Which runs to delete. Both limits may be given: a run goes if either says so.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Prune {
+    /// Keep only the last N runs of each recipe.
+    pub keep: Option<usize>,
+    /// Delete runs started before this time (RFC 3339 UTC, as `runs.started_at` is written).
+    pub before: Option<String>,
+    /// Only runs of this recipe.
+    pub recipe: Option<String>,
+}
+
+/// What [`Store::prune`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Pruned {
+    pub runs: u64,
+    pub tasks: u64,
+    /// The file's size before and after (after the space was reclaimed).
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+}
+
+impl Store {
+    /// The runs `prune` would delete, oldest first.
+    pub fn runs_to_prune(&self, prune: &Prune) -> Result<Vec<i64>, StoreError> {
+        let what = "choosing the runs to prune";
+        let mut stmt = self
+            .conn()
+            .prepare(
+                "SELECT run_id, status, started_at, \
+                   row_number() OVER (PARTITION BY recipe ORDER BY run_id DESC) AS newer, \
+                   pid, proc_start, boot_id, host, pid_ns \
+                 FROM runs WHERE ?1 IS NULL OR recipe = ?1 ORDER BY run_id",
+            )
+            .map_err(|e| self.err(what, e))?;
+        let mut rows = stmt.query(params![prune.recipe]).map_err(|e| self.err(what, e))?;
+        let mut chosen = Vec::new();
+        while let Some(row) = rows.next().map_err(|e| self.err(what, e))? {
+            let read = || -> rusqlite::Result<(i64, RunStatus, String, i64)> {
+                let stored: String = row.get(1)?;
+                Ok((row.get(0)?, status_now(&stored, || super::run_owner(row, 4)), row.get(2)?, row.get(3)?))
+            };
+            let (run_id, status, started_at, newer) = read().map_err(|e| self.err(what, e))?;
+            if status == RunStatus::Running {
+                continue;
+            }
+            let too_many = prune.keep.is_some_and(|keep| newer as u64 > keep as u64);
+            let too_old = prune.before.as_deref().is_some_and(|before| started_at.as_str() < before);
+            if too_many || too_old {
+                chosen.push(run_id);
+            }
+        }
+        Ok(chosen)
+    }
+
+    /// Deletes the runs `prune` chooses, with their tasks, samples and events, in one
+    /// transaction; then, if anything went, rebuilds the file (`VACUUM`) so that it shrinks.
+    /// `on_vacuum` is called (with the file's size) before the rebuild, which can take a while.
+    pub fn prune(&self, prune: &Prune, on_vacuum: impl FnOnce(u64)) -> Result<Pruned, StoreError> {
+        self.writable("pruning")?;
+        let bytes_before = self.file_bytes();
+        let runs = self.runs_to_prune(prune)?;
+        let mut tasks = 0;
+        let delete = |tx: &rusqlite::Transaction<'_>, tasks: &mut u64| -> rusqlite::Result<()> {
+            let mut blocks = tx.prepare("SELECT first_task_id, last_task_id FROM task_blocks WHERE run_id = ?1")?;
+            let mut rows = tx.prepare("DELETE FROM task_rows WHERE task_id BETWEEN ?1 AND ?2")?;
+            let mut details = tx.prepare("DELETE FROM task_details WHERE task_id BETWEEN ?1 AND ?2")?;
+            for &run_id in &runs {
+                let ranges = blocks
+                    .query_map([run_id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                for (first, last) in ranges {
+                    *tasks += rows.execute([first, last])? as u64;
+                    details.execute([first, last])?;
+                }
+                for table in ["task_blocks", "step_dims", "samples", "events", "runs"] {
+                    tx.execute(&format!("DELETE FROM {table} WHERE run_id = ?1"), [run_id])?;
+                }
+            }
+            Ok(())
+        };
+        let tx = self.conn().unchecked_transaction().map_err(|e| self.err("pruning runs", e))?;
+        delete(&tx, &mut tasks).map_err(|e| self.err("pruning runs", e))?;
+        tx.commit().map_err(|e| self.err("committing the pruning", e))?;
+        if !runs.is_empty() {
+            on_vacuum(bytes_before);
+            self.conn().execute_batch("VACUUM").map_err(|e| self.err("reclaiming the space (VACUUM)", e))?;
+            // The rebuilt pages went through the WAL: fold it back and empty it.
+            self.conn()
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                .map_err(|e| self.err("checkpointing after VACUUM", e))?;
+        }
+        Ok(Pruned { runs: runs.len() as u64, tasks, bytes_before, bytes_after: self.file_bytes() })
+    }
+
+    /// The size of the file (without its `-wal`).
+    pub fn file_bytes(&self) -> u64 {
+        std::fs::metadata(self.path()).map_or(0, |m| m.len())
+    }
+}
