@@ -390,7 +390,8 @@ fn a_foreign_sqlite_file_is_refused_with_its_bytes_unchanged() {
     ] {
         let out = runner(dir.path(), args);
         let err = text(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        // Not the command line's fault: the store's (a runtime error).
+        assert_eq!(out.status.code(), Some(3), "{args:?}: {err}");
         assert!(err.contains("notes.db is not a runner feedback store"), "{args:?}: {err}");
         assert_eq!(snapshot(dir.path()), before, "{args:?} changed a file or left one beside it");
     }
@@ -467,14 +468,14 @@ fn store_errors_say_sqlites_reason_once() {
     Connection::open(dir.path().join("runner.db")).unwrap().execute_batch("DROP TABLE step_dims").unwrap();
     let out = runner(dir.path(), &["history", "--failed", "--run", "1"]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(3));
     assert_eq!(err.matches("no such table: step_dims").count(), 1, "{err}");
     assert!(err.contains("runner.db"), "{err}");
 
     let garbage = write(dir.path(), "garbage.db", &"not a database at all, only text\n".repeat(200));
     let out = runner(dir.path(), &["history", "--db", garbage.to_str().unwrap()]);
     let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(3));
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("garbage.db is not a runner feedback store: it is not an SQLite database"), "{err}");
 }

@@ -121,14 +121,24 @@ fn check_names(store: &Store, db: &Path, recipe: Option<&str>, step: Option<&str
     if let Some(recipe) = recipe {
         let known = store.recipes()?;
         if !known.iter().any(|r| r == recipe) {
-            anyhow::bail!("no runs of recipe `{recipe}` in {}{}", db.display(), suggestion(recipe, &known, "recipes"));
+            return Err(super::UsageError(format!(
+                "no runs of recipe `{recipe}` in {}{}",
+                db.display(),
+                suggestion(recipe, &known, "recipes")
+            ))
+            .into());
         }
     }
     if let Some(step) = step {
         let known = store.steps(recipe)?;
         if !known.iter().any(|s| s == step) {
             let of = recipe.map(|r| format!(" of recipe `{r}`")).unwrap_or_default();
-            anyhow::bail!("no step `{step}` in the runs{of} in {}{}", db.display(), suggestion(step, &known, "steps"));
+            return Err(super::UsageError(format!(
+                "no step `{step}` in the runs{of} in {}{}",
+                db.display(),
+                suggestion(step, &known, "steps")
+            ))
+            .into());
         }
     }
     Ok(())

@@ -35,6 +35,13 @@ pub const EXIT_USAGE: u8 = 2;
 /// cannot be written, the machine.
 pub const EXIT_RUNTIME: u8 = 3;
 
+/// A command line the runner understood but cannot act on (a name that is not in the store, a
+/// flag's value that does not fit): a command returning it exits [`EXIT_USAGE`], any other
+/// error [`EXIT_RUNTIME`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
 #[derive(Parser, Debug)]
 #[command(
     name = "runner",
@@ -276,7 +283,8 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             eprintln!("error: {error:#}");
-            ExitCode::from(EXIT_RUNTIME)
+            let usage = error.chain().any(|cause| cause.is::<UsageError>());
+            ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RUNTIME })
         }
     }
 }

@@ -81,6 +81,7 @@ fn registry_holds_the_contracted_plugins_and_arguments() {
                 optional("hold_ms", "0"),
                 optional("output_bytes", "0"),
                 optional("estimate", "bytes + output_bytes"),
+                optional("announce", "true"),
             ],
         ),
         ("synth".into(), vec![required("ny"), required("nx"), required("wet_fraction"), optional("seed", "0")]),
