@@ -19,12 +19,8 @@ fn compile(yaml: &str) -> Compiled {
 }
 
 fn run(compiled: &Compiled) {
-    let options = RunOptions {
-        workers: 2,
-        budget: 8 << 30,
-        work_dir: std::env::temp_dir().join(format!("runner-bench-{}", std::process::id())),
-        spill_dir: None,
-    };
+    let work_dir = std::env::temp_dir().join(format!("runner-bench-{}", std::process::id()));
+    let options = RunOptions::new(2, 8 << 30, work_dir);
     let report =
         scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);
     assert!(report.failures.is_empty());

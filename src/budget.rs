@@ -238,8 +238,24 @@ fn meminfo_field(meminfo: &str, field: &str) -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// The most memory this process could ever have: the machine's `MemTotal`, capped by its memory
+/// cgroup's limit. A task estimated above it cannot run here, whatever else is running.
+pub fn memory_limit() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let total = meminfo_field(&meminfo, "MemTotal:")?;
+    Some(match cgroup_limit_and_usage() {
+        Some((limit, _)) => total.min(limit),
+        None => total,
+    })
+}
+
 /// Limit minus usage of the process's memory cgroup, if it has a limit.
 fn cgroup_room() -> Option<u64> {
+    cgroup_limit_and_usage().map(|(limit, usage)| limit.saturating_sub(usage))
+}
+
+/// The limit and usage of the process's memory cgroup, if it has a limit.
+fn cgroup_limit_and_usage() -> Option<(u64, u64)> {
     let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     for line in cgroup.lines() {
         let mut parts = line.splitn(3, ':');
@@ -258,7 +274,7 @@ fn cgroup_room() -> Option<u64> {
         if limit >= 1 << 60 {
             return None;
         }
-        return Some(limit.saturating_sub(usage));
+        return Some((limit, usage));
     }
     None
 }

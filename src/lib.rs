@@ -12,6 +12,7 @@ pub mod estimate;
 pub mod graph;
 pub mod measure;
 pub mod memory;
+mod panics;
 pub mod plan;
 pub mod process_identity;
 pub mod recipe;

@@ -106,9 +106,20 @@ impl Plan {
                 })
                 .collect();
             let args = sample_args(recipe, id);
-            let output = match step.plugin.output(&args, &inputs) {
-                Ok(meta) => meta,
-                Err(e) => {
+            let output = match crate::panics::catch(|| step.plugin.output(&args, &inputs)) {
+                Err(panic) => {
+                    diagnostics.push(Diagnostic::new(
+                        step.loc,
+                        format!(
+                            "plugin `{}` panicked describing the output of step `{}`: {panic}",
+                            step.plugin.name(),
+                            step.name
+                        ),
+                    ));
+                    ValueMeta::Unknown
+                }
+                Ok(Ok(meta)) => meta,
+                Ok(Err(e)) => {
                     // Point at the arg at fault, else at the one input the message names, else
                     // at the step.
                     let named: Vec<_> =
@@ -124,7 +135,21 @@ impl Plan {
                     ValueMeta::Unknown
                 }
             };
-            let plugin_estimate = step.plugin.estimate(&args, InputsForEstimate::Plan(&inputs), &output);
+            let plugin_estimate =
+                match crate::panics::catch(|| step.plugin.estimate(&args, InputsForEstimate::Plan(&inputs), &output)) {
+                    Ok(estimate) => estimate,
+                    Err(panic) => {
+                        diagnostics.push(Diagnostic::new(
+                            step.loc,
+                            format!(
+                                "plugin `{}` panicked estimating a task of step `{}`: {panic}",
+                                step.plugin.name(),
+                                step.name
+                            ),
+                        ));
+                        0
+                    }
+                };
             let input_bytes = inputs.iter().filter_map(InputMeta::bytes).sum();
             let mut plan = StepPlan {
                 tasks: graph.steps[id].tasks,

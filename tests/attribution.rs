@@ -71,7 +71,7 @@ fn run(yaml: &str) -> (Compiled, RunReport) {
     let compiled =
         Compiled::from_text(Path::new("t.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();
-    let options = RunOptions { workers: 2, budget: 8 << 30, work_dir: dir.path().join("run"), spill_dir: None };
+    let options = RunOptions::new(2, 8 << 30, dir.path().join("run"));
     let report =
         scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);
     assert!(report.failures.is_empty(), "{:?}", report.failures);

@@ -340,3 +340,27 @@ fn usage_errors_exit_2() {
     assert_eq!(set.status.code(), Some(2));
     assert!(stderr(&set).contains("expected KEY=VALUE"));
 }
+
+#[test]
+fn a_task_larger_than_the_machine_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "huge.yaml",
+        "recipe: huge\nsteps:\n  first:\n    plugin: noop\n  huge:\n    plugin: alloc\n    args: {bytes: 1TiB}\n",
+    );
+    for command in ["run", "plan"] {
+        let out = runner(dir.path(), &[command, recipe.to_str().unwrap(), "--db", "s.db"]);
+        assert_eq!(out.status.code(), Some(2), "{command}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert!(err.contains("step `huge` needs 1.00 TiB a task (plugin estimate)"), "{command}: {err}");
+        assert!(err.contains("--allow-oversized"), "{err}");
+    }
+    assert!(
+        !dir.path().join("s.db").exists() || {
+            let db = rusqlite::Connection::open(dir.path().join("s.db")).unwrap();
+            db.query_row("SELECT count(*) FROM runs", [], |r| r.get::<_, i64>(0)).unwrap() == 0
+        },
+        "nothing ran"
+    );
+}

@@ -54,12 +54,8 @@ fn allocation_requests() -> u64 {
 /// Allocation requests made by one run of `compiled` on 2 workers.
 fn requests_of_run(compiled: &Compiled) -> u64 {
     let dir = tempfile::tempdir().unwrap();
-    let options = RunOptions {
-        workers: 2,
-        budget: 8 << 30,
-        work_dir: dir.path().join("work"),
-        spill_dir: Some(dir.path().into()),
-    };
+    let options =
+        RunOptions { spill_dir: Some(dir.path().into()), ..RunOptions::new(2, 8 << 30, dir.path().join("work")) };
     let before = allocation_requests();
     let report =
         scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);

@@ -82,7 +82,7 @@ fn run(yaml: &str, workers: usize) -> Outcome {
     let compiled =
         Compiled::from_text(Path::new("test.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"));
     let work_dir = tempfile::tempdir().unwrap();
-    let options = RunOptions { workers, budget: 1 << 30, work_dir: work_dir.path().join("run"), spill_dir: None };
+    let options = RunOptions::new(workers, 1 << 30, work_dir.path().join("run"));
     let report =
         scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);
     let seen = seen.lock().unwrap().clone();
@@ -251,4 +251,61 @@ steps:
     keys.dedup();
     assert_eq!(keys.len(), out.seen.len(), "a task ran twice");
     assert_eq!(out.output("finalise[]")["in"]["chunks"].as_array().unwrap().len(), 286);
+}
+
+/// Panics describing its output, or estimating, as its `args` say.
+struct Broken;
+
+impl Plugin for Broken {
+    fn name(&self) -> &'static str {
+        "broken"
+    }
+    fn about(&self) -> &'static str {
+        "test plugin that panics at plan time"
+    }
+    fn args(&self) -> &'static [ArgSpec] {
+        const ARGS: &[ArgSpec] = &[ArgSpec::required("where", "output or estimate")];
+        ARGS
+    }
+    fn output(
+        &self,
+        args: &Args,
+        _inputs: &[runner::plugin::InputMeta],
+    ) -> Result<runner::plugin::ValueMeta, runner::plugin::ArgError> {
+        if args.str("where").unwrap() == "output" {
+            panic!("no output for you");
+        }
+        Ok(runner::plugin::ValueMeta::None)
+    }
+    fn estimate(
+        &self,
+        args: &Args,
+        _inputs: runner::plugin::InputsForEstimate<'_>,
+        _output: &runner::plugin::ValueMeta,
+    ) -> u64 {
+        if args.str("where").unwrap() == "estimate" {
+            panic!("no estimate either");
+        }
+        0
+    }
+    fn run(&self, _ctx: &TaskContext, _args: &Args, _inputs: &Inputs) -> Result<Value, TaskError> {
+        Ok(Value::None)
+    }
+}
+
+#[test]
+fn a_plugin_panicking_at_plan_time_is_a_located_recipe_error() {
+    let registry = Registry::new([Arc::new(Broken) as Arc<dyn Plugin>]);
+    let options = CompileOptions { cycle: "C1".into(), set: vec![] };
+    let yaml = "recipe: broken\nsteps:\n  a:\n    plugin: broken\n    args: {where: output}\n  b:\n    plugin: broken\n    args: {where: estimate}\n";
+    let error = Compiled::from_text(Path::new("broken.yaml"), yaml, &options, &registry).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("broken.yaml:3:3: plugin `broken` panicked describing the output of step `a`: no output for you"),
+        "{text}"
+    );
+    assert!(
+        text.contains("broken.yaml:6:3: plugin `broken` panicked estimating a task of step `b`: no estimate either"),
+        "{text}"
+    );
 }

@@ -64,8 +64,10 @@ fn compile(yaml: &str) -> Compiled {
 fn run(yaml: &str, workers: usize, budget: u64, sink: &Recorder) -> RunReport {
     let compiled = compile(yaml);
     let dir = tempfile::tempdir().unwrap();
-    let options =
-        RunOptions { workers, budget, work_dir: dir.path().join("work"), spill_dir: Some(dir.path().join("spill")) };
+    let options = RunOptions {
+        spill_dir: Some(dir.path().join("spill")),
+        ..RunOptions::new(workers, budget, dir.path().join("work"))
+    };
     scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), Some(sink))
 }
 
@@ -150,4 +152,30 @@ fn a_panic_outside_any_plugin_fails_its_tasks_and_ends_the_run() {
     assert!(report.failures.iter().all(|f| f.error.contains("the sink broke")), "{:?}", report.failures);
     let ran = report.total(|s| s.ok + s.failed + s.skipped);
     assert_eq!(ran + report.not_run, 80, "every task is accounted for");
+}
+
+#[test]
+fn a_task_needing_more_than_the_machine_fails_without_running() {
+    let yaml = "recipe: huge\ndims:\n  i: 3\nsteps:\n  small:\n    plugin: alloc\n    over: [i]\n    args: {bytes: 1MiB}\n  \
+                huge:\n    plugin: alloc\n    args: {bytes: 300MiB}\n  after:\n    plugin: noop\n    inputs: {h: huge}\n";
+    let compiled = compile(yaml);
+    let dir = tempfile::tempdir().unwrap();
+    // As if this machine could give the process only 200 MiB.
+    let options = RunOptions { memory_limit: Some(200 * MIB), ..RunOptions::new(2, 1 << 30, dir.path().join("work")) };
+    let sink = Recorder::default();
+    let report =
+        scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), Some(&sink));
+    assert_eq!(report.failures.len(), 1, "{:?}", report.failures);
+    let failure = &report.failures[0];
+    assert_eq!(failure.step, "huge");
+    assert!(
+        failure.error.contains("not run: it needs 300 MiB") && failure.error.contains("200 MiB"),
+        "{}",
+        failure.error
+    );
+    let rows = sink.rows.lock().unwrap();
+    let huge = rows.iter().find(|r| r.step == "huge").unwrap();
+    assert_eq!(huge.peak, 0, "it did not allocate: it never ran");
+    assert_eq!(report.total(|s| s.ok), 3);
+    assert_eq!(report.total(|s| s.skipped), 1, "its dependant is skipped");
 }

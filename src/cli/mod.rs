@@ -209,6 +209,10 @@ struct ResourceArgs {
     /// by killed runs at the next start.
     #[arg(long, value_name = "DIR")]
     spill_dir: Option<PathBuf>,
+    /// Run tasks estimated above the memory this machine can give the process (its RAM, capped
+    /// by a cgroup limit) instead of refusing them [default: refuse them before they start].
+    #[arg(long)]
+    allow_oversized: bool,
 }
 
 #[derive(Args, Debug)]

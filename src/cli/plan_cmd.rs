@@ -19,6 +19,9 @@ pub fn plan(registry: &Registry, args: PlanArgs) -> anyhow::Result<u8> {
         PlanFormat::Dot => dot(&compiled),
     };
     print!("{text}");
+    if let Some(limit) = crate::budget::memory_limit() {
+        super::run_cmd::refuse_oversized(&compiled, limit)?;
+    }
     Ok(0)
 }
 

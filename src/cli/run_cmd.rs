@@ -71,7 +71,8 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
     }
     let work_dir = work_dir();
     super::interrupt::remove_on_interrupt(work_dir.clone());
-    Ok(RunOptions { workers, budget, work_dir, spill_dir: resources.spill_dir.clone() })
+    let memory_limit = if resources.allow_oversized { None } else { crate::budget::memory_limit() };
+    Ok(RunOptions { workers, budget, work_dir, spill_dir: resources.spill_dir.clone(), memory_limit })
 }
 
 /// What a run gave: its summary, and the error that kept the store from recording its end (the
@@ -91,6 +92,9 @@ pub fn execute(
 ) -> anyhow::Result<Executed> {
     if let Some(store) = store {
         record::learn(store, compiled);
+    }
+    if let Some(limit) = options.memory_limit {
+        refuse_oversized(compiled, limit)?;
     }
     let sink = match (store, record) {
         (Some(store), true) => {
@@ -139,6 +143,38 @@ pub fn execute(
         }
     }
     Ok(Executed { summary, store_error })
+}
+
+/// Refuses, before anything runs, a recipe with a step whose tasks are estimated above `limit`,
+/// the most memory this process could ever have: such a task would take the machine down with
+/// it. (A task whose estimate only turns out that large at dispatch fails then, alone.)
+pub fn refuse_oversized(compiled: &Compiled, limit: u64) -> anyhow::Result<()> {
+    use runner_plugin::size::format_size;
+    let problems: Vec<String> = compiled
+        .recipe
+        .steps
+        .iter()
+        .zip(&compiled.plan.steps)
+        .filter(|(_, plan)| plan.estimate > limit)
+        .map(|(step, plan)| {
+            format!(
+                "step `{}` needs {} a task ({} estimate), more than the {} this machine can give the process \
+                 (its RAM, capped by its cgroup's limit)",
+                step.name,
+                format_size(plan.estimate),
+                plan.source,
+                format_size(limit)
+            )
+        })
+        .collect();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(super::UsageError(format!(
+        "{}; expected tasks that fit this machine, or --allow-oversized to try anyway",
+        problems.join("; ")
+    ))
+    .into())
 }
 
 /// A private directory for this run's scratch files, removed when the run ends.

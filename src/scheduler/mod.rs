@@ -42,9 +42,19 @@ pub struct RunOptions {
     pub work_dir: PathBuf,
     /// `--spill-dir`: where spilled buffers go [default: a folder in the system temp dir].
     pub spill_dir: Option<PathBuf>,
+    /// The most memory the process could ever have (`None`: no limit is enforced, as with
+    /// `--allow-oversized`): a task that needs more fails without running, instead of taking
+    /// the machine down with it.
+    pub memory_limit: Option<u64>,
 }
 
 impl RunOptions {
+    /// `workers` under `budget`, scratch files in `work_dir`, spills in the default folder, no
+    /// memory limit enforced.
+    pub fn new(workers: usize, budget: u64, work_dir: PathBuf) -> RunOptions {
+        RunOptions { workers, budget, work_dir, spill_dir: None, memory_limit: None }
+    }
+
     /// The folder holding every run's spill folder.
     pub fn spill_parent(&self) -> PathBuf {
         self.spill_dir.clone().unwrap_or_else(SpillDir::default_parent)
@@ -200,7 +210,7 @@ pub fn run(
     // Nested parallel work (TaskContext::join and friends) runs on rayon's global pool; size it
     // like the worker pool. It can only be set once per process, which is fine for the CLI.
     let _ = rayon::ThreadPoolBuilder::new().num_threads(workers).build_global();
-    install_panic_hook();
+    crate::panics::install_hook();
     let started = Instant::now();
     let follows_data = recipe.steps.iter().map(|s| s.plugin.estimate_follows_data()).collect();
     let on_probation = (0..recipe.steps.len())
@@ -712,13 +722,18 @@ impl<'s, 'r> Worker<'s, 'r> {
             Some(plugin_estimate) => Picked { plugin_estimate, ..picked },
             None => picked,
         };
-        let (result, memory) = self.run_plugin(at);
+        let (result, memory) = match self.shared.options.memory_limit {
+            Some(limit) if picked.reserved > limit => (Ok(Err(too_big_for_the_machine(&picked, limit))), None),
+            _ => self.run_plugin(at),
+        };
         let wall = started.elapsed();
         let peak = memory.map_or(0, |m| m.peak_bytes);
         let (outcome, output, error) = match result {
             Ok(Ok(output)) => (Outcome::Ok, output, None),
             Ok(Err(error)) => (Outcome::Failed, Value::None, Some(error.to_string())),
-            Err(panic) => (Outcome::Failed, Value::None, Some(format!("panicked: {}", panic_message(&*panic)))),
+            Err(panic) => {
+                (Outcome::Failed, Value::None, Some(format!("panicked: {}", crate::panics::message(&*panic))))
+            }
         };
         let output_bytes = output.buffer_bytes();
         // Reported first: should the sink fail, the task is counted once, as the failure it becomes.
@@ -842,7 +857,7 @@ impl<'s, 'r> Worker<'s, 'r> {
     /// and ran fail with its message, so their dependants are skipped and nothing waits for
     /// them forever; the run goes on and ends failed.
     fn fail_after_panic(&mut self, panic: &(dyn std::any::Any + Send)) {
-        let message = format!("internal error: a worker panicked: {}", panic_message(panic));
+        let message = format!("internal error: a worker panicked: {}", crate::panics::message(panic));
         tracing::error!("{message}");
         self.internal_error.get_or_insert_with(|| message.clone());
         // Tasks that ran and were reported are finished as they ended; the others fail.
@@ -886,6 +901,21 @@ impl<'s, 'r> Worker<'s, 'r> {
     }
 }
 
+/// The failure of a task that needs more memory than the process could ever have.
+fn too_big_for_the_machine(picked: &Picked, limit: u64) -> TaskError {
+    use runner_plugin::size::format_size;
+    TaskError::of_kind(
+        runner_plugin::FailureKind::OutOfMemory,
+        format!(
+            "not run: it needs {} ({} estimate), more than the {} this machine can give the process; \
+             --allow-oversized runs it anyway",
+            format_size(picked.reserved),
+            picked.source,
+            format_size(limit)
+        ),
+    )
+}
+
 /// What the plugin says a task's output will be, given its own args and inputs (the plan's
 /// output when the plugin cannot say).
 fn task_output(
@@ -905,45 +935,6 @@ fn task_output(
     match plugin.output(args, &metas) {
         Ok(runner_plugin::ValueMeta::Unknown) | Err(_) => plan.output.clone(),
         Ok(meta) => meta,
-    }
-}
-
-thread_local! {
-    /// Where the last panic on this thread happened, captured by [`install_panic_hook`].
-    static PANIC_LOCATION: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
-}
-
-/// A task's panic is reported as the task's failure, so the default hook's message (printed
-/// in the middle of the progress bar) is replaced by capturing where it happened. Panics on
-/// worker threads outside tasks are reported the same way (as the run's internal error).
-fn install_panic_hook() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let on_worker = std::thread::current().name().is_some_and(|n| n.starts_with("runner-worker-"));
-            if task_tag::current() == task_tag::NO_TASK && !on_worker {
-                previous(info);
-                return;
-            }
-            let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
-            let _ = PANIC_LOCATION.try_with(|cell| *cell.borrow_mut() = location);
-        }));
-    });
-}
-
-/// The text of a panic payload, with where it happened when known.
-fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    let text = if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic with a non-text payload".to_string()
-    };
-    match PANIC_LOCATION.try_with(|cell| cell.borrow_mut().take()).ok().flatten() {
-        Some(location) => format!("{text} (at {location})"),
-        None => text,
     }
 }
 
