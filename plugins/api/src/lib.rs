@@ -26,6 +26,7 @@ mod args;
 mod context;
 mod error;
 mod inputs;
+pub mod npy;
 mod plugin;
 pub mod size;
 pub mod task_tag;
