@@ -35,6 +35,7 @@
 
 mod alloc;
 mod batch;
+pub mod external;
 mod system;
 mod tally;
 

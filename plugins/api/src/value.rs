@@ -94,6 +94,14 @@ fn cast_slice<T: Element>(bytes: &[u8]) -> Option<&[T]> {
 /// Bytes that live outside the Rust heap (a mapped spill file). Implemented by the engine.
 pub trait ExternalBytes: Send + Sync + fmt::Debug {
     fn bytes(&self) -> &[u8];
+
+    /// The file these bytes are mapped from, when it holds the value in its file form — a
+    /// `.npy` file for an array (header and data), the bytes themselves for a bytes value —
+    /// so that a task handing the value to an external command can pass this path instead of
+    /// writing a copy. `None` when there is no such file.
+    fn file_path(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// Where a buffer's bytes are. Plugins do not match on this; they use the views.
