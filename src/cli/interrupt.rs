@@ -1,5 +1,6 @@
-//! Ctrl-C and SIGTERM: before the process exits, the run's spill folder and scratch folders are
-//! removed, so an interrupted run leaves nothing behind. (A SIGKILLed run cannot clean up; its
+//! Ctrl-C and SIGTERM: before the process exits, the external commands still running are killed
+//! (their whole process trees) and the run's spill folder and scratch folders are removed, so an
+//! interrupted run leaves nothing behind. (A SIGKILLed run cannot clean up; its
 //! spill folder is removed by the next run.)
 
 use std::path::PathBuf;
@@ -28,11 +29,13 @@ pub fn install() {
         let mut signal = 0;
         // SAFETY: `set` lives in this closure; sigwait writes the signal number into `signal`.
         if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
+            // External commands first: their process trees must not outlive the run.
+            let commands = crate::command::kill_all();
             let spill_folders = crate::memory::spill::remove_active_dirs();
             for dir in SCRATCH.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                 let _ = std::fs::remove_dir_all(dir);
             }
-            eprintln!("\ninterrupted: stopped, {spill_folders} spill folder(s) removed");
+            eprintln!("\ninterrupted: stopped, {commands} command(s) killed, {spill_folders} spill folder(s) removed");
             std::process::exit(128 + signal);
         }
     });

@@ -155,12 +155,12 @@ impl Finished {
         self.ending == Ending::Exited(CommandExit::Code(0))
     }
 
-    /// The task failure this ending is, with its kind; `None` for a command that exited by
-    /// itself (its exit status is the caller's to judge).
-    pub fn failure(&self) -> Option<TaskError> {
+    /// How it exited when it ended by itself (its status is the caller's to judge); otherwise
+    /// the task failure its ending is, with its kind.
+    pub fn exit(&self) -> Result<CommandExit, TaskError> {
         let command = &self.command;
         let (kind, what) = match self.ending {
-            Ending::Exited(_) => return None,
+            Ending::Exited(exit) => return Ok(exit),
             Ending::OutOfMemory { limit } => {
                 let limit = limit.map_or(String::new(), |l| format!(" (limit {})", format_size(l)));
                 (FailureKind::OutOfMemory, format!("command `{command}` ran out of memory at {}{limit}", format_size(self.peak_bytes)))
@@ -176,7 +176,12 @@ impl Finished {
                 (FailureKind::Cancelled, format!("the run was interrupted: command `{command}` was killed"))
             }
         };
-        Some(TaskError::of_kind(kind, failure_text(&what, &self.stderr_tail, &self.log_path)))
+        Err(TaskError::of_kind(kind, failure_text(&what, &self.stderr_tail, &self.log_path)))
+    }
+
+    /// The task failure this ending is; `None` for a command that ended by itself.
+    pub fn failure(&self) -> Option<TaskError> {
+        self.exit().err()
     }
 }
 

@@ -71,8 +71,8 @@ pub(crate) fn is_closed() -> bool {
 
 /// Kills every live command's process tree (through its cgroup and its process group, and
 /// the processes seen in its tree) and refuses to start any more. Waits until each cgroup is
-/// empty (at most a few seconds). Each command's log gets a line saying it was killed. Returns
-/// how many commands were killed.
+/// empty (at most a few seconds) and removes it. Each command's log gets a line saying it was
+/// killed. Returns how many commands were killed.
 ///
 /// For the CLI's interrupt handler, and for whatever aborts a run; after it, no command can
 /// run in this process.
@@ -84,6 +84,11 @@ pub fn kill_all() -> usize {
         Tree::new(entry.pid).kill();
         if let Some((dir, version)) = &entry.cgroup {
             cgroup::kill_cgroup(dir, *version);
+            // The process is about to exit: its commands' watchers will not remove these.
+            let _ = std::fs::remove_dir(dir);
+            if let Some(parent) = dir.parent() {
+                let _ = std::fs::remove_dir(parent);
+            }
         }
         if let Ok(mut log) = std::fs::OpenOptions::new().append(true).open(&entry.log) {
             let _ = writeln!(log, "--- runner: killed: the run was interrupted ---");

@@ -18,9 +18,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use runner_plugin::{DimValue, Host, Input, Inputs, InputsForEstimate, TaskContext, TaskError, Value, task_tag};
+use runner_plugin::{
+    CommandOutcome, CommandPeakSource, CommandSpec, DimValue, Host, Input, Inputs, InputsForEstimate, TaskContext,
+    TaskError, Value, task_tag,
+};
 use smallvec::SmallVec;
 
+use crate::command;
 use crate::graph::Graph;
 use crate::measure::{self, PeakSource, TaskMemory};
 use crate::memory::Admission;
@@ -495,9 +499,16 @@ impl<'s, 'r> Worker<'s, 'r> {
         let (assignment, input_bytes) = (claimed.picked, claimed.input_bytes);
         let TaskRef { step, index } = assignment.task;
         self.describe_task(step, index);
-        let (result, memory) = self.run_plugin(at, assignment.tag);
+        let (result, memory, command) = self.run_plugin(at, assignment.tag);
         let wall = started.elapsed();
-        let peak = memory.map_or(0, |m| m.peak_bytes);
+        // A task that ran external commands peaked at the larger of its own heap and their trees.
+        let mut peak = memory.map_or(0, |m| m.peak_bytes);
+        let mut peak_source = PeakSource::Allocator;
+        if let Some(command) = &command
+            && command.peak > peak
+        {
+            (peak, peak_source) = (command.peak, command.source);
+        }
         let stats = &mut self.stats[step];
         stats.wall += wall;
         stats.estimate.record(assignment.estimate);
@@ -541,8 +552,8 @@ impl<'s, 'r> Worker<'s, 'r> {
                 wall,
                 started: started.saturating_duration_since(self.shared.started),
                 attempts: 1,
-                peak_source: PeakSource::Allocator,
-                log_path: None,
+                peak_source,
+                log_path: command.as_ref().and_then(|c| c.log_path.as_deref()),
                 error: error.as_deref(),
             });
         }
@@ -555,22 +566,30 @@ impl<'s, 'r> Worker<'s, 'r> {
     }
 
     /// Calls the plugin with the collected inputs, under the task's allocation tag, catching
-    /// panics; returns what it returned and what it allocated.
-    fn run_plugin(&self, at: usize, tag: u32) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>) {
+    /// panics; returns what it returned, what it allocated, and what its external commands
+    /// measured if it ran any.
+    #[allow(clippy::type_complexity)]
+    fn run_plugin(
+        &self,
+        at: usize,
+        tag: u32,
+    ) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>, Option<CommandRecord>) {
         let shared = self.shared;
         let claimed = &self.claimed[at];
         let step_id = claimed.picked.task.step;
         let step = &shared.recipe.steps[step_id];
         let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
         let args = step.args.for_task(&lookup);
-        let host = TaskHost { shared, tag, step: &step.name, key: &self.key };
+        let host =
+            TaskHost { shared, tag, step: &step.name, key: &self.key, timeout: step.timeout, commands: Mutex::new(None) };
         let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
         let result = self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
             task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, inputs))))
         });
         // Fails only for a tag nobody measured (every counter slot was busy at dispatch).
         let memory = measure::end_task(tag).ok();
-        (result, memory)
+        let commands = host.commands.into_inner().unwrap_or_else(|p| p.into_inner());
+        (result, memory, commands)
     }
 
     /// Fills the reusable key string and index pairs of task `index` of `step`.
@@ -654,6 +673,37 @@ struct TaskHost<'a, 'r> {
     tag: u32,
     step: &'a str,
     key: &'a str,
+    /// The step's `timeout:`, which also bounds each command the task runs.
+    timeout: Option<Duration>,
+    /// What the task's external commands measured, if it ran any.
+    commands: Mutex<Option<CommandRecord>>,
+}
+
+/// The external commands of one task: their highest peak, how it was measured, their log.
+#[derive(Debug, Clone)]
+struct CommandRecord {
+    peak: u64,
+    source: PeakSource,
+    log_path: Option<PathBuf>,
+}
+
+impl TaskHost<'_, '_> {
+    /// Where a task's commands write when the plugin does not say: a file per task that
+    /// outlives the run, relative to the directory the runner started in, like outputs:
+    /// `runner-logs/<recipe>/<cycle>/<step>/<key>.log`.
+    fn default_log_path(&self) -> PathBuf {
+        let recipe = self.shared.recipe;
+        PathBuf::from("runner-logs")
+            .join(sanitize(&recipe.name))
+            .join(sanitize(&recipe.cycle))
+            .join(sanitize(self.step))
+            .join(format!("{}.log", sanitize(self.key)))
+    }
+
+    fn note_command(&self, update: impl FnOnce(&mut CommandRecord)) {
+        let mut record = self.commands.lock().unwrap_or_else(|p| p.into_inner());
+        update(record.get_or_insert(CommandRecord { peak: 0, source: PeakSource::Cgroup, log_path: None }));
+    }
 }
 
 impl Host for TaskHost<'_, '_> {
@@ -674,5 +724,48 @@ impl Host for TaskHost<'_, '_> {
         }
         state.ledger.stop_growing(self.tag);
         self.shared.progress.reserved.store(state.ledger.used(), Ordering::Relaxed);
+    }
+
+    /// Runs the command as part of the task ([`crate::command`]): killed at the sooner of the
+    /// spec's and the step's timeout or when the task is cancelled; its peak is kept for the
+    /// task's record whatever happens.
+    fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
+        let log_path = spec.log_path.clone().unwrap_or_else(|| self.default_log_path());
+        self.note_command(|r| r.log_path = Some(log_path.clone()));
+        let timeout = match (spec.timeout, self.timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let cancelled = || self.cancelled();
+        let request = command::Request {
+            argv: &spec.argv,
+            env: &spec.env,
+            log_path: &log_path,
+            memory_limit: spec.memory_limit,
+            timeout,
+            tag: self.tag,
+            cancelled: &cancelled,
+            isolation: command::Isolation::Auto,
+        };
+        let finished = command::run(&request).map_err(|e| TaskError::msg(e.to_string()))?;
+        self.note_command(|r| {
+            if finished.peak_bytes >= r.peak {
+                (r.peak, r.source) = (finished.peak_bytes, finished.peak_source);
+            }
+        });
+        let exit = finished.exit()?;
+        let source = match finished.peak_source {
+            PeakSource::Cgroup => CommandPeakSource::Cgroup,
+            _ => CommandPeakSource::Wait4Sampled,
+        };
+        Ok(CommandOutcome::new(
+            finished.command,
+            exit,
+            finished.peak_bytes,
+            source,
+            finished.log_path,
+            finished.wall,
+            finished.stderr_tail,
+        ))
     }
 }
