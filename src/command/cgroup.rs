@@ -61,7 +61,9 @@ pub fn hierarchy() -> Result<&'static Hierarchy, &'static str> {
         .get_or_init(|| {
             let detected = detect();
             match &detected {
-                Ok(h) => tracing::debug!("commands run in memory cgroups ({:?}) under {}", h.version, h.parent.display()),
+                Ok(h) => {
+                    tracing::debug!("commands run in memory cgroups ({:?}) under {}", h.version, h.parent.display())
+                }
                 Err(why) => tracing::info!("commands are measured without a cgroup (wait4 + /proc sampling): {why}"),
             }
             detected
@@ -374,7 +376,10 @@ fn remove_stale(base: &Path) {
             remove_dir_patiently(task);
         }
         remove_dir_patiently(&dir);
-        tracing::info!("removed the cgroups of a runner that is gone ({}); killed {killed} process(es) left in them", dir.display());
+        tracing::info!(
+            "removed the cgroups of a runner that is gone ({}); killed {killed} process(es) left in them",
+            dir.display()
+        );
     }
 }
 

@@ -163,7 +163,10 @@ impl Finished {
             Ending::Exited(exit) => return Ok(exit),
             Ending::OutOfMemory { limit } => {
                 let limit = limit.map_or(String::new(), |l| format!(" (limit {})", format_size(l)));
-                (FailureKind::OutOfMemory, format!("command `{command}` ran out of memory at {}{limit}", format_size(self.peak_bytes)))
+                (
+                    FailureKind::OutOfMemory,
+                    format!("command `{command}` ran out of memory at {}{limit}", format_size(self.peak_bytes)),
+                )
             }
             Ending::TimedOut { after } => (
                 FailureKind::TimedOut,
@@ -211,13 +214,15 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     let program = request.argv.first().ok_or(CommandError::EmptyArgv)?;
     let command = display_argv(request.argv);
     let mut log = open_log(request.log_path)?;
-    let _ = writeln!(log, "--- runner: {command} (started {}) ---", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"));
+    let _ =
+        writeln!(log, "--- runner: {command} (started {}) ---", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"));
     let cgroup = make_cgroup(request);
     let (stderr_read, stderr_write) = pipe().map_err(CommandError::Pipe)?;
     let started = Instant::now();
     let pid = spawn(request, program, &log, stderr_write, cgroup.as_ref())?;
     let mut watch = Watch::new(pid, cgroup.as_ref(), stderr_read, log, request.tag);
-    let registration = registry::register(pid, cgroup.as_ref().map(|c| (c.dir.clone(), c.version())), request.log_path.into());
+    let registration =
+        registry::register(pid, cgroup.as_ref().map(|c| (c.dir.clone(), c.version())), request.log_path.into());
     let mut reason = None;
     if registration.is_none() {
         watch.kill();

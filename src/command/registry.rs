@@ -49,11 +49,7 @@ impl Drop for Registration {
 
 /// Registers a command just spawned; `None` when the registry is closed (the run is being
 /// interrupted): the caller must kill the command.
-pub(crate) fn register(
-    pid: i32,
-    cgroup: Option<(PathBuf, CgroupVersion)>,
-    log: PathBuf,
-) -> Option<Registration> {
+pub(crate) fn register(pid: i32, cgroup: Option<(PathBuf, CgroupVersion)>, log: PathBuf) -> Option<Registration> {
     let mut registry = lock();
     if registry.closed {
         return None;

@@ -163,8 +163,7 @@ impl Tree {
     pub fn leftovers(&mut self) -> usize {
         self.walk();
         let in_tree = self.pids.len().saturating_sub(1);
-        let lost =
-            self.known.iter().filter(|&&(pid, start)| !self.pids.contains(&pid) && is_alive(pid, start)).count();
+        let lost = self.known.iter().filter(|&&(pid, start)| !self.pids.contains(&pid) && is_alive(pid, start)).count();
         in_tree + lost
     }
 }

@@ -580,8 +580,14 @@ impl<'s, 'r> Worker<'s, 'r> {
         let step = &shared.recipe.steps[step_id];
         let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
         let args = step.args.for_task(&lookup);
-        let host =
-            TaskHost { shared, tag, step: &step.name, key: &self.key, timeout: step.timeout, commands: Mutex::new(None) };
+        let host = TaskHost {
+            shared,
+            tag,
+            step: &step.name,
+            key: &self.key,
+            timeout: step.timeout,
+            commands: Mutex::new(None),
+        };
         let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
         let result = self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
             task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, inputs))))

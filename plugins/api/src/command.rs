@@ -80,8 +80,8 @@ pub fn display_argv(argv: &[OsString]) -> String {
     argv.iter()
         .map(|a| {
             let text = a.to_string_lossy();
-            let plain = !text.is_empty()
-                && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+%@{}".contains(c));
+            let plain =
+                !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:,+%@{}".contains(c));
             if plain { text.into_owned() } else { format!("'{}'", text.replace('\'', r"'\''")) }
         })
         .collect::<Vec<_>>()
@@ -115,10 +115,38 @@ impl fmt::Display for CommandExit {
 /// The conventional name of a Linux signal number, e.g. `SIGKILL`.
 pub fn signal_name(signal: i32) -> &'static str {
     const NAMES: [&str; 32] = [
-        "signal 0", "SIGHUP", "SIGINT", "SIGQUIT", "SIGILL", "SIGTRAP", "SIGABRT", "SIGBUS", "SIGFPE", "SIGKILL",
-        "SIGUSR1", "SIGSEGV", "SIGUSR2", "SIGPIPE", "SIGALRM", "SIGTERM", "SIGSTKFLT", "SIGCHLD", "SIGCONT",
-        "SIGSTOP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGXCPU", "SIGXFSZ", "SIGVTALRM", "SIGPROF",
-        "SIGWINCH", "SIGIO", "SIGPWR", "SIGSYS",
+        "signal 0",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
     ];
     usize::try_from(signal).ok().and_then(|s| NAMES.get(s)).copied().unwrap_or("a real-time signal")
 }
@@ -224,6 +252,9 @@ mod tests {
             "command `python3 x.py` exited with status 3; the end of its stderr:\n  | Traceback\n  | ValueError: bad\n(log: logs/x.log)"
         );
         assert_eq!(CommandExit::Signal(9).to_string(), "was killed by signal 9 (SIGKILL)");
-        assert_eq!(failure_text("it failed", "", Path::new("l.log")), "it failed; it printed nothing on stderr (log: l.log)");
+        assert_eq!(
+            failure_text("it failed", "", Path::new("l.log")),
+            "it failed; it printed nothing on stderr (log: l.log)"
+        );
     }
 }

@@ -127,7 +127,12 @@ impl Plugin for Exec {
     }
 }
 
-fn run_command(ctx: &TaskContext, parsed: &Parsed, inputs: &Inputs, files: &mut InputFiles) -> Result<Value, TaskError> {
+fn run_command(
+    ctx: &TaskContext,
+    parsed: &Parsed,
+    inputs: &Inputs,
+    files: &mut InputFiles,
+) -> Result<Value, TaskError> {
     let output = parsed.output.as_deref().map(PathBuf::from);
     let mut argv: Vec<OsString> = Vec::with_capacity(parsed.command.len());
     for item in &parsed.command {
@@ -213,9 +218,15 @@ impl Parsed {
         let command = match args.get("command") {
             Some(Json::Array(items)) if !items.is_empty() => items
                 .iter()
-                .map(|item| scalar_text(item).ok_or_else(|| ArgError::new("command", format!("`command` must be {EXPECTED}; got the item {item}"))))
+                .map(|item| {
+                    scalar_text(item).ok_or_else(|| {
+                        ArgError::new("command", format!("`command` must be {EXPECTED}; got the item {item}"))
+                    })
+                })
                 .collect::<Result<Vec<_>, _>>()?,
-            Some(Json::Array(_)) => return Err(ArgError::new("command", format!("`command` is empty; expected {EXPECTED}"))),
+            Some(Json::Array(_)) => {
+                return Err(ArgError::new("command", format!("`command` is empty; expected {EXPECTED}")));
+            }
             Some(other) => return Err(ArgError::new("command", format!("`command` must be {EXPECTED}; got {other}"))),
             None => return Err(ArgError::new("command", "missing required argument `command`")),
         };
@@ -333,7 +344,10 @@ impl<'c, 'a> InputFiles<'c, 'a> {
         if let Some((_, _, path)) = self.known.iter().find(|(n, i, _)| n == input.name() && *i == at) {
             return Ok(path.clone());
         }
-        let value = input.values().nth(at).ok_or_else(|| TaskError::msg(format!("input `{}` has no value {at}", input.name())))?;
+        let value = input
+            .values()
+            .nth(at)
+            .ok_or_else(|| TaskError::msg(format!("input `{}` has no value {at}", input.name())))?;
         let path = self.file_of(input.name(), at, value)?;
         self.known.push((input.name().to_string(), at, path.clone()));
         Ok(path)
@@ -408,7 +422,10 @@ mod tests {
         assert!(check(json!({"command": []})).unwrap_err().1.contains("`command` is empty"));
         assert!(check(json!({"command": ["a", ["b"]]})).unwrap_err().1.contains("got the item [\"b\"]"));
         let (arg, message) = check(json!({"command": ["cp", "a", "{output}"]})).unwrap_err();
-        assert_eq!((arg.as_deref(), message.as_str()), (Some("command"), "`{output}` is used but the step has no `output` arg"));
+        assert_eq!(
+            (arg.as_deref(), message.as_str()),
+            (Some("command"), "`{output}` is used but the step has no `output` arg")
+        );
         assert!(check(json!({"command": ["x"], "env": {"A": [1]}})).unwrap_err().1.contains("`A` is [1]"));
     }
 
@@ -418,13 +435,20 @@ mod tests {
         let field = meta("field", ValueMeta::Path);
         let members = InputMeta { name: "members".into(), gathered: Some(12), item: ValueMeta::Path };
         let plan = |command, metas: &[InputMeta]| testing::plan(&Exec, args(command), metas);
-        assert_eq!(plan(json!(["t", "{input.field}", "{output}"]), &[field.clone()]).unwrap(), (ValueMeta::Path, DEFAULT_ESTIMATE));
+        assert_eq!(
+            plan(json!(["t", "{input.field}", "{output}"]), &[field.clone()]).unwrap(),
+            (ValueMeta::Path, DEFAULT_ESTIMATE)
+        );
         let error = plan(json!(["t", "{input.feild}"]), &[field.clone(), members.clone()]).unwrap_err();
         assert_eq!(error.arg.as_deref(), Some("command"));
         assert_eq!(error.message, "`{input.feild}` names no input of the step; its inputs are: field, members");
         assert!(plan(json!(["t", "{input.members}"]), &[members.clone()]).is_ok());
         let error = plan(json!(["t", "--in={input.members}"]), &[members.clone()]).unwrap_err();
-        assert!(error.message.contains("input `members` is a gathered list; use it as a whole item"), "{}", error.message);
+        assert!(
+            error.message.contains("input `members` is a gathered list; use it as a whole item"),
+            "{}",
+            error.message
+        );
         let json_input = meta("stats", ValueMeta::Json);
         let error = plan(json!(["t", "{input.stats}"]), &[json_input]).unwrap_err();
         assert!(error.message.contains("cannot be handed to a command as a file"), "{}", error.message);
@@ -469,18 +493,16 @@ mod tests {
     fn a_missing_path_input_is_a_missing_input_and_a_silent_command_a_clear_failure() {
         let dir = tempfile::tempdir().unwrap();
         let missing = dir.path().join("nope.nc");
-        let error = testing::run(
-            &Exec,
-            json!({"command": ["cat", "{input.a}"]}),
-            &[single("a", Value::Path(missing.clone()))],
-        )
-        .unwrap_err();
+        let error =
+            testing::run(&Exec, json!({"command": ["cat", "{input.a}"]}), &[single("a", Value::Path(missing.clone()))])
+                .unwrap_err();
         assert_eq!(error.kind(), runner_plugin::FailureKind::MissingInput);
         assert_eq!(error.message(), format!("input `a`: no file {}", missing.display()));
 
         let output = dir.path().join("never.npy");
         std::fs::write(&output, "stale").unwrap();
-        let error = testing::run(&Exec, json!({"command": ["true"], "output": output.to_str().unwrap()}), &[]).unwrap_err();
+        let error =
+            testing::run(&Exec, json!({"command": ["true"], "output": output.to_str().unwrap()}), &[]).unwrap_err();
         assert!(error.message().contains("exited with status 0 but did not write its output"), "{}", error.message());
         assert!(!output.exists(), "the stale output was removed before the command ran");
 
