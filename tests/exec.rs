@@ -362,3 +362,90 @@ fn exec_is_listed_with_its_args() {
         "{text}"
     );
 }
+
+/// Copies the commands pipeline (recipe, tools, cycles file) into `dir`, keeping its layout, so
+/// that it runs there as from the repository root.
+fn copy_commands_pipeline(dir: &Path) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tools = root.join("recipes/commands/tools");
+    for entry in std::fs::read_dir(&tools).unwrap().flatten() {
+        if entry.path().extension().is_some_and(|e| e == "py") {
+            let text = std::fs::read_to_string(entry.path()).unwrap();
+            write(dir, &format!("recipes/commands/tools/{}", entry.file_name().to_string_lossy()), &text);
+        }
+    }
+    for file in ["recipes/commands/pipeline.yaml", "recipes/cycles/commands.yaml"] {
+        write(dir, file, &std::fs::read_to_string(root.join(file)).unwrap());
+    }
+}
+
+/// Peak bytes of `step`'s tasks in the store's run for `cycle`, highest first.
+fn peaks(db: &Path, cycle: &str, step: &str) -> Vec<u64> {
+    let db = rusqlite::Connection::open(db).unwrap();
+    let mut statement = db
+        .prepare(
+            "SELECT t.peak_bytes FROM tasks t JOIN runs r USING (run_id) WHERE r.cycle = ?1 AND t.step = ?2 \
+             ORDER BY t.peak_bytes DESC",
+        )
+        .unwrap();
+    statement.query_map((cycle, step), |row| row.get::<_, i64>(0)).unwrap().map(|p| p.unwrap() as u64).collect()
+}
+
+#[test]
+fn the_commands_pipeline_s_footprints_follow_the_weather() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_commands_pipeline(dir.path());
+    let recipe = "recipes/commands/pipeline.yaml";
+    for (cycle, wet) in [("dry", "0.03"), ("front", "0.55")] {
+        let wet = format!("wet={wet}");
+        let out =
+            runner(dir.path(), &["run", recipe, "--cycle", cycle, "--set", &wet, "--workers", "2", "--db", "r.db"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        for lead in [1, 2] {
+            let path = dir.path().join(format!("out/commands/{cycle}/prob_T{lead:03}.npy"));
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert!(String::from_utf8_lossy(&bytes[..128]).contains("'shape': (4, 970, 1042)"));
+        }
+    }
+    let db = dir.path().join("r.db");
+    let (dry, front) = (peaks(&db, "dry", "smooth"), peaks(&db, "front", "smooth"));
+    assert_eq!((dry.len(), front.len()), (6, 6));
+    eprintln!(
+        "smooth peaks: dry {:?} MiB, front {:?} MiB",
+        dry.iter().map(|p| p / MIB).collect::<Vec<_>>(),
+        front.iter().map(|p| p / MIB).collect::<Vec<_>>()
+    );
+    // A neighbourhood of a front needs several times what a dry spell does.
+    assert!(front[5] > 2 * dry[0], "smooth: front {} MiB vs dry {} MiB", front[5] / MIB, dry[0] / MIB);
+    let (dry, front) = (peaks(&db, "dry", "exceed"), peaks(&db, "front", "exceed"));
+    assert!(front[0] < dry[5] + dry[5] / 10, "threshold works on the whole grid: {front:?} vs {dry:?}");
+}
+
+/// The CI replay of the commands pipeline with the in-process replay's thresholds. It needs an
+/// estimator that learns a command step from its input files' bytes with an intercept (the
+/// interpreter): with history alone, the front's first cycle is under-estimated (22.7% of its
+/// tasks on 2026-12-01) and the median slack is +37%.
+#[test]
+#[ignore = "needs estimates of exec steps from input file bytes (see the test's doc); run with --ignored"]
+fn the_commands_replay_holds_the_estimate_thresholds() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_commands_pipeline(dir.path());
+    let out = runner(
+        dir.path(),
+        &[
+            "replay",
+            "recipes/cycles/commands.yaml",
+            "--budget",
+            "1GiB",
+            "--workers",
+            "2",
+            "--db",
+            "replay.db",
+            "--max-underestimate-rate",
+            "0.02",
+            "--max-median-slack",
+            "0.25",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
+}
