@@ -138,7 +138,7 @@ pub struct Finished {
     /// The highest sampled resident bytes of the tree.
     pub sampled_peak: u64,
     /// `ru_maxrss` from `wait4`: the largest single process of the tree that was waited for.
-    pub max_rss: Option<u64>,
+    pub max_rss: u64,
     /// The cgroup's own peak usage, page cache included.
     pub cgroup_peak: Option<u64>,
     pub wall: Duration,
@@ -238,11 +238,11 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     external::clear(request.tag);
     let (status, rusage) = rusage.map_err(|source| CommandError::Lost { pid, source })?;
     let exit = exit_of(status);
-    let max_rss = Some(rusage.ru_maxrss.max(0) as u64 * 1024);
+    let max_rss = rusage.ru_maxrss.max(0) as u64 * 1024;
     let cgroup_peak = cgroup.as_ref().and_then(TaskCgroup::peak);
     let ending = reason.unwrap_or_else(|| judge(exit, cgroup.as_ref(), request.memory_limit, cgroup_peak));
     let sampled_peak = watch.sampled_peak;
-    let mut peak_bytes = sampled_peak.max(max_rss.unwrap_or(0));
+    let mut peak_bytes = sampled_peak.max(max_rss);
     if let (Ending::OutOfMemory { .. }, Some(cgroup_peak)) = (ending, cgroup_peak) {
         // It needed at least what the cgroup held when the kernel killed it.
         peak_bytes = peak_bytes.max(cgroup_peak);
@@ -596,10 +596,11 @@ impl<'c> Watch<'c> {
             Ending::Cancelled => "was cancelled and killed".into(),
             Ending::Interrupted => "was killed: the run was interrupted".into(),
         };
-        let mut how = format!("sampled {}", format_size(finished.sampled_peak));
-        if let Some(rss) = finished.max_rss {
-            how.push_str(&format!(", largest process {}", format_size(rss)));
-        }
+        let mut how = format!(
+            "sampled {}, largest process {}",
+            format_size(finished.sampled_peak),
+            format_size(finished.max_rss)
+        );
         if let Some(peak) = finished.cgroup_peak {
             how.push_str(&format!(", cgroup with page cache {}", format_size(peak)));
         }

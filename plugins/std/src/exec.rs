@@ -373,14 +373,13 @@ impl<'c, 'a> InputFiles<'c, 'a> {
         {
             return Ok(path.to_path_buf());
         }
-        let (extension, write): (&str, &dyn Fn(&Path) -> Result<(), String>) = match value {
-            Value::Array(array) => ("npy", &|path| npy::write_array(path, array)),
-            _ => ("bin", &|path| {
-                std::fs::write(path, storage.bytes()).map_err(|e| format!("writing {}: {e}", path.display()))
-            }),
-        };
+        let extension = if matches!(value, Value::Array(_)) { "npy" } else { "bin" };
         let path = self.ctx.scratch_dir()?.join(format!("input-{name}-{at}.{extension}"));
-        write(&path).map_err(|e| TaskError::msg(format!("handing input `{name}` to the command: {e}")))?;
+        let written = match value {
+            Value::Array(array) => npy::write_array(&path, array),
+            _ => std::fs::write(&path, storage.bytes()).map_err(|e| format!("writing {}: {e}", path.display())),
+        };
+        written.map_err(|e| TaskError::msg(format!("handing input `{name}` to the command: {e}")))?;
         self.written.push(path.clone());
         Ok(path)
     }
@@ -436,14 +435,14 @@ mod tests {
         let members = InputMeta { name: "members".into(), gathered: Some(12), item: ValueMeta::Path };
         let plan = |command, metas: &[InputMeta]| testing::plan(&Exec, args(command), metas);
         assert_eq!(
-            plan(json!(["t", "{input.field}", "{output}"]), &[field.clone()]).unwrap(),
+            plan(json!(["t", "{input.field}", "{output}"]), std::slice::from_ref(&field)).unwrap(),
             (ValueMeta::Path, DEFAULT_ESTIMATE)
         );
         let error = plan(json!(["t", "{input.feild}"]), &[field.clone(), members.clone()]).unwrap_err();
         assert_eq!(error.arg.as_deref(), Some("command"));
         assert_eq!(error.message, "`{input.feild}` names no input of the step; its inputs are: field, members");
-        assert!(plan(json!(["t", "{input.members}"]), &[members.clone()]).is_ok());
-        let error = plan(json!(["t", "--in={input.members}"]), &[members.clone()]).unwrap_err();
+        assert!(plan(json!(["t", "{input.members}"]), std::slice::from_ref(&members)).is_ok());
+        let error = plan(json!(["t", "--in={input.members}"]), std::slice::from_ref(&members)).unwrap_err();
         assert!(
             error.message.contains("input `members` is a gathered list; use it as a whole item"),
             "{}",
