@@ -449,3 +449,29 @@ fn the_commands_replay_holds_the_estimate_thresholds() {
     );
     assert_eq!(out.status.code(), Some(0), "{}\n{}", String::from_utf8_lossy(&out.stdout), stderr(&out));
 }
+
+#[test]
+fn runner_cgroup_off_forces_the_fallback_and_the_log_says_how_each_peak_was_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "one.yaml",
+        "recipe: one\nsteps:\n  hold:\n    plugin: exec\n    args:\n      command: [python3, -c, \"data = b'x' * (100 << 20)\"]\n",
+    );
+    let footer = |env: Option<&str>| {
+        let mut command = runner_command(dir.path(), &["run", recipe.to_str().unwrap(), "--cycle", "C", "--no-record"]);
+        if let Some(value) = env {
+            command.env("RUNNER_CGROUP", value);
+        }
+        let out = command.output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let log = std::fs::read_to_string(dir.path().join("runner-logs/one/C/hold/_.log")).unwrap();
+        log.lines().rfind(|l| l.starts_with("--- runner: exited")).unwrap().to_string()
+    };
+    let forced = footer(Some("off"));
+    assert!(forced.contains("(wait4+sampled: "), "{forced}");
+    if cgroups_here() {
+        let default = footer(None);
+        assert!(default.contains("(cgroup: ") && default.contains("cgroup with page cache"), "{default}");
+    }
+}
