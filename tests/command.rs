@@ -296,6 +296,11 @@ fn a_command_that_cannot_start_says_which() {
     let log = dir.path().join("x.log");
     let error = command::run(&Request::new(&argv, &log)).unwrap_err();
     assert_eq!(error.to_string(), "cannot start `no-such-program-xyz`: No such file or directory (os error 2)");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.ends_with("--- runner: cannot start `no-such-program-xyz`: No such file or directory (os error 2) ---\n"),
+        "{text}"
+    );
     assert!(command::run(&Request::new(&[], &log)).unwrap_err().to_string().contains("argv is empty"));
 }
 

@@ -219,7 +219,13 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     let cgroup = make_cgroup(request);
     let (stderr_read, stderr_write) = pipe().map_err(CommandError::Pipe)?;
     let started = Instant::now();
-    let pid = spawn(request, program, &log, stderr_write, cgroup.as_ref())?;
+    let pid = match spawn(request, program, &log, stderr_write, cgroup.as_ref()) {
+        Ok(pid) => pid,
+        Err(error) => {
+            let _ = writeln!(log, "--- runner: {error} ---");
+            return Err(error);
+        }
+    };
     let mut watch = Watch::new(pid, cgroup.as_ref(), stderr_read, log, request.tag);
     let registration =
         registry::register(pid, cgroup.as_ref().map(|c| (c.dir.clone(), c.version())), request.log_path.into());
