@@ -20,7 +20,7 @@
 //! `cgroup.procs` until it is empty on v1), through the process group, and through the
 //! processes seen in the tree — on timeout, on cancellation, when a memory limit is reached
 //! without a cgroup to enforce it, and when [`kill_all`] runs (the CLI calls it on Ctrl-C and
-//! SIGTERM). Processes the command leaves behind when it exits (a daemon) are killed too.
+//! SIGTERM, just before the process exits; a command it killed never returns). Processes the command leaves behind when it exits (a daemon) are killed too.
 //! Without a cgroup, a process that detaches itself (setsid + double fork) within one sampling
 //! interval cannot be found; with one, nothing escapes.
 //!
@@ -122,8 +122,6 @@ pub enum Ending {
     TimedOut { after: Duration },
     /// Killed because the caller cancelled it.
     Cancelled,
-    /// Killed by [`kill_all`] (the run was interrupted or aborted).
-    Interrupted,
 }
 
 /// A command that has ended, however, with what it measured.
@@ -174,9 +172,6 @@ impl Finished {
             ),
             Ending::Cancelled => {
                 (FailureKind::Cancelled, format!("command `{command}` was cancelled: its process tree was killed"))
-            }
-            Ending::Interrupted => {
-                (FailureKind::Cancelled, format!("the run was interrupted: command `{command}` was killed"))
             }
         };
         Err(TaskError::of_kind(kind, failure_text(&what, &self.stderr_tail, &self.log_path)))
@@ -229,12 +224,13 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     let mut watch = Watch::new(pid, cgroup.as_ref(), stderr_read, log, request.tag);
     let registration =
         registry::register(pid, cgroup.as_ref().map(|c| (c.dir.clone(), c.version())), request.log_path.into());
-    let mut reason = None;
     if registration.is_none() {
+        // Spawned just as `kill_all` ran: the process is exiting.
         watch.kill();
-        reason = Some(Ending::Interrupted);
+        let _ = writeln!(watch.log, "--- runner: killed: the run was interrupted ---");
+        registry::wait_for_exit();
     }
-    let reason = watch.until_exit(request, started, reason);
+    let reason = watch.until_exit(request, started);
     let leftovers_killed = if reason.is_none() { watch.kill_leftovers() } else { 0 };
     // Deregistered before the root is reaped: until then its pid cannot be recycled.
     drop(registration);
@@ -247,6 +243,7 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     let max_rss = rusage.ru_maxrss.max(0) as u64 * 1024;
     let cgroup_peak = cgroup.as_ref().and_then(TaskCgroup::peak);
     let ending = reason.unwrap_or_else(|| judge(exit, cgroup.as_ref(), request.memory_limit, cgroup_peak));
+
     let sampled_peak = watch.sampled_peak;
     let mut peak_bytes = sampled_peak.max(max_rss);
     if let (Ending::OutOfMemory { .. }, Some(cgroup_peak)) = (ending, cgroup_peak) {
@@ -361,7 +358,8 @@ fn judge(exit: CommandExit, cgroup: Option<&TaskCgroup>, limit: Option<u64>, cgr
         return Ending::OutOfMemory { limit: cgroup.limit };
     }
     if exit == CommandExit::Signal(libc::SIGKILL) && registry::is_closed() {
-        return Ending::Interrupted;
+        // Killed by `kill_all`: the process is exiting.
+        registry::wait_for_exit();
     }
     Ending::Exited(exit)
 }
@@ -418,8 +416,9 @@ impl<'c> Watch<'c> {
 
     /// Samples, relays stderr and enforces the timeout, cancellation and (without a cgroup) the
     /// memory limit until the root process has exited (it is not reaped yet). Returns why the
-    /// runner killed it, if it did.
-    fn until_exit(&mut self, request: &Request<'_>, started: Instant, mut reason: Option<Ending>) -> Option<Ending> {
+    /// runner killed it, if it did. Once [`kill_all`] has run, it never returns.
+    fn until_exit(&mut self, request: &Request<'_>, started: Instant) -> Option<Ending> {
+        let mut reason = None;
         let deadline = request.timeout.map(|t| started + t);
         let mut next_sample = Instant::now();
         loop {
@@ -444,7 +443,8 @@ impl<'c> Watch<'c> {
                 } else if deadline.is_some_and(|d| Instant::now() >= d) {
                     reason = Some(Ending::TimedOut { after: request.timeout.unwrap_or_default() });
                 } else if registry::is_closed() {
-                    reason = Some(Ending::Interrupted);
+                    // `kill_all` killed the tree: the process is exiting.
+                    registry::wait_for_exit();
                 }
                 if reason.is_some() {
                     self.kill();
@@ -600,7 +600,6 @@ impl<'c> Watch<'c> {
             Ending::OutOfMemory { limit: None } => "ran out of memory".into(),
             Ending::TimedOut { after } => format!("timed out after {} and was killed", format_duration(after)),
             Ending::Cancelled => "was cancelled and killed".into(),
-            Ending::Interrupted => "was killed: the run was interrupted".into(),
         };
         let mut how = format!(
             "sampled {}, largest process {}",

@@ -70,8 +70,11 @@ pub(crate) fn is_closed() -> bool {
 /// empty (at most a few seconds) and removes it. Each command's log gets a line saying it was
 /// killed. Returns how many commands were killed.
 ///
-/// For the CLI's interrupt handler, and for whatever aborts a run; after it, no command can
-/// run in this process.
+/// For when the process is about to exit (the CLI's Ctrl-C and SIGTERM handler): the threads
+/// that ran the killed commands never return from [`super::run`] — they wait for the exit —,
+/// so that no interrupted task is reported as failed, and no run finishes, records and exits
+/// with its own status before the interrupt handler exits with its. To stop a run's commands
+/// and go on, cancel its tasks instead (`Request::cancelled`).
 pub fn kill_all() -> usize {
     let mut registry = lock();
     registry.closed = true;
@@ -91,4 +94,12 @@ pub fn kill_all() -> usize {
         }
     }
     registry.entries.len()
+}
+
+/// Parks the calling thread until the process exits: what a thread whose command [`kill_all`]
+/// killed does instead of reporting it.
+pub(crate) fn wait_for_exit() -> ! {
+    loop {
+        std::thread::park();
+    }
 }
