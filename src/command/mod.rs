@@ -243,7 +243,6 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     let max_rss = rusage.ru_maxrss.max(0) as u64 * 1024;
     let cgroup_peak = cgroup.as_ref().and_then(TaskCgroup::peak);
     let ending = reason.unwrap_or_else(|| judge(exit, cgroup.as_ref(), request.memory_limit, cgroup_peak));
-
     let sampled_peak = watch.sampled_peak;
     let mut peak_bytes = sampled_peak.max(max_rss);
     if let (Ending::OutOfMemory { .. }, Some(cgroup_peak)) = (ending, cgroup_peak) {
