@@ -8,6 +8,7 @@
 
 pub mod budget;
 pub mod cli;
+pub mod command;
 pub mod estimate;
 pub mod graph;
 pub mod measure;

@@ -1,6 +1,7 @@
-//! Ctrl-C and SIGTERM: before the process exits, the run is marked `interrupted` in the store
-//! ([`on_interrupt`]) and its spill folder and scratch folders are removed, so an interrupted
-//! run leaves nothing behind. (A SIGKILLed run cannot clean up; its
+//! Ctrl-C and SIGTERM: before the process exits, the external commands still running are killed
+//! (their whole process trees), the run is marked `interrupted` in the store ([`on_interrupt`]),
+//! and its spill folder and scratch folders are removed, so an interrupted run leaves nothing
+//! behind. (A SIGKILLed run cannot clean up; its
 //! spill folder is removed by the next run.)
 
 use std::path::PathBuf;
@@ -33,6 +34,8 @@ pub fn install() {
         let mut signal = 0;
         // SAFETY: `set` lives in this closure; sigwait writes the signal number into `signal`.
         if unsafe { libc::sigwait(&set, &mut signal) } == 0 {
+            // External commands first: their process trees must not outlive the run.
+            let commands = crate::command::kill_all();
             let actions = std::mem::take(&mut *ACTIONS.lock().unwrap_or_else(|p| p.into_inner()));
             actions.into_iter().for_each(|(_, action)| action());
             crate::budget::release();
@@ -40,7 +43,7 @@ pub fn install() {
             for dir in SCRATCH.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                 let _ = std::fs::remove_dir_all(dir);
             }
-            eprintln!("\ninterrupted: stopped, {spill_folders} spill folder(s) removed");
+            eprintln!("\ninterrupted: stopped, {commands} command(s) killed, {spill_folders} spill folder(s) removed");
             std::process::exit(128 + signal);
         }
     });

@@ -97,11 +97,9 @@ pub fn rss_bytes() -> u64 {
     pages * u64::try_from(page).unwrap_or(4096)
 }
 
-/// Resident bytes of the external commands' processes the run is running now. The measurement
-/// of external commands (`crate::measure::external::total()`) is being added beside this; until
-/// it is here no task runs an external process whose memory is tracked, so this is 0.
+/// Resident bytes of the external commands' process trees the run's tasks are running now.
 fn external_bytes() -> u64 {
-    0
+    crate::measure::external::total()
 }
 
 #[cfg(test)]

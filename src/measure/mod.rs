@@ -24,6 +24,9 @@
 //! Process-wide: [`live_bytes`] / [`peak_live_bytes`] (every block, tagged or not),
 //! [`jemalloc_stats`], and the OS's view in [`process_memory`] / [`reset_peak_rss`].
 //!
+//! External processes a task runs (commands, see [`crate::command`]) are outside the heap: their
+//! resident bytes, sampled while they run, are published per task in [`external`].
+//!
 //! Precision: blocks of 16 KiB and more are counted exactly, at once. Smaller ones are counted in
 //! a per-thread batch published every ±64 KiB (and when the thread switches tasks), because a
 //! shared atomic update per allocation would cost several times jemalloc's own fast path. So a
@@ -38,6 +41,7 @@
 
 mod alloc;
 mod batch;
+pub mod external;
 mod system;
 mod tally;
 mod task;

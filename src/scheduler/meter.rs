@@ -1,5 +1,6 @@
-//! The engine's [`Meter`]: what a running task holds, as the counting allocator (and, for
-//! external commands, the resident bytes of their process trees) measures it.
+//! The engine's [`Meter`]: what a running task holds — its heap blocks as the counting allocator
+//! counts them, plus the resident bytes of the external commands it runs, as their sampler
+//! publishes them ([`measure::external`]).
 //!
 //! The ledger names reservations by [`TaskSlot`]s that the scheduler hands out when it claims a
 //! task; the measurement tag exists only once the task starts executing (a task claimed in a
@@ -40,11 +41,11 @@ impl Meter for RunMeter {
     fn task_live(&self, slot: TaskSlot) -> u64 {
         match self.tags.get(slot.0 as usize).map(|t| t.load(Ordering::Relaxed)) {
             Some(NO_TASK) | None => 0,
-            Some(tag) => measure::task_live(tag),
+            Some(tag) => measure::task_live(tag) + measure::external::of(tag),
         }
     }
 
     fn process_live(&self) -> u64 {
-        measure::live_bytes()
+        measure::live_bytes() + measure::external::total()
     }
 }

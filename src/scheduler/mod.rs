@@ -19,9 +19,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use runner_plugin::{DimValue, Host, Input, Inputs, InputsForEstimate, TaskContext, TaskError, Value, task_tag};
+use runner_plugin::{
+    CommandOutcome, CommandPeakSource, CommandSpec, DimValue, Host, Input, Inputs, InputsForEstimate, TaskContext,
+    TaskError, Value, task_tag,
+};
 use smallvec::SmallVec;
 
+use crate::command;
 use crate::graph::Graph;
 use crate::measure::{self, PeakSource, TaskMemory};
 use crate::memory::spill::{SpillDir, release_value_pages};
@@ -722,12 +726,20 @@ impl<'s, 'r> Worker<'s, 'r> {
             Some(plugin_estimate) => Picked { plugin_estimate, ..picked },
             None => picked,
         };
-        let (result, memory) = match self.shared.options.memory_limit {
-            Some(limit) if picked.reserved > limit => (Ok(Err(too_big_for_the_machine(&picked, limit))), None),
+        let (result, memory, command) = match self.shared.options.memory_limit {
+            Some(limit) if picked.reserved > limit => (Ok(Err(too_big_for_the_machine(&picked, limit))), None, None),
             _ => self.run_plugin(at),
         };
         let wall = started.elapsed();
-        let peak = memory.map_or(0, |m| m.peak_bytes);
+        // A task that ran external commands peaked at the larger of its own heap and their trees.
+        let mut peak = memory.map_or(0, |m| m.peak_bytes);
+        let mut peak_source = PeakSource::Allocator;
+        if let Some(command) = &command
+            && command.peak > peak
+        {
+            (peak, peak_source) = (command.peak, command.source);
+        }
+        let log_path = command.as_ref().and_then(|c| c.log_path.as_deref());
         let (outcome, output, error) = match result {
             Ok(Ok(output)) => (Outcome::Ok, output, None),
             Ok(Err(error)) => (Outcome::Failed, Value::None, Some(error.to_string())),
@@ -737,7 +749,8 @@ impl<'s, 'r> Worker<'s, 'r> {
         };
         let output_bytes = output.buffer_bytes();
         // Reported first: should the sink fail, the task is counted once, as the failure it becomes.
-        self.report(&picked, outcome, peak, output_bytes, wall, started, error.as_deref());
+        let measured = Measured { peak, peak_source, output_bytes, wall, started, log_path };
+        self.report(&picked, outcome, &measured, error.as_deref());
         self.count(&picked, peak, wall);
         match outcome {
             Outcome::Ok => {
@@ -786,17 +799,7 @@ impl<'s, 'r> Worker<'s, 'r> {
     }
 
     /// Hands a task that ran to the sink.
-    #[allow(clippy::too_many_arguments)]
-    fn report(
-        &self,
-        picked: &Picked,
-        outcome: Outcome,
-        peak: u64,
-        output_bytes: u64,
-        wall: Duration,
-        started: Instant,
-        error: Option<&str>,
-    ) {
+    fn report(&self, picked: &Picked, outcome: Outcome, measured: &Measured<'_>, error: Option<&str>) {
         let Some(sink) = self.shared.sink else { return };
         let step = &self.shared.recipe.steps[picked.task.step];
         sink.record(&TaskReport {
@@ -811,13 +814,13 @@ impl<'s, 'r> Worker<'s, 'r> {
             estimate: picked.estimate,
             source: picked.source,
             plugin_estimate: picked.plugin_estimate,
-            peak,
-            output_bytes,
-            wall,
-            started: started.saturating_duration_since(self.shared.started),
+            peak: measured.peak,
+            output_bytes: measured.output_bytes,
+            wall: measured.wall,
+            started: measured.started.saturating_duration_since(self.shared.started),
             attempts: 1,
-            peak_source: PeakSource::Allocator,
-            log_path: None,
+            peak_source: measured.peak_source,
+            log_path: measured.log_path,
             error,
         });
     }
@@ -830,27 +833,41 @@ impl<'s, 'r> Worker<'s, 'r> {
     }
 
     /// Calls the plugin of claimed task `at` with its inputs, measured under a fresh tag and
-    /// catching panics; returns what it returned and what it allocated (`None` when no
-    /// measurement could be made, which the task's error then says).
-    fn run_plugin(&self, at: usize) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>) {
+    /// catching panics; returns what it returned, what it allocated (`None` when no measurement
+    /// could be made, which the task's error then says), and what its external commands
+    /// measured if it ran any.
+    #[allow(clippy::type_complexity)]
+    fn run_plugin(
+        &self,
+        at: usize,
+    ) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>, Option<CommandRecord>) {
         let shared = self.shared;
         let claimed = &self.claimed[at];
         let tag = match measure::begin_new_task() {
             Ok(tag) => tag,
-            Err(error) => return (Ok(Err(TaskError::msg(format!("cannot measure the task: {error}")))), None),
+            Err(error) => return (Ok(Err(TaskError::msg(format!("cannot measure the task: {error}")))), None, None),
         };
         shared.meter.attach(claimed.picked.slot, tag);
         let step_id = claimed.picked.task.step;
         let step = &shared.recipe.steps[step_id];
         let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
         let args = step.args.for_task(&lookup);
-        let host = TaskHost { shared, slot: claimed.picked.slot, step: &step.name, key: &self.key };
+        let host = TaskHost {
+            shared,
+            slot: claimed.picked.slot,
+            tag,
+            step: &step.name,
+            key: &self.key,
+            timeout: step.timeout,
+            commands: Mutex::new(None),
+        };
         let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
         let result = self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
             task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, inputs))))
         });
         shared.meter.detach(claimed.picked.slot);
-        (result, measure::end_task(tag).ok())
+        let commands = host.commands.into_inner().unwrap_or_else(|p| p.into_inner());
+        (result, measure::end_task(tag).ok(), commands)
     }
 
     /// A panic outside any plugin (an engine bug, or a sink's): the tasks this worker claimed
@@ -899,6 +916,16 @@ impl<'s, 'r> Worker<'s, 'r> {
     fn describe_task(&mut self, step: StepId, index: u64) {
         self.shared.graph.describe_task(self.shared.recipe, step, index, &mut self.key, &mut self.index);
     }
+}
+
+/// How a task that ran was measured, for its report.
+struct Measured<'a> {
+    peak: u64,
+    peak_source: PeakSource,
+    output_bytes: u64,
+    wall: Duration,
+    started: Instant,
+    log_path: Option<&'a std::path::Path>,
 }
 
 /// The failure of a task that needs more memory than the process could ever have.
@@ -951,8 +978,40 @@ fn sanitize(key: &str) -> String {
 struct TaskHost<'a, 'r> {
     shared: &'a Shared<'r>,
     slot: TaskSlot,
+    tag: u32,
     step: &'a str,
     key: &'a str,
+    /// The step's `timeout:`, which also bounds each command the task runs.
+    timeout: Option<Duration>,
+    /// What the task's external commands measured, if it ran any.
+    commands: Mutex<Option<CommandRecord>>,
+}
+
+/// The external commands of one task: their highest peak, how it was measured, their log.
+#[derive(Debug, Clone)]
+struct CommandRecord {
+    peak: u64,
+    source: PeakSource,
+    log_path: Option<PathBuf>,
+}
+
+impl TaskHost<'_, '_> {
+    /// Where a task's commands write when the plugin does not say: a file per task that
+    /// outlives the run, relative to the directory the runner started in, like outputs:
+    /// `runner-logs/<recipe>/<cycle>/<step>/<key>.log`.
+    fn default_log_path(&self) -> PathBuf {
+        let recipe = self.shared.recipe;
+        PathBuf::from("runner-logs")
+            .join(sanitize(&recipe.name))
+            .join(sanitize(&recipe.cycle))
+            .join(sanitize(self.step))
+            .join(format!("{}.log", sanitize(self.key)))
+    }
+
+    fn note_command(&self, update: impl FnOnce(&mut CommandRecord)) {
+        let mut record = self.commands.lock().unwrap_or_else(|p| p.into_inner());
+        update(record.get_or_insert(CommandRecord { peak: 0, source: PeakSource::Cgroup, log_path: None }));
+    }
 }
 
 impl Host for TaskHost<'_, '_> {
@@ -976,5 +1035,48 @@ impl Host for TaskHost<'_, '_> {
         }
         state.ledger.stop_growing(self.slot);
         shared.progress.reserved.store(state.ledger.used(), Ordering::Relaxed);
+    }
+
+    /// Runs the command as part of the task ([`crate::command`]): killed at the sooner of the
+    /// spec's and the step's timeout or when the task is cancelled; its peak is kept for the
+    /// task's record whatever happens.
+    fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
+        let log_path = spec.log_path.clone().unwrap_or_else(|| self.default_log_path());
+        self.note_command(|r| r.log_path = Some(log_path.clone()));
+        let timeout = match (spec.timeout, self.timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let cancelled = || self.cancelled();
+        let request = command::Request {
+            argv: &spec.argv,
+            env: &spec.env,
+            log_path: &log_path,
+            memory_limit: spec.memory_limit,
+            timeout,
+            tag: self.tag,
+            cancelled: &cancelled,
+            isolation: command::Isolation::Auto,
+        };
+        let finished = command::run(&request).map_err(|e| TaskError::msg(e.to_string()))?;
+        self.note_command(|r| {
+            if finished.peak_bytes >= r.peak {
+                (r.peak, r.source) = (finished.peak_bytes, finished.peak_source);
+            }
+        });
+        let exit = finished.exit()?;
+        let source = match finished.peak_source {
+            PeakSource::Cgroup => CommandPeakSource::Cgroup,
+            _ => CommandPeakSource::Wait4Sampled,
+        };
+        Ok(CommandOutcome::new(
+            finished.command,
+            exit,
+            finished.peak_bytes,
+            source,
+            finished.log_path,
+            finished.wall,
+            finished.stderr_tail,
+        ))
     }
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use ndarray::{ArrayD, IxDyn};
 
+use crate::command::{CommandOutcome, CommandSpec};
 use crate::error::TaskError;
 use crate::task_tag;
 use crate::value::{DimValue, Element};
@@ -23,6 +24,11 @@ pub trait Host: Sync {
     /// interrupted or aborted.
     fn cancelled(&self) -> bool {
         false
+    }
+    /// Runs an external command as part of the task (see [`TaskContext::command`]). The default
+    /// is for hosts that cannot: it fails.
+    fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
+        Err(TaskError::msg(format!("this host cannot run commands (asked to run `{}`)", spec.display())))
     }
 }
 
@@ -100,6 +106,22 @@ impl<'a> TaskContext<'a> {
     /// after its timeout counts as timed out.
     pub fn cancelled(&self) -> bool {
         self.host.cancelled()
+    }
+
+    /// Runs an external command as part of this task and waits for it. Its whole process tree
+    /// is the task's: its resident memory counts in the run's budget while it runs and its
+    /// peak becomes the task's peak; it is killed (every process of the tree) on timeout —
+    /// the step's `timeout:` or the spec's —, when the run is interrupted, or when it reaches
+    /// the spec's memory limit. stdout and stderr are appended to a log file.
+    ///
+    /// Returns the outcome whenever the command ended by itself, whatever its exit status
+    /// ([`CommandOutcome::check`] turns a non-zero status into an error with the tail of its
+    /// stderr); an error when it could not start, timed out
+    /// ([`FailureKind::TimedOut`](crate::FailureKind::TimedOut)), was cancelled
+    /// ([`FailureKind::Cancelled`](crate::FailureKind::Cancelled)) or ran out of memory
+    /// ([`FailureKind::OutOfMemory`](crate::FailureKind::OutOfMemory)).
+    pub fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
+        self.host.command(spec)
     }
 
     /// Announces a large allocation the task is about to make by other means.

@@ -23,6 +23,7 @@
 //! ```
 
 mod args;
+pub mod command;
 mod context;
 mod error;
 mod inputs;
@@ -33,6 +34,7 @@ pub mod task_tag;
 mod value;
 
 pub use args::{ArgKind, ArgSpec, Args};
+pub use command::{CommandExit, CommandOutcome, CommandPeakSource, CommandSpec};
 pub use context::{Host, TaskContext};
 pub use error::{ArgError, FailureKind, TaskError};
 pub use inputs::{Input, InputMeta, Inputs, InputsForEstimate};

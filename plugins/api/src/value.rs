@@ -183,6 +183,14 @@ pub trait ExternalBytes: Send + Sync + fmt::Debug {
     fn done_reading(&self, range: std::ops::Range<usize>) {
         let _ = range;
     }
+
+    /// The file these bytes are mapped from, when it holds the value in its file form — a
+    /// `.npy` file for an array (header and data), the bytes themselves for a bytes value —
+    /// so that a task handing the value to an external command can pass this path instead of
+    /// writing a copy. `None` when there is no such file.
+    fn file_path(&self) -> Option<&std::path::Path> {
+        None
+    }
 }
 
 /// Where a buffer's bytes are. Plugins do not match on this; they use the views.

@@ -9,12 +9,14 @@
 //! | `nbhood` | [`nbhood`] |
 //! | `mean` | [`mean`] |
 //! | `read_npy`, `write_npy` | [`npy`] |
+//! | `exec` | [`exec`] |
 
 use std::sync::Arc;
 
 use runner_plugin::Plugin;
 
 pub mod alloc;
+pub mod exec;
 pub mod mean;
 pub mod nbhood;
 pub mod noop;
@@ -38,5 +40,6 @@ pub fn all() -> Vec<Arc<dyn Plugin>> {
         Arc::new(mean::Mean),
         Arc::new(npy::ReadNpy),
         Arc::new(npy::WriteNpy),
+        Arc::new(exec::Exec),
     ]
 }

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-pub use runner_plugin::npy::{ByteOrder, FileElement, header_bytes, read_array};
-use runner_plugin::npy::{IO_BUFFER, NpyHeader, open, peek_header, read_data, write_array};
+pub use runner_plugin::npy::{ByteOrder, FileElement, header_bytes, read_array, write_array};
+use runner_plugin::npy::{IO_BUFFER, NpyHeader, open, peek_header, read_data};
 use runner_plugin::{
     ArgError, ArgSpec, Args, DType, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError, Value,
     ValueMeta,

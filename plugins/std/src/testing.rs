@@ -7,11 +7,13 @@ use std::sync::Arc;
 use runner_plugin::ndarray::{ArrayD, IxDyn};
 use runner_plugin::serde_json::Value as Json;
 use runner_plugin::{
-    ArgError, Args, DimValue, Element, Host, Input, InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext,
-    TaskError, Value, ValueMeta,
+    ArgError, Args, CommandExit, CommandOutcome, CommandPeakSource, CommandSpec, DimValue, Element, Host, Input,
+    InputMeta, Inputs, InputsForEstimate, Plugin, TaskContext, TaskError, Value, ValueMeta,
 };
 
-/// A host whose scratch dir is a fresh temporary directory and whose ledger ignores announcements.
+/// A host whose scratch dir is a fresh temporary directory, whose ledger ignores announcements,
+/// and which runs commands plainly (no measurement: that is the engine's, tested there), with
+/// their stdout and stderr in `command.log` in that directory.
 pub struct TestHost {
     dir: tempfile::TempDir,
 }
@@ -28,6 +30,28 @@ impl Host for TestHost {
     }
 
     fn will_allocate(&self, _bytes: u64) {}
+
+    fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
+        let (program, args) = spec.argv.split_first().ok_or_else(|| TaskError::msg("empty argv"))?;
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new(program).args(args).envs(spec.env.iter().cloned()).output()?;
+        let log_path = self.dir.path().join("command.log");
+        std::fs::write(&log_path, [out.stdout.as_slice(), out.stderr.as_slice()].concat())?;
+        use std::os::unix::process::ExitStatusExt as _;
+        let exit = match (out.status.code(), out.status.signal()) {
+            (Some(code), _) => CommandExit::Code(code),
+            (None, signal) => CommandExit::Signal(signal.unwrap_or(0)),
+        };
+        Ok(CommandOutcome::new(
+            spec.display(),
+            exit,
+            0,
+            CommandPeakSource::Wait4Sampled,
+            log_path,
+            started.elapsed(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    }
 }
 
 /// Arguments from a JSON object literal.

@@ -90,6 +90,7 @@ fn registry_holds_the_contracted_plugins_and_arguments() {
         ("mean".into(), vec![]),
         ("read_npy".into(), vec![required("path")]),
         ("write_npy".into(), vec![required("path")]),
+        ("exec".into(), vec![required("command"), optional("output", "none"), optional("env", "{}")]),
     ];
     assert_eq!(described, expected);
 }
