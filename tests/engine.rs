@@ -309,3 +309,130 @@ fn a_plugin_panicking_at_plan_time_is_a_located_recipe_error() {
         "{text}"
     );
 }
+
+/// Fails its first `fail_first` attempts at each task (counted across attempts), sleeps
+/// `sleep_ms`, reports its input missing for the keys listed in `missing`, and returns its key.
+struct Flaky {
+    attempts: Mutex<std::collections::HashMap<String, u32>>,
+    /// What each task that succeeded returned.
+    outputs: Arc<Mutex<std::collections::HashMap<String, Json>>>,
+}
+
+impl Plugin for Flaky {
+    fn name(&self) -> &'static str {
+        "flaky"
+    }
+    fn about(&self) -> &'static str {
+        "test plugin for retries, timeouts and missing inputs"
+    }
+    fn args(&self) -> &'static [ArgSpec] {
+        const ARGS: &[ArgSpec] = &[
+            ArgSpec::optional("fail_first", "0", "attempts that fail"),
+            ArgSpec::optional("sleep_ms", "0", "how long an attempt takes"),
+            ArgSpec::optional("missing", "[]", "keys whose input is missing"),
+        ];
+        ARGS
+    }
+    fn estimate_is_exact(&self, _args: &Args) -> bool {
+        true
+    }
+    fn run(&self, ctx: &TaskContext, args: &Args, inputs: &Inputs) -> Result<Value, TaskError> {
+        let attempt = {
+            let mut attempts = self.attempts.lock().unwrap();
+            let n = attempts.entry(format!("{}[{}]", ctx.step(), ctx.key())).or_insert(0);
+            *n += 1;
+            *n
+        };
+        std::thread::sleep(std::time::Duration::from_millis(args.u64_or("sleep_ms", 0)?));
+        let missing = args.get("missing").and_then(Json::as_array).cloned().unwrap_or_default();
+        if missing.iter().any(|k| k.as_str() == Some(ctx.key())) {
+            return Err(TaskError::missing(format!("no input file for {}", ctx.key())));
+        }
+        if u64::from(attempt) <= args.u64_or("fail_first", 0)? {
+            return Err(TaskError::msg(format!("attempt {attempt} failed")));
+        }
+        let gathered: Vec<Json> = inputs
+            .iter()
+            .flat_map(|i| i.values())
+            .map(|v| match v {
+                Value::Json(j) => j.clone(),
+                _ => Json::Null,
+            })
+            .collect();
+        let out = json!({"key": ctx.key(), "attempt": attempt, "in": gathered});
+        self.outputs.lock().unwrap().insert(format!("{}[{}]", ctx.step(), ctx.key()), out.clone());
+        Ok(Value::Json(out))
+    }
+}
+
+/// Compiles `yaml` with the flaky plugin, lets `edit` set step keys, runs it on 2 workers.
+fn run_flaky(yaml: &str, edit: impl FnOnce(&mut Compiled)) -> RunReport {
+    run_flaky_seeing(yaml, edit).0
+}
+
+/// [`run_flaky`], with what each task that succeeded returned.
+fn run_flaky_seeing(
+    yaml: &str,
+    edit: impl FnOnce(&mut Compiled),
+) -> (RunReport, std::collections::HashMap<String, Json>) {
+    let outputs = Arc::new(Mutex::new(std::collections::HashMap::new()));
+    let flaky = Flaky { attempts: Mutex::default(), outputs: outputs.clone() };
+    let registry = Registry::new([Arc::new(flaky) as Arc<dyn Plugin>]);
+    let options = CompileOptions { cycle: "C1".into(), set: vec![] };
+    let mut compiled = Compiled::from_text(Path::new("flaky.yaml"), yaml, &options, &registry).unwrap();
+    edit(&mut compiled);
+    let dir = tempfile::tempdir().unwrap();
+    let options = RunOptions::new(2, 1 << 30, dir.path().join("run"));
+    let report =
+        scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);
+    let outputs = outputs.lock().unwrap().clone();
+    (report, outputs)
+}
+
+#[test]
+fn retries_run_a_failed_task_again() {
+    let yaml = "recipe: r\ndims:\n  i: 4\nsteps:\n  a:\n    plugin: flaky\n    over: [i]\n    args: {fail_first: 2}\n";
+    let failed = run_flaky(yaml, |c| c.recipe.steps[0].retries = 1);
+    assert_eq!(failed.total(|s| s.failed), 4, "one retry is not enough for two failures");
+    assert!(failed.failures[0].error.contains("attempt 2 failed"), "{:?}", failed.failures[0]);
+    let ok = run_flaky(yaml, |c| c.recipe.steps[0].retries = 2);
+    assert_eq!((ok.total(|s| s.ok), ok.total(|s| s.failed)), (4, 0), "{:?}", ok.failures);
+}
+
+#[test]
+fn an_in_process_task_past_its_timeout_fails_once_it_returns() {
+    let yaml = "recipe: r\ndims:\n  i: 2\nsteps:\n  slow:\n    plugin: flaky\n    over: [i]\n    args: {sleep_ms: 300}\n  after:\n    plugin: flaky\n    over: [i]\n    inputs: {x: slow}\n";
+    let report = run_flaky(yaml, |c| c.recipe.steps[0].timeout = Some(std::time::Duration::from_millis(100)));
+    assert_eq!(report.total(|s| s.failed), 2);
+    assert!(report.failures.iter().all(|f| f.error.starts_with("timed out: it ran 0.3 s")), "{:?}", report.failures);
+    assert_eq!(report.total(|s| s.skipped), 2, "dependants of timed-out tasks are skipped");
+}
+
+#[test]
+fn on_missing_decides_what_a_missing_input_means() {
+    let yaml = "recipe: r\ndims:\n  day: 6\n  chunk: {group: day, size: 3}\nsteps:\n  read:\n    plugin: flaky\n    over: [day]\n    \
+                args: {missing: [\"day=1\", \"day=3\", \"day=4\", \"day=5\"]}\n  store:\n    plugin: flaky\n    over: [chunk]\n    \
+                inputs: {days: read}\n  each:\n    plugin: flaky\n    over: [day]\n    inputs: {one: read}\n";
+    use runner::recipe::OnMissing;
+    let error = run_flaky(yaml, |_| {});
+    assert_eq!(error.total(|s| s.failed), 4, "on_missing: error (the default) fails the task");
+    assert!(error.failures.iter().all(|f| f.error.contains("no input file")));
+
+    let skip = run_flaky(yaml, |c| c.recipe.steps[0].on_missing = OnMissing::Skip);
+    assert_eq!(skip.total(|s| s.failed), 0, "{:?}", skip.failures);
+    assert_eq!(skip.missing.len(), 4, "the gaps are reported");
+    assert_eq!(skip.missing[0].key, "day=1");
+    // Skipped downstream: both chunks (each holds a missing day) and the 4 `each` tasks.
+    assert_eq!(skip.total(|s| s.skipped), 4 + 2 + 4);
+
+    let (ignore, outputs) = run_flaky_seeing(yaml, |c| c.recipe.steps[0].on_missing = OnMissing::Ignore);
+    assert_eq!(ignore.total(|s| s.failed), 0, "{:?}", ignore.failures);
+    // Chunk 0 gathers days 0 and 2 (day 1 dropped) and runs; chunk 1's days are all missing:
+    // a gather left empty is skipped. `each` over a missing day is skipped.
+    let store = &ignore.steps[1];
+    assert_eq!((store.ok, store.skipped), (1, 1));
+    let gathered: Vec<&Json> = outputs["store[chunk=0]"]["in"].as_array().unwrap().iter().map(|j| &j["key"]).collect();
+    assert_eq!(gathered, [&json!("day=0"), &json!("day=2")], "the missing day is left out of the gather");
+    let each = &ignore.steps[2];
+    assert_eq!((each.ok, each.skipped), (2, 4));
+}

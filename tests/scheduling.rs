@@ -20,6 +20,7 @@ const MIB: u64 = 1 << 20;
 struct Row {
     step: String,
     outcome: Outcome,
+    attempts: u32,
     started: Duration,
     wall: Duration,
     peak: u64,
@@ -47,6 +48,7 @@ impl TaskSink for Recorder {
         }
         self.rows.lock().unwrap().push(Row {
             step: task.step.to_string(),
+            attempts: task.attempts,
             outcome: task.outcome,
             started: task.started,
             wall: task.wall,
@@ -178,4 +180,39 @@ fn a_task_needing_more_than_the_machine_fails_without_running() {
     assert_eq!(huge.peak, 0, "it did not allocate: it never ran");
     assert_eq!(report.total(|s| s.ok), 3);
     assert_eq!(report.total(|s| s.skipped), 1, "its dependant is skipped");
+}
+
+#[test]
+fn enforce_memory_turns_a_runaway_into_an_oom_and_a_bigger_retry() {
+    if let Err(why) = runner::command::support() {
+        panic!("this test needs a memory cgroup the runner can make ({why}); run it as root on Linux");
+    }
+    // Reserved 100 MiB (the hint), limited to 125 MiB by --enforce-memory, the command takes
+    // 180 MiB: killed as out of memory, then run again with twice the reservation, and it fits.
+    let yaml = "recipe: runaway\nsteps:\n  grow:\n    plugin: exec\n    memory: 100MiB\n    \
+                args: {command: [python3, -c, \"x = b'x' * (180 << 20); print(len(x))\"]}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let run = |retries: u32| {
+        let mut compiled = compile(yaml);
+        compiled.recipe.steps[0].retries = retries;
+        let options = RunOptions { enforce_memory: true, ..RunOptions::new(1, 1 << 30, dir.path().join("work")) };
+        let sink = Recorder::default();
+        let report = scheduler::run(
+            &compiled.recipe,
+            &compiled.graph,
+            &compiled.plan,
+            &options,
+            &Progress::default(),
+            Some(&sink),
+        );
+        let rows = sink.rows.lock().unwrap().clone();
+        (report, rows)
+    };
+    let (once, _) = run(0);
+    assert_eq!(once.failures.len(), 1);
+    assert!(once.failures[0].error.contains("out of memory"), "{}", once.failures[0].error);
+    let (retried, rows) = run(1);
+    assert!(retried.failures.is_empty(), "{:?}", retried.failures);
+    assert_eq!(rows[0].attempts, 2);
+    assert!(rows[0].peak >= 180 * MIB, "peak {}", rows[0].peak);
 }

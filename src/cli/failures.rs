@@ -77,9 +77,14 @@ impl FailureGroup<'_> {
     /// `  failed: step[key]: error` for one task, `  failed: step[i=0..39] (40 tasks): error`
     /// for many.
     pub fn line(&self) -> String {
+        self.line_as("failed")
+    }
+
+    /// The group's line, saying what happened to the tasks with `what` ("failed", "missing").
+    pub fn line_as(&self, what: &str) -> String {
         match self.keys.as_slice() {
-            [key] => format!("failed: {}{}: {}", self.step, bracketed(key), self.error),
-            keys => format!("failed: {}{} ({} tasks): {}", self.step, describe_keys(keys), keys.len(), self.error),
+            [key] => format!("{what}: {}{}: {}", self.step, bracketed(key), self.error),
+            keys => format!("{what}: {}{} ({} tasks): {}", self.step, describe_keys(keys), keys.len(), self.error),
         }
     }
 }

@@ -213,6 +213,11 @@ struct ResourceArgs {
     /// by a cgroup limit) instead of refusing them [default: refuse them before they start].
     #[arg(long)]
     allow_oversized: bool,
+    /// Limit each external command's process tree to its task's reservation and a quarter more
+    /// (a memory cgroup limit): a runaway is killed as out of memory instead of taking the
+    /// machine, and with `retries:` it runs again with a larger reservation.
+    #[arg(long)]
+    enforce_memory: bool,
 }
 
 #[derive(Args, Debug)]

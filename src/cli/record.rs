@@ -208,7 +208,7 @@ impl StoreSink {
             status: match task.outcome {
                 Outcome::Ok => TaskStatus::Ok,
                 Outcome::Failed => TaskStatus::Failed,
-                Outcome::Skipped => TaskStatus::Skipped,
+                Outcome::Skipped | Outcome::Dropped => TaskStatus::Skipped,
             },
             attempts: task.attempts,
             input_bytes: task.input_bytes,

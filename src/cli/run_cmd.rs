@@ -72,7 +72,14 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
     let work_dir = work_dir();
     super::interrupt::remove_on_interrupt(work_dir.clone());
     let memory_limit = if resources.allow_oversized { None } else { crate::budget::memory_limit() };
-    Ok(RunOptions { workers, budget, work_dir, spill_dir: resources.spill_dir.clone(), memory_limit })
+    Ok(RunOptions {
+        workers,
+        budget,
+        work_dir,
+        spill_dir: resources.spill_dir.clone(),
+        memory_limit,
+        enforce_memory: resources.enforce_memory,
+    })
 }
 
 /// What a run gave: its summary, and the error that kept the store from recording its end (the

@@ -78,6 +78,8 @@ pub struct RunSummary {
     pub peak_bytes_sum: u64,
     pub steps: Vec<StepSummary>,
     pub failures: Vec<FailureSummary>,
+    /// Tasks whose input was missing under `on_missing: skip` or `ignore` (gaps, not failures).
+    pub missing: Vec<FailureSummary>,
 }
 
 impl RunSummary {
@@ -111,14 +113,18 @@ impl RunSummary {
         let positions: HashMap<&str, usize> =
             recipe.steps.iter().enumerate().map(|(i, step)| (step.name.as_str(), i)).collect();
         failures::sort(&mut failures, |step| positions.get(step).copied());
+        let mut missing: Vec<FailureSummary> = report
+            .missing
+            .iter()
+            .map(|f| FailureSummary { step: f.step.clone(), key: f.key.clone(), error: f.error.clone() })
+            .collect();
+        failures::sort(&mut missing, |step| positions.get(step).copied());
         RunSummary {
             recipe: recipe.name.clone(),
             cycle: recipe.cycle.clone(),
-            status: if failed == 0 && report.total(|s| s.skipped) == 0 && report.internal_error.is_none() {
-                "ok"
-            } else {
-                "failed"
-            },
+            // Skips alone are no failure: a task skipped because an input failed comes with that
+            // failure; one skipped for a missing input is a gap `on_missing` allowed.
+            status: if failed == 0 && report.internal_error.is_none() { "ok" } else { "failed" },
             tasks_total: report.total(|s| s.tasks()),
             tasks_ok: report.total(|s| s.ok),
             tasks_failed: failed,
@@ -139,6 +145,7 @@ impl RunSummary {
             peak_bytes_sum: report.total(|s| s.peak_sum),
             steps,
             failures,
+            missing,
         }
     }
 
@@ -196,6 +203,14 @@ impl RunSummary {
                 "  ... and {hidden} more failed tasks in {} more groups (the --summary JSON lists every failure)",
                 groups.len() - SHOWN
             );
+        }
+        let gaps = failures::group(&self.missing);
+        for group in gaps.iter().take(SHOWN) {
+            eprintln!("  {}", group.line_as("missing"));
+        }
+        let hidden: usize = gaps.iter().skip(SHOWN).map(|g| g.keys.len()).sum();
+        if hidden > 0 {
+            eprintln!("  ... and {hidden} more missing inputs (the --summary JSON lists every one)");
         }
     }
 }

@@ -20,8 +20,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use runner_plugin::{
-    CommandOutcome, CommandPeakSource, CommandSpec, DimValue, Host, Input, Inputs, InputsForEstimate, TaskContext,
-    TaskError, Value, task_tag,
+    CommandOutcome, CommandPeakSource, CommandSpec, DimValue, FailureKind, Host, Input, Inputs, InputsForEstimate,
+    TaskContext, TaskError, Value, task_tag,
 };
 use smallvec::SmallVec;
 
@@ -31,10 +31,10 @@ use crate::measure::{self, PeakSource, TaskMemory};
 use crate::memory::spill::{SpillDir, release_value_pages};
 use crate::memory::{Admission, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
-use crate::recipe::{Recipe, StepId};
+use crate::recipe::{OnMissing, Recipe, StepId};
 pub use meter::RunMeter;
 use state::{Garbage, Pick, Picked, SpillDone, SpillJob, State};
-pub use state::{Outcome, TaskRef};
+pub use state::{Outcome, SkipReason, TaskRef};
 use stats::StepStats;
 
 /// How to run.
@@ -50,13 +50,17 @@ pub struct RunOptions {
     /// `--allow-oversized`): a task that needs more fails without running, instead of taking
     /// the machine down with it.
     pub memory_limit: Option<u64>,
+    /// `--enforce-memory`: each external command's process tree is limited to its task's
+    /// reservation and a quarter more (a runaway is killed as out of memory, and retried with
+    /// a larger reservation if its step has `retries`).
+    pub enforce_memory: bool,
 }
 
 impl RunOptions {
     /// `workers` under `budget`, scratch files in `work_dir`, spills in the default folder, no
     /// memory limit enforced.
     pub fn new(workers: usize, budget: u64, work_dir: PathBuf) -> RunOptions {
-        RunOptions { workers, budget, work_dir, spill_dir: None, memory_limit: None }
+        RunOptions { workers, budget, work_dir, spill_dir: None, memory_limit: None, enforce_memory: false }
     }
 
     /// The folder holding every run's spill folder.
@@ -157,6 +161,8 @@ pub struct RunReport {
     pub not_run: u64,
     /// Each spill written (when, how long, how many bytes), in the order they started.
     pub spills: Vec<SpillRecord>,
+    /// Tasks that found an input missing under `on_missing: skip` or `ignore`: the gaps.
+    pub missing: Vec<Failure>,
 }
 
 /// One buffer written to a spill file.
@@ -271,16 +277,19 @@ pub fn run(
     let mut failures = Vec::new();
     let mut internal_error = state.stuck.clone();
     let mut spills = Vec::new();
+    let mut missing = Vec::new();
     for result in results {
         for (total, part) in steps.iter_mut().zip(&result.steps) {
             total.merge(part);
         }
         failures.extend(result.failures);
+        missing.extend(result.missing);
         spills.extend(result.spills);
         internal_error = internal_error.or(result.internal_error);
     }
     spills.sort_by_key(|s: &SpillRecord| s.started);
     failures.sort_by_key(|f| (f.step_id, f.index));
+    missing.sort_by_key(|f| (f.step_id, f.index));
     let _ = std::fs::remove_dir_all(&options.work_dir);
     RunReport {
         steps,
@@ -295,6 +304,7 @@ pub fn run(
         internal_error,
         not_run: state.unfinished(),
         spills,
+        missing,
     }
 }
 
@@ -302,6 +312,7 @@ pub fn run(
 struct WorkerResult {
     steps: Vec<StepStats>,
     failures: Vec<Failure>,
+    missing: Vec<Failure>,
     internal_error: Option<String>,
     spills: Vec<SpillRecord>,
 }
@@ -313,6 +324,8 @@ struct Worker<'s, 'r> {
     id: usize,
     stats: Vec<StepStats>,
     failures: Vec<Failure>,
+    /// Tasks whose input was missing, under `on_missing: skip` or `ignore` (gaps, not failures).
+    missing: Vec<Failure>,
     internal_error: Option<String>,
     spill_records: Vec<SpillRecord>,
     /// Tasks claimed under the lock, run in order outside it.
@@ -330,7 +343,7 @@ struct Worker<'s, 'r> {
     key: String,
     index: Vec<(&'r str, DimValue)>,
     /// Tasks skipped since the last report, to record outside the lock.
-    skipped: Vec<TaskRef>,
+    skipped: Vec<(TaskRef, SkipReason)>,
     /// Reused by batch claims.
     batch: Vec<Picked>,
     /// Buffers to spill, chosen under the lock, and what writing them gave.
@@ -353,6 +366,8 @@ struct Claimed {
 struct Finished {
     outcome: Outcome,
     output: Value,
+    /// The size of the file a path output names (its consumers' input bytes).
+    file_bytes: u64,
     peak: u64,
     wall: Duration,
 }
@@ -364,6 +379,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             id,
             stats: vec![StepStats::default(); shared.recipe.steps.len()],
             failures: Vec::new(),
+            missing: Vec::new(),
             internal_error: None,
             spill_records: Vec::new(),
             claimed: Vec::with_capacity(MAX_BATCH),
@@ -401,6 +417,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         WorkerResult {
             steps: self.stats,
             failures: self.failures,
+            missing: self.missing,
             internal_error: self.internal_error,
             spills: self.spill_records,
         }
@@ -468,7 +485,7 @@ impl<'s, 'r> Worker<'s, 'r> {
     /// Counts and records the tasks skipped because an input failed.
     fn report_skipped(&mut self) {
         let mut skipped = std::mem::take(&mut self.skipped);
-        for task in skipped.drain(..) {
+        for (task, reason) in skipped.drain(..) {
             self.stats[task.step].skipped += 1;
             if let Some(sink) = self.shared.sink {
                 self.describe_task(task.step, task.index);
@@ -493,7 +510,7 @@ impl<'s, 'r> Worker<'s, 'r> {
                     attempts: 0,
                     peak_source: PeakSource::Allocator,
                     log_path: None,
-                    error: Some("an input failed"),
+                    error: Some(reason.as_str()),
                 });
             }
         }
@@ -512,7 +529,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             if result.peak > picked.estimate {
                 state.note_underestimate(&picked, result.peak);
             }
-            state.finish(&picked, result.outcome, result.output, result.wall);
+            state.finish(&picked, result.outcome, result.output, result.file_bytes, result.wall);
         }
         state.finish_spills(&mut self.spilled);
         state.recycle(&mut self.shells);
@@ -726,11 +743,77 @@ impl<'s, 'r> Worker<'s, 'r> {
             Some(plugin_estimate) => Picked { plugin_estimate, ..picked },
             None => picked,
         };
-        let (result, memory, command) = match self.shared.options.memory_limit {
-            Some(limit) if picked.reserved > limit => (Ok(Err(too_big_for_the_machine(&picked, limit))), None, None),
-            _ => self.run_plugin(at),
+        let step_def = &self.shared.recipe.steps[step];
+        let (on_missing, retries, timeout) = (step_def.on_missing, step_def.retries, step_def.timeout);
+        let mut picked = picked;
+        let mut attempts = 0;
+        let (attempt, result) = loop {
+            attempts += 1;
+            let attempt = self.attempt(at, &picked, timeout);
+            match &attempt.result {
+                // A missing input is not retried: `on_missing` says what it means.
+                Err(error) if error.kind() != FailureKind::MissingInput && attempts <= retries => {
+                    tracing::info!(
+                        "task {}[{}] failed, attempt {attempts} of {}: {error}",
+                        step_def.name,
+                        self.key,
+                        retries + 1
+                    );
+                    if error.kind() == FailureKind::OutOfMemory {
+                        picked = self.grow_after_oom(picked, attempt.peak);
+                    }
+                }
+                _ => break (attempt.measured(started), attempt.result),
+            }
+        };
+        let (outcome, output, error) = match result {
+            Ok(output) => (Outcome::Ok, output, None),
+            Err(error) => match (error.kind(), on_missing) {
+                (FailureKind::MissingInput, OnMissing::Skip) => {
+                    (Outcome::Skipped, Value::None, Some(error.to_string()))
+                }
+                (FailureKind::MissingInput, OnMissing::Ignore) => {
+                    (Outcome::Dropped, Value::None, Some(error.to_string()))
+                }
+                _ => (Outcome::Failed, Value::None, Some(error.to_string())),
+            },
         };
         let wall = started.elapsed();
+        let output_bytes = output.buffer_bytes();
+        let file_bytes = match &output {
+            Value::Path(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
+            _ => 0,
+        };
+        // Reported first: should the sink fail, the task is counted once, as the failure it becomes.
+        let measured = Measured { output_bytes, wall, attempts, ..attempt };
+        self.report(&picked, outcome, &measured, error.as_deref());
+        self.count(&picked, measured.peak, wall);
+        match outcome {
+            Outcome::Ok => {
+                self.stats[step].ok += 1;
+                self.stats[step].output_bytes += output_bytes;
+            }
+            Outcome::Failed => self.stats[step].failed += 1,
+            Outcome::Skipped | Outcome::Dropped => self.stats[step].skipped += 1,
+        }
+        match (error, outcome) {
+            (Some(error), Outcome::Failed) => self.fail(picked.task, error),
+            (Some(error), _) => self.missing.push(self.failure(picked.task, error)),
+            (None, _) => {}
+        }
+        self.claimed[at].picked = picked;
+        Some(Finished { outcome, output, file_bytes, peak: measured.peak, wall })
+    }
+
+    /// One attempt at claimed task `at` under its reservation `picked`: refused when it needs more
+    /// than the machine could give, failed when it outran `timeout`.
+    fn attempt(&self, at: usize, picked: &Picked, timeout: Option<Duration>) -> Attempt {
+        let started = Instant::now();
+        let (result, memory, command) = match self.shared.options.memory_limit {
+            Some(limit) if picked.reserved > limit => (Ok(Err(too_big_for_the_machine(picked, limit))), None, None),
+            _ => self.run_plugin(at, picked.reserved, started),
+        };
+        let elapsed = started.elapsed();
         // A task that ran external commands peaked at the larger of its own heap and their trees.
         let mut peak = memory.map_or(0, |m| m.peak_bytes);
         let mut peak_source = PeakSource::Allocator;
@@ -739,31 +822,41 @@ impl<'s, 'r> Worker<'s, 'r> {
         {
             (peak, peak_source) = (command.peak, command.source);
         }
-        let log_path = command.as_ref().and_then(|c| c.log_path.as_deref());
-        let (outcome, output, error) = match result {
-            Ok(Ok(output)) => (Outcome::Ok, output, None),
-            Ok(Err(error)) => (Outcome::Failed, Value::None, Some(error.to_string())),
-            Err(panic) => {
-                (Outcome::Failed, Value::None, Some(format!("panicked: {}", crate::panics::message(&*panic))))
-            }
+        let result = match result {
+            Ok(result) => result,
+            Err(panic) => Err(TaskError::msg(format!("panicked: {}", crate::panics::message(&*panic)))),
         };
-        let output_bytes = output.buffer_bytes();
-        // Reported first: should the sink fail, the task is counted once, as the failure it becomes.
-        let measured = Measured { peak, peak_source, output_bytes, wall, started, log_path };
-        self.report(&picked, outcome, &measured, error.as_deref());
-        self.count(&picked, peak, wall);
-        match outcome {
-            Outcome::Ok => {
-                self.stats[step].ok += 1;
-                self.stats[step].output_bytes += output_bytes;
-            }
-            _ => self.stats[step].failed += 1,
+        // An in-process task cannot be stopped: one that returns after its timeout has failed.
+        let result = match (result, timeout) {
+            (Ok(_), Some(limit)) if elapsed > limit => Err(TaskError::of_kind(
+                FailureKind::TimedOut,
+                format!(
+                    "timed out: it ran {:.1} s, its step's timeout is {:.1} s",
+                    elapsed.as_secs_f64(),
+                    limit.as_secs_f64()
+                ),
+            )),
+            (result, _) => result,
+        };
+        Attempt { result, peak, peak_source, log_path: command.and_then(|c| c.log_path) }
+    }
+
+    /// An attempt ran out of memory under its reservation: the step's figure learns the peak,
+    /// and the next attempt reserves more — twice as much, or half again the peak it reached,
+    /// whichever is larger — waiting for the room.
+    fn grow_after_oom(&self, picked: Picked, peak: u64) -> Picked {
+        let reserved = picked.reserved.saturating_mul(2).max(peak.saturating_add(peak / 2));
+        let estimate = picked.estimate.saturating_add(reserved - picked.reserved);
+        let shared = self.shared;
+        let mut state = shared.lock();
+        state.note_underestimate(&picked, peak.max(estimate));
+        while !state.ledger.try_resize(picked.slot, reserved) {
+            state.sleepers += 1;
+            state = shared.wake.wait_timeout(state, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
+            state.sleepers -= 1;
         }
-        if let Some(error) = error {
-            self.fail(picked.task, error);
-        }
-        self.claimed[at].picked = picked;
-        Some(Finished { outcome, output, peak, wall })
+        state.ledger.stop_growing(picked.slot);
+        Picked { reserved, estimate, ..picked }
     }
 
     /// The plugin's own estimate of claimed task `at`, asked (outside the lock) when it may
@@ -799,7 +892,7 @@ impl<'s, 'r> Worker<'s, 'r> {
     }
 
     /// Hands a task that ran to the sink.
-    fn report(&self, picked: &Picked, outcome: Outcome, measured: &Measured<'_>, error: Option<&str>) {
+    fn report(&self, picked: &Picked, outcome: Outcome, measured: &Measured, error: Option<&str>) {
         let Some(sink) = self.shared.sink else { return };
         let step = &self.shared.recipe.steps[picked.task.step];
         sink.record(&TaskReport {
@@ -818,9 +911,9 @@ impl<'s, 'r> Worker<'s, 'r> {
             output_bytes: measured.output_bytes,
             wall: measured.wall,
             started: measured.started.saturating_duration_since(self.shared.started),
-            attempts: 1,
+            attempts: measured.attempts,
             peak_source: measured.peak_source,
-            log_path: measured.log_path,
+            log_path: measured.log_path.as_deref(),
             error,
         });
     }
@@ -828,8 +921,14 @@ impl<'s, 'r> Worker<'s, 'r> {
     /// Notes a failed task for the run's report (its key is in `self.key`).
     fn fail(&mut self, task: TaskRef, error: String) {
         self.shared.progress.failed.fetch_add(1, Ordering::Relaxed);
+        let failure = self.failure(task, error);
+        self.failures.push(failure);
+    }
+
+    /// `task` (whose key is in `self.key`) and what went wrong, for the run's report.
+    fn failure(&self, task: TaskRef, error: String) -> Failure {
         let step = self.shared.recipe.steps[task.step].name.clone();
-        self.failures.push(Failure { step, key: self.key.clone(), error, step_id: task.step, index: task.index });
+        Failure { step, key: self.key.clone(), error, step_id: task.step, index: task.index }
     }
 
     /// Calls the plugin of claimed task `at` with its inputs, measured under a fresh tag and
@@ -840,6 +939,8 @@ impl<'s, 'r> Worker<'s, 'r> {
     fn run_plugin(
         &self,
         at: usize,
+        reserved: u64,
+        started: Instant,
     ) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>, Option<CommandRecord>) {
         let shared = self.shared;
         let claimed = &self.claimed[at];
@@ -859,6 +960,9 @@ impl<'s, 'r> Worker<'s, 'r> {
             step: &step.name,
             key: &self.key,
             timeout: step.timeout,
+            started,
+            // `--enforce-memory`: a command's tree may hold its task's reservation and a quarter more.
+            command_limit: shared.options.enforce_memory.then(|| reserved.saturating_add(reserved / 4)),
             commands: Mutex::new(None),
         };
         let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
@@ -894,10 +998,10 @@ impl<'s, 'r> Worker<'s, 'r> {
         let mut state = self.shared.lock();
         state.finish_spills(&mut spilled);
         for (picked, finished) in done {
-            state.finish(&picked, finished.outcome, finished.output, finished.wall);
+            state.finish(&picked, finished.outcome, finished.output, finished.file_bytes, finished.wall);
         }
         for picked in &unrun {
-            state.finish(picked, Outcome::Failed, Value::None, Duration::ZERO);
+            state.finish(picked, Outcome::Failed, Value::None, 0, Duration::ZERO);
         }
         self.skipped.append(&mut state.skipped);
         std::mem::swap(&mut state.garbage, &mut self.garbage);
@@ -919,13 +1023,37 @@ impl<'s, 'r> Worker<'s, 'r> {
 }
 
 /// How a task that ran was measured, for its report.
-struct Measured<'a> {
+struct Measured {
     peak: u64,
     peak_source: PeakSource,
     output_bytes: u64,
     wall: Duration,
     started: Instant,
-    log_path: Option<&'a std::path::Path>,
+    attempts: u32,
+    log_path: Option<PathBuf>,
+}
+
+/// What one attempt at a task gave.
+struct Attempt {
+    result: Result<Value, TaskError>,
+    peak: u64,
+    peak_source: PeakSource,
+    log_path: Option<PathBuf>,
+}
+
+impl Attempt {
+    /// The attempt's figures, for the report of a task that started at `started`.
+    fn measured(&self, started: Instant) -> Measured {
+        Measured {
+            peak: self.peak,
+            peak_source: self.peak_source,
+            output_bytes: 0,
+            wall: Duration::ZERO,
+            started,
+            attempts: 1,
+            log_path: self.log_path.clone(),
+        }
+    }
 }
 
 /// The failure of a task that needs more memory than the process could ever have.
@@ -981,8 +1109,13 @@ struct TaskHost<'a, 'r> {
     tag: u32,
     step: &'a str,
     key: &'a str,
-    /// The step's `timeout:`, which also bounds each command the task runs.
+    /// The step's `timeout:`, which also bounds each command the task runs, and when this attempt
+    /// started.
     timeout: Option<Duration>,
+    started: Instant,
+    /// The memory limit of the commands the task runs (`--enforce-memory`), unless the plugin
+    /// sets its own.
+    command_limit: Option<u64>,
     /// What the task's external commands measured, if it ran any.
     commands: Mutex<Option<CommandRecord>>,
 }
@@ -1021,6 +1154,11 @@ impl Host for TaskHost<'_, '_> {
         Ok(dir)
     }
 
+    /// True once the attempt has run past its step's timeout (a plugin that polls it can stop).
+    fn cancelled(&self) -> bool {
+        self.timeout.is_some_and(|limit| self.started.elapsed() > limit)
+    }
+
     /// Grows the task's reservation before a large allocation, waiting while the budget has
     /// no room and some other task can still make some (the ledger decides). A waiter counts
     /// as a sleeper, so a finishing task wakes it.
@@ -1052,7 +1190,7 @@ impl Host for TaskHost<'_, '_> {
             argv: &spec.argv,
             env: &spec.env,
             log_path: &log_path,
-            memory_limit: spec.memory_limit,
+            memory_limit: spec.memory_limit.or(self.command_limit),
             timeout,
             tag: self.tag,
             cancelled: &cancelled,

@@ -38,8 +38,11 @@ const UNTOUCHED: u32 = u32::MAX;
 struct LiveOutput {
     value: Arc<Value>,
     remaining_consumers: u64,
-    /// Buffer bytes, wherever they are (what consumers learn from as input bytes).
+    /// Buffer bytes, wherever they are.
     bytes: u64,
+    /// Bytes of the file a path value names (what a consumer reading it learns from, with
+    /// `bytes`, as its input bytes; never mapped by the engine).
+    file_bytes: u64,
     /// Buffer bytes counted in the ledger while resident (0 once spilled).
     resident_bytes: u64,
     /// A worker is writing it to a spill file: not a victim again until that is done.
@@ -71,7 +74,30 @@ struct StepState {
 pub enum Outcome {
     Ok,
     Failed,
+    /// Not run because an input failed or is missing, or run and found its own input missing
+    /// under `on_missing: skip`: it and everything downstream are skipped, and that is no failure.
     Skipped,
+    /// Found its input missing under `on_missing: ignore`: it is left out of its consumers'
+    /// gathers (a gather left empty is skipped; a consumer reading it alone is skipped).
+    Dropped,
+}
+
+/// Why a task was skipped without running.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// An input failed: the run fails because of that input.
+    InputFailed,
+    /// An input is missing (`on_missing: skip` or `ignore` upstream): not a failure.
+    InputMissing,
+}
+
+impl SkipReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SkipReason::InputFailed => "an input failed",
+            SkipReason::InputMissing => "an input is missing",
+        }
+    }
 }
 
 /// What a free worker should do.
@@ -156,7 +182,10 @@ pub struct State<'g> {
     graph: &'g Graph,
     steps: Vec<StepState>,
     outputs: HashMap<TaskRef, LiveOutput>,
-    poisoned: HashSet<TaskRef>,
+    /// Tasks that will be skipped when they become ready, and why.
+    poisoned: HashMap<TaskRef, SkipReason>,
+    /// Tasks that found their input missing under `on_missing: ignore`: left out of gathers.
+    dropped: HashSet<TaskRef>,
     /// Non-source steps ordered by preference: deeper first (their tasks free memory).
     priority: Vec<StepId>,
     /// Source steps; they start in lockstep (see [`State::next_source_step`]).
@@ -164,11 +193,12 @@ pub struct State<'g> {
     pub finished: u64,
     pub total: u64,
     pub ledger: Ledger<'g>,
-    /// Tasks skipped because an input failed, since the caller last drained them.
-    pub skipped: Vec<TaskRef>,
+    /// Tasks skipped without running (an input failed or is missing), since the caller last
+    /// drained them.
+    pub skipped: Vec<(TaskRef, SkipReason)>,
     none: Arc<Value>,
     /// Reused buffers, so finishing a task allocates nothing in the steady state.
-    work: Vec<(TaskRef, Outcome, Value)>,
+    work: Vec<(TaskRef, Outcome, Value, Option<SkipReason>)>,
     newly_ready: Vec<TaskRef>,
     /// Each step's learned footprint, bumped within the run on under-estimates.
     models: Vec<Option<Model>>,
@@ -249,7 +279,8 @@ impl<'g> State<'g> {
             graph,
             steps,
             outputs: HashMap::new(),
-            poisoned: HashSet::new(),
+            poisoned: HashMap::new(),
+            dropped: HashSet::new(),
             priority,
             sources,
             finished: 0,
@@ -622,7 +653,7 @@ impl<'g> State<'g> {
             let producer = self.graph.edges[edge].producer;
             self.graph.for_each_producer(edge, task.index, |index| {
                 if let Some(live) = self.outputs.get(&TaskRef { step: producer, index }) {
-                    sums.bytes += live.bytes;
+                    sums.bytes += live.bytes + live.file_bytes;
                     sums.spilled += live.bytes - live.resident_bytes;
                 }
             });
@@ -637,8 +668,11 @@ impl<'g> State<'g> {
             let before = out.len();
             let producer = self.graph.edges[edge].producer;
             self.graph.for_each_producer(edge, task.index, |index| {
-                match self.outputs.get(&TaskRef { step: producer, index }) {
+                let key = TaskRef { step: producer, index };
+                match self.outputs.get(&key) {
                     Some(live) => out.push(live.value.clone()),
+                    // Dropped (`on_missing: ignore`) producers are left out of gathers.
+                    None if self.dropped.contains(&key) => {}
                     None => out.push(self.none.clone()),
                 }
             });
@@ -648,40 +682,70 @@ impl<'g> State<'g> {
 
     /// Records the end of a running task that took `wall`: frees its reservation and inputs,
     /// keeps its output for its consumers, and makes ready the consumers whose last input this was.
-    pub fn finish(&mut self, picked: &Picked, outcome: Outcome, output: Value, wall: Duration) {
+    /// `file_bytes`: the size of the file a path output names (0 otherwise), which its consumers
+    /// count as input bytes.
+    pub fn finish(&mut self, picked: &Picked, outcome: Outcome, output: Value, file_bytes: u64, wall: Duration) {
         self.ledger.finish(picked.slot);
         let step = &mut self.steps[picked.task.step];
         step.running -= 1;
         step.on_probation = false;
         step.timed += 1;
         step.wall_nanos = step.wall_nanos.saturating_add(wall.as_nanos().try_into().unwrap_or(u64::MAX));
-        self.complete(picked.task, outcome, output);
+        self.complete(picked.task, outcome, output, file_bytes);
     }
 
-    fn complete(&mut self, task: TaskRef, outcome: Outcome, output: Value) {
+    fn complete(&mut self, task: TaskRef, outcome: Outcome, output: Value, file_bytes: u64) {
         let mut work = std::mem::take(&mut self.work);
         let mut ready = std::mem::take(&mut self.newly_ready);
-        work.push((task, outcome, output));
-        while let Some((task, outcome, output)) = work.pop() {
+        let reason = match outcome {
+            Outcome::Failed => Some(SkipReason::InputFailed),
+            Outcome::Skipped => Some(SkipReason::InputMissing),
+            Outcome::Ok | Outcome::Dropped => None,
+        };
+        work.push((task, outcome, output, reason));
+        while let Some((task, outcome, output, poison)) = work.pop() {
             self.finished += 1;
             self.release_inputs(task);
-            if outcome == Outcome::Ok {
-                self.keep_output(task, output);
-            } else {
-                self.discard(output);
+            match outcome {
+                Outcome::Ok => self.keep_output(task, output, file_bytes),
+                Outcome::Dropped => {
+                    self.dropped.insert(task);
+                    self.discard(output);
+                }
+                Outcome::Failed | Outcome::Skipped => self.discard(output),
             }
-            self.notify_consumers(task, outcome != Outcome::Ok, &mut ready);
+            self.notify_consumers(task, poison, outcome == Outcome::Dropped, &mut ready);
             for newly_ready in ready.drain(..) {
-                if self.poisoned.remove(&newly_ready) {
-                    self.skipped.push(newly_ready);
-                    work.push((newly_ready, Outcome::Skipped, Value::None));
-                } else {
-                    self.steps[newly_ready.step].ready.push_back(newly_ready.index);
+                let reason = self.poisoned.remove(&newly_ready).or_else(|| self.gathers_nothing(newly_ready));
+                match reason {
+                    Some(reason) => {
+                        self.skipped.push((newly_ready, reason));
+                        work.push((newly_ready, Outcome::Skipped, Value::None, Some(reason)));
+                    }
+                    None => self.steps[newly_ready.step].ready.push_back(newly_ready.index),
                 }
             }
         }
         self.work = work;
         self.newly_ready = ready;
+    }
+
+    /// `InputMissing` when every producer of one of `task`'s gathered inputs was dropped (a
+    /// gather left empty is skipped).
+    fn gathers_nothing(&self, task: TaskRef) -> Option<SkipReason> {
+        if self.dropped.is_empty() {
+            return None;
+        }
+        let graph = self.graph;
+        let empty = graph.steps[task.step].inputs.iter().any(|&edge| {
+            let producer = graph.edges[edge].producer;
+            let mut any_left = false;
+            graph.for_each_producer(edge, task.index, |index| {
+                any_left |= !self.dropped.contains(&TaskRef { step: producer, index });
+            });
+            graph.edges[edge].gathered && !any_left
+        });
+        empty.then_some(SkipReason::InputMissing)
     }
 
     /// A value nobody will read: freed outside the lock when it holds a buffer.
@@ -691,7 +755,7 @@ impl<'g> State<'g> {
         }
     }
 
-    fn keep_output(&mut self, task: TaskRef, output: Value) {
+    fn keep_output(&mut self, task: TaskRef, output: Value, file_bytes: u64) {
         if matches!(output, Value::None) {
             return; // consumers get the shared `None`; nothing to store or free.
         }
@@ -714,8 +778,10 @@ impl<'g> State<'g> {
             },
             None => Arc::new(output),
         };
-        self.outputs
-            .insert(task, LiveOutput { value, remaining_consumers: consumers, bytes, resident_bytes, spilling: false });
+        self.outputs.insert(
+            task,
+            LiveOutput { value, remaining_consumers: consumers, bytes, file_bytes, resident_bytes, spilling: false },
+        );
     }
 
     /// Takes emptied output `Arc`s back for reuse (a bounded number; the rest are freed with
@@ -727,8 +793,10 @@ impl<'g> State<'g> {
         self.spare.extend(shells.drain(from..));
     }
 
-    /// Counts `task` as finished for each consumer; appends consumers now free to go.
-    fn notify_consumers(&mut self, task: TaskRef, poison: bool, ready: &mut Vec<TaskRef>) {
+    /// Counts `task` as finished for each consumer; appends consumers now free to go. With
+    /// `poison`, its consumers will be skipped for that reason; a `dropped` task leaves its
+    /// consumers' gathers, and skips a consumer that reads it alone.
+    fn notify_consumers(&mut self, task: TaskRef, poison: Option<SkipReason>, dropped: bool, ready: &mut Vec<TaskRef>) {
         let graph = self.graph;
         for &edge in &graph.steps[task.step].outputs {
             let consumer = graph.edges[edge].consumer;
@@ -737,6 +805,11 @@ impl<'g> State<'g> {
             if pending.is_empty() {
                 pending.resize(tasks, UNTOUCHED);
             }
+            let poison = match (poison, dropped && !graph.edges[edge].gathered) {
+                (Some(reason), _) => Some(reason),
+                (None, true) => Some(SkipReason::InputMissing),
+                (None, false) => None,
+            };
             graph.for_each_consumer(edge, task.index, |index| {
                 let counter = &mut self.steps[consumer].pending[index as usize];
                 if *counter == UNTOUCHED {
@@ -746,8 +819,13 @@ impl<'g> State<'g> {
                 }
                 *counter -= 1;
                 let consumer_task = TaskRef { step: consumer, index };
-                if poison {
-                    self.poisoned.insert(consumer_task);
+                if let Some(reason) = poison {
+                    // A failure upstream outweighs a missing input: the consumer is skipped
+                    // because of the failure.
+                    let entry = self.poisoned.entry(consumer_task).or_insert(reason);
+                    if reason == SkipReason::InputFailed {
+                        *entry = reason;
+                    }
                 }
                 if *counter == 0 {
                     ready.push(consumer_task);
