@@ -52,6 +52,14 @@ impl Diagnostic {
         self.expected = Some(expected.into());
         self
     }
+
+    /// A diagnostic from text that may end in "; expected ..." or ": expected ...".
+    pub fn with_expectation(loc: impl Into<Loc>, text: String) -> Diagnostic {
+        match text.split_once("; expected ").or_else(|| text.split_once(": expected ")) {
+            Some((message, expected)) => Diagnostic::new(loc, message).expected(expected),
+            None => Diagnostic::new(loc, text),
+        }
+    }
 }
 
 /// Everything wrong with a recipe, in file order.
