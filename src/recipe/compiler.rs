@@ -1,31 +1,92 @@
-//! The compiler: checks a recipe as written ([`super::raw`]) name by name — dims, vars, steps,
-//! their `over`, inputs and hints — and builds the validated [`Recipe`]. Every problem is
-//! collected as a diagnostic; checking goes on after one where it soundly can.
+//! The compiler: checks the recipe as written ([`super::raw`]) name by name — vars, dims,
+//! steps, their `over`, inputs, hints and keys — and builds the validated steps.
+//!
+//! Every problem becomes a diagnostic and checking goes on. A check that depends on something
+//! already reported as wrong (a dim that was rejected, a key that could not be read) is
+//! skipped rather than reported again in other words, and the step it concerns is then not
+//! *sound*: only sound steps go into the part of a rejected recipe that later checks may see.
 
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use runner_plugin::DimValue;
-use runner_plugin::size::parse_size;
+use runner_plugin::size::{parse_duration, parse_size};
 use serde_json::Value as Json;
-use serde_saphyr::Spanned;
 
-use super::diagnostic::{Diagnostic, Loc, Source};
-use super::dims::{Dim, DimId, DimValues};
-use super::limits::{MAX_DIMS, MAX_TASKS};
-use super::raw::{DimNames, OrderedMap, RawDim, RawInput, RawInputs, RawRecipe, RawStep, Scalar};
+use super::diagnostic::{Diagnostic, Loc};
+use super::dims::{Dim, DimId};
+use super::limits::{MAX_DIMS, MAX_RETRIES, MAX_TASKS};
+use super::raw::{Field, Located, RawInput, RawRecipe, RawStep, bounded, to_json};
 use super::suggest::suggestion;
-use super::{CompileOptions, InputSpec, OnMissing, PathPolicy, Recipe, Step};
+use super::time::{INSTANT_FORMS, parse_instant};
+use super::{CompileOptions, InputSpec, OnMissing, PathPolicy, Step, StepId};
 use crate::registry::Registry;
+
+/// What the compiler made of a recipe: its parts, and each step (`None` when it could not be
+/// built) with whether it is sound.
+pub(super) struct Compiled {
+    pub name: String,
+    pub description: Option<String>,
+    pub dims: Vec<Dim>,
+    pub steps: Vec<(Option<Step>, bool)>,
+    pub paths: PathPolicy,
+}
 
 pub(super) struct Compiler<'a> {
     pub(super) registry: &'a Registry,
     pub(super) options: &'a CompileOptions,
+    /// Where list files are looked for: the recipe file's directory.
+    pub(super) base_dir: PathBuf,
     pub(super) diagnostics: Vec<Diagnostic>,
     pub(super) dims: Vec<Dim>,
-    /// Dims the recipe defines but that were rejected (already reported): uses of them are not
-    /// reported again as unknown.
-    pub(super) rejected_dims: Vec<String>,
+    pub(super) dim_ids: HashMap<String, DimId>,
+    /// Dims the recipe defines but that were rejected (already reported).
+    pub(super) rejected_dims: HashSet<String>,
+    /// `dims:` itself could not be read: no dim name can be called unknown.
+    pub(super) dims_unreadable: bool,
     pub(super) vars: Vec<(String, Json)>,
+    pub(super) var_ids: HashMap<String, usize>,
+    /// Vars whose value was rejected (already reported).
+    pub(super) rejected_vars: HashSet<String>,
+    /// `vars:` itself could not be read: no template name can be called unknown.
+    pub(super) vars_unreadable: bool,
+    /// Set when a check of the current step was skipped because of a problem reported
+    /// elsewhere: the step is then not sound.
+    pub(super) tainted: bool,
+    pub(super) paths: PathPolicy,
+    /// Positions of the values of list dims that `select:` searches, built on first use.
+    list_positions: HashMap<DimId, HashMap<DimValue, u64>>,
+    /// Longest text of each dim's values, for the size bounds of templates.
+    pub(super) value_lens: HashMap<DimId, usize>,
+}
+
+impl<'a> Compiler<'a> {
+    pub(super) fn new(
+        registry: &'a Registry,
+        options: &'a CompileOptions,
+        base_dir: PathBuf,
+        diagnostics: Vec<Diagnostic>,
+    ) -> Compiler<'a> {
+        Compiler {
+            registry,
+            options,
+            base_dir,
+            diagnostics,
+            dims: Vec::new(),
+            dim_ids: HashMap::new(),
+            rejected_dims: HashSet::new(),
+            dims_unreadable: false,
+            vars: Vec::new(),
+            var_ids: HashMap::new(),
+            rejected_vars: HashSet::new(),
+            vars_unreadable: false,
+            tainted: false,
+            paths: PathPolicy::default(),
+            list_positions: HashMap::new(),
+            value_lens: HashMap::new(),
+        }
+    }
 }
 
 impl Compiler<'_> {
@@ -33,73 +94,112 @@ impl Compiler<'_> {
         self.diagnostics.push(diagnostic);
     }
 
-    pub(super) fn compile(&mut self, raw: Spanned<RawRecipe>, source: Arc<Source>) -> Option<Recipe> {
-        let top: Loc = raw.referenced.into();
-        let raw = raw.value;
+    /// The dim called `name`, if it is one. A name the recipe defines but that was rejected, or
+    /// any name when `dims:` was unreadable, is `Err(())`: reported already, the caller stays
+    /// silent and the step is tainted.
+    pub(super) fn dim(&mut self, name: &str) -> Result<Option<DimId>, ()> {
+        match self.dim_ids.get(name) {
+            Some(&id) => Ok(Some(id)),
+            None if self.dims_unreadable || self.rejected_dims.contains(name) => {
+                self.tainted = true;
+                Err(())
+            }
+            None => Ok(None),
+        }
+    }
+
+    pub(super) fn dim_names(&self) -> impl Iterator<Item = &str> {
+        self.dims.iter().map(|d| d.name.as_str())
+    }
+
+    pub(super) fn compile(&mut self, raw: RawRecipe<'_>) -> Option<Compiled> {
         let name = match &raw.recipe {
-            Some(recipe) => recipe.value.trim().to_string(),
-            None => {
+            Field::Given(recipe) => {
+                let name = recipe.value.trim().to_string();
+                if name.is_empty() {
+                    self.error(
+                        Diagnostic::new(recipe.loc, "the recipe name is empty")
+                            .expected("a name such as `precip-probability`"),
+                    );
+                }
+                name
+            }
+            Field::Broken => "?".to_string(),
+            Field::Absent => {
                 self.error(
-                    Diagnostic::new(top, "the recipe has no `recipe:` name")
+                    Diagnostic::new(raw.loc, "the recipe has no `recipe:` name")
                         .expected("a `recipe: NAME` entry, e.g. `recipe: precip-probability` (history is keyed by it)"),
                 );
                 "?".to_string()
             }
         };
-        if let Some(recipe) = raw.recipe.as_ref().filter(|_| name.is_empty()) {
-            self.error(
-                Diagnostic::new(recipe.referenced, "the recipe name is empty")
-                    .expected("a name such as `precip-probability`"),
-            );
-        }
-        if let Some(vars) = raw.vars {
-            self.vars = vars.value.0.into_iter().map(|(k, v)| (k.value, v.value)).collect();
+        self.paths.allow_outside = raw.allow_outside.given().is_some_and(|b| b.value);
+        match raw.vars {
+            Field::Given(vars) => self.compile_vars(vars),
+            Field::Broken => self.vars_unreadable = true,
+            Field::Absent => {}
         }
         self.apply_overrides();
-        if let Some(dims) = raw.dims {
-            self.compile_dims(dims.value);
+        match raw.dims {
+            Field::Given(dims) => self.compile_dims(dims),
+            Field::Broken => self.dims_unreadable = true,
+            Field::Absent => {}
         }
-        let Some(raw_steps) = raw.steps else {
-            self.error(
-                Diagnostic::new(top, "the recipe has no `steps:`")
-                    .expected("a `steps:` mapping of step names to steps, each with at least `plugin:`"),
-            );
-            return None;
+        let raw_steps = match raw.steps {
+            Field::Given(steps) => steps,
+            Field::Broken => return None,
+            Field::Absent => {
+                self.error(
+                    Diagnostic::new(raw.loc, "the recipe has no `steps:`")
+                        .expected("a `steps:` mapping of step names to steps, each with at least `plugin:`"),
+                );
+                return None;
+            }
         };
-        let step_names: Vec<String> = raw_steps.value.0.iter().map(|(k, _)| k.value.clone()).collect();
-        if step_names.is_empty() {
+        if raw_steps.value.is_empty() {
             self.error(
-                Diagnostic::new(raw_steps.referenced, "the recipe has no steps")
-                    .expected("at least one step under `steps:`"),
+                Diagnostic::new(raw_steps.loc, "the recipe has no steps").expected("at least one step under `steps:`"),
             );
         }
-        let mut steps = Vec::new();
-        for (key, step) in raw_steps.value.0 {
-            if let Some(step) = self.compile_step(key, step, &step_names) {
-                steps.push(step);
+        let names: Vec<String> = raw_steps.value.iter().map(|s| s.name.value.clone()).collect();
+        let ids: HashMap<&str, StepId> = names.iter().enumerate().map(|(id, n)| (n.as_str(), id)).collect();
+        let steps = raw_steps.value.into_iter().map(|step| self.compile_step(step, &ids, &names)).collect();
+        Some(Compiled {
+            name,
+            description: raw.description.into_given(),
+            dims: std::mem::take(&mut self.dims),
+            steps,
+            paths: self.paths,
+        })
+    }
+
+    fn compile_vars(&mut self, vars: Vec<(Located<String>, &super::yaml::Item)>) {
+        for (name, value) in vars {
+            match to_json(value) {
+                Ok(json) => {
+                    self.var_ids.insert(name.value.clone(), self.vars.len());
+                    self.vars.push((name.value, json));
+                }
+                Err(diagnostic) => {
+                    self.error(Diagnostic {
+                        message: format!("var `{}`: {}", name.value, diagnostic.message),
+                        ..diagnostic
+                    });
+                    self.rejected_vars.insert(name.value);
+                }
             }
         }
-        let dims = std::mem::take(&mut self.dims);
-        Some(Recipe {
-            name,
-            description: raw.description,
-            source,
-            cycle: self.options.cycle.clone(),
-            dims,
-            steps,
-            paths: PathPolicy::default(),
-        })
     }
 
     fn apply_overrides(&mut self) {
         for (key, value) in &self.options.set {
             let parsed: Json = serde_saphyr::from_str(value).unwrap_or_else(|_| Json::String(value.clone()));
             let parsed = if parsed.is_null() { Json::String(value.clone()) } else { parsed };
-            match self.vars.iter_mut().find(|(k, _)| k == key) {
-                Some((_, slot)) => *slot = parsed,
+            match self.var_ids.get(key) {
+                Some(&at) => self.vars[at].1 = parsed,
+                None if self.vars_unreadable || self.rejected_vars.contains(key) => {}
                 None => {
-                    let names: Vec<&str> = self.vars.iter().map(|(k, _)| k.as_str()).collect();
-                    let expected = suggestion(key, names);
+                    let expected = suggestion(key, self.vars.iter().map(|(k, _)| k.as_str()));
                     self.diagnostics.push(
                         Diagnostic::new(Loc::default(), format!("--set {key}={value}: the recipe has no var `{key}`"))
                             .expected(format!("a var of the recipe's `vars:`, {expected}")),
@@ -109,167 +209,30 @@ impl Compiler<'_> {
         }
     }
 
-    fn compile_dims(&mut self, raw: OrderedMap<Spanned<RawDim>>) {
-        let names: Vec<String> = raw.0.iter().map(|(k, _)| k.value.clone()).collect();
-        // (group dim, the dim it groups), resolved once every dim is compiled.
-        let mut groups: Vec<(String, String)> = Vec::new();
-        for (key, dim) in &raw.0 {
-            let name = key.value.clone();
-            if name == "cycle" || self.vars.iter().any(|(v, _)| *v == name) {
-                self.error(
-                    Diagnostic::new(key.referenced, format!("dim `{name}` has the name of a var or of `cycle`"))
-                        .expected("dim names distinct from var names and from `cycle`"),
-                );
-            }
-            let loc: Loc = dim.referenced.into();
-            let values = match &dim.value {
-                RawDim::Count(n) if *n >= 1 => DimValues::Range { start: 0, step: 1, len: *n as u64 },
-                RawDim::Count(n) => {
-                    self.error(
-                        Diagnostic::new(loc, format!("dim `{name}` has a count of {n}"))
-                            .expected("a count of at least 1"),
-                    );
-                    continue;
-                }
-                RawDim::List(values) => match self.list_dim(&name, loc, values) {
-                    Some(values) => DimValues::List(values),
-                    None => continue,
-                },
-                RawDim::Range(range) => {
-                    let step = range.step.as_ref().map_or(1, |s| s.value);
-                    let (start, stop) = (range.start.value, range.stop.value);
-                    if step < 1 {
-                        let at = range.step.as_ref().map_or(loc, |s| s.referenced.into());
-                        self.error(
-                            Diagnostic::new(at, format!("dim `{name}` has step {step}"))
-                                .expected("a step of at least 1"),
-                        );
-                        continue;
-                    }
-                    if stop < start {
-                        self.error(
-                            Diagnostic::new(
-                                range.stop.referenced,
-                                format!("dim `{name}` stops ({stop}) before it starts ({start})"),
-                            )
-                            .expected("`stop` ≥ `start` (the range is inclusive)"),
-                        );
-                        continue;
-                    }
-                    let len = (i128::from(stop) - i128::from(start)) / i128::from(step) + 1;
-                    let Ok(len) = u64::try_from(len) else {
-                        self.error(
-                            Diagnostic::new(loc, format!("dim `{name}` has {len} values"))
-                                .expected(format!("at most {}", u64::MAX)),
-                        );
-                        continue;
-                    };
-                    DimValues::Range { start, step, len }
-                }
-                RawDim::Group(group) => {
-                    let size = group.size.value;
-                    if size < 1 {
-                        self.error(
-                            Diagnostic::new(group.size.referenced, format!("group dim `{name}` has size {size}"))
-                                .expected("a size of at least 1"),
-                        );
-                        continue;
-                    }
-                    let Some(of) = names.iter().position(|n| *n == group.group.value) else {
-                        let expected =
-                            suggestion(&group.group.value, names.iter().map(String::as_str).filter(|n| *n != name));
-                        self.error(
-                            Diagnostic::new(
-                                group.group.referenced,
-                                format!("group dim `{name}` groups unknown dim `{}`", group.group.value),
-                            )
-                            .expected(format!("a dim, {expected}")),
-                        );
-                        continue;
-                    };
-                    if matches!(raw.0[of].1.value, RawDim::Group(_)) {
-                        self.error(
-                            Diagnostic::new(
-                                group.group.referenced,
-                                format!("group dim `{name}` groups `{}`, which is itself a group", group.group.value),
-                            )
-                            .expected("a group of a count, list or range dim"),
-                        );
-                        continue;
-                    }
-                    // The grouped dim's id and length are known once it is compiled; fixed up below.
-                    groups.push((name.clone(), group.group.value.clone()));
-                    DimValues::Group { of: 0, size: size as u64, len: 0 }
-                }
-            };
-            self.dims.push(Dim { name, values });
-        }
-        self.resolve_groups(&groups);
-        self.rejected_dims = names.into_iter().filter(|n| !self.dims.iter().any(|d| d.name == *n)).collect();
-    }
-
-    fn list_dim(&mut self, name: &str, loc: Loc, values: &[Spanned<Scalar>]) -> Option<Vec<DimValue>> {
-        if values.is_empty() {
-            self.error(Diagnostic::new(loc, format!("dim `{name}` is an empty list")).expected("at least one value"));
-            return None;
-        }
-        let mut out: Vec<DimValue> = Vec::with_capacity(values.len());
-        for value in values {
-            let v = match &value.value {
-                Scalar::Int(i) => DimValue::Int(*i),
-                Scalar::Str(s) => DimValue::Str(Arc::from(s.as_str())),
-            };
-            if out.contains(&v) {
-                self.error(
-                    Diagnostic::new(value.referenced, format!("dim `{name}` lists `{v}` twice"))
-                        .expected("distinct values"),
-                );
-                return None;
-            }
-            out.push(v);
-        }
-        Some(out)
-    }
-
-    /// Fills in group ids and lengths once the dims they group are known (dims may be listed
-    /// in any order, so ids are looked up by name). A group of a rejected dim is dropped: the
-    /// dim's own error says what is wrong.
-    fn resolve_groups(&mut self, groups: &[(String, String)]) {
-        let base_of = |name: &str| groups.iter().find(|(g, _)| g == name).map(|(_, base)| base.as_str());
-        let compiled: Vec<String> = self.dims.iter().map(|d| d.name.clone()).collect();
-        self.dims.retain(|d| base_of(&d.name).is_none_or(|base| compiled.iter().any(|c| c == base)));
-        let found: Vec<(String, DimId, u64)> =
-            self.dims.iter().enumerate().map(|(id, d)| (d.name.clone(), id, d.len())).collect();
-        for Dim { name, values } in &mut self.dims {
-            if let DimValues::Group { of, size, len } = values
-                && let Some((_, id, base_len)) = base_of(name).and_then(|base| found.iter().find(|(n, _, _)| n == base))
-            {
-                *of = *id;
-                *len = base_len.div_ceil(*size);
-            }
-        }
-    }
-
-    fn compile_step(&mut self, key: Spanned<String>, raw: Spanned<RawStep>, step_names: &[String]) -> Option<Step> {
-        let name = key.value;
-        let loc: Loc = key.referenced.into();
-        let raw_step = raw.value;
-        let plugin = match &raw_step.plugin {
-            Some(wanted) => match self.registry.get(&wanted.value) {
+    fn compile_step(
+        &mut self,
+        raw: RawStep<'_>,
+        ids: &HashMap<&str, StepId>,
+        names: &[String],
+    ) -> (Option<Step>, bool) {
+        let before = self.diagnostics.len();
+        self.tainted = raw.flawed;
+        let name = raw.name.value;
+        let loc = raw.name.loc;
+        let plugin = match &raw.plugin {
+            Field::Given(wanted) => match self.registry.get(&wanted.value) {
                 Some(plugin) => Some(plugin.clone()),
                 None => {
                     let expected = suggestion(&wanted.value, self.registry.names());
                     self.error(
-                        Diagnostic::new(
-                            wanted.referenced,
-                            format!("unknown plugin `{}` in step `{name}`", wanted.value),
-                        )
-                        .expected(format!("a plugin, {expected}")),
+                        Diagnostic::new(wanted.loc, format!("unknown plugin `{}` in step `{name}`", wanted.value))
+                            .expected(format!("a plugin, {expected}")),
                     );
                     None
                 }
             },
-            None => {
+            Field::Broken => None,
+            Field::Absent => {
                 let names = self.registry.names().join(", ");
                 self.error(
                     Diagnostic::new(loc, format!("step `{name}` has no `plugin`"))
@@ -278,64 +241,76 @@ impl Compiler<'_> {
                 None
             }
         };
-        let over = self.compile_over(&name, raw_step.over.as_ref());
-        let inputs = self.compile_inputs(&name, raw_step.inputs, step_names);
-        let memory_hint = raw_step.memory.and_then(|m| self.memory_hint(&name, m));
-        let plugin = plugin?;
-        let (args, arg_locs) = self.compile_args(&name, loc, &*plugin, raw_step.args, &over)?;
-        Some(Step {
-            name,
-            loc,
-            plugin,
-            over,
-            inputs,
-            args,
-            arg_locs,
-            memory_hint,
-            description: raw_step.description,
-            retries: 0,
-            timeout: None,
-            on_missing: OnMissing::Error,
-            cache: false,
-        })
+        let (over, over_known) = match &raw.over {
+            Field::Given(over) => (self.compile_over(&name, over), true),
+            Field::Absent => (Vec::new(), true),
+            Field::Broken => (Vec::new(), false),
+        };
+        let inputs = match raw.inputs {
+            Field::Given(inputs) => self.compile_inputs(&name, inputs, ids, names),
+            Field::Absent | Field::Broken => Vec::new(),
+        };
+        let memory_hint = raw.memory.given().and_then(|m| self.memory_hint(&name, m));
+        let retries = raw.retries.given().map_or(Some(0), |r| self.retries(&name, r));
+        let timeout = raw.timeout.given().map_or(Some(None), |t| self.timeout(&name, t).map(Some));
+        let on_missing = raw.on_missing.given().map_or(Some(OnMissing::Error), |m| self.on_missing(&name, m));
+        let cache = raw.cache.given().map_or(Some(false), |c| self.cache(&name, c));
+        let args =
+            plugin.as_ref().and_then(|plugin| self.compile_args(&name, loc, &**plugin, raw.args, &over, over_known));
+        let step = match (plugin, args, retries, timeout, on_missing, cache) {
+            (Some(plugin), Some((args, arg_locs)), Some(retries), Some(timeout), Some(on_missing), Some(cache)) => {
+                Some(Step {
+                    name,
+                    loc,
+                    plugin,
+                    over,
+                    inputs,
+                    args,
+                    arg_locs,
+                    memory_hint,
+                    description: raw.description.into_given(),
+                    retries: retries as u32,
+                    timeout,
+                    on_missing,
+                    cache,
+                })
+            }
+            _ => None,
+        };
+        let sound = step.is_some() && self.diagnostics.len() == before && !self.tainted;
+        (step, sound)
     }
 
-    fn compile_over(&mut self, step: &str, over: Option<&Spanned<DimNames>>) -> Vec<DimId> {
+    fn compile_over(&mut self, step: &str, over: &Located<Vec<Located<String>>>) -> Vec<DimId> {
         let mut ids = Vec::new();
-        for dim in over.map(|o| o.value.0.as_slice()).unwrap_or_default() {
-            match self.dims.iter().position(|d| d.name == dim.value) {
-                Some(id) if ids.contains(&id) => {
+        let mut seen = HashSet::new();
+        for dim in &over.value {
+            match self.dim(&dim.value) {
+                Ok(Some(id)) if !seen.insert(id) => {
                     self.error(
-                        Diagnostic::new(
-                            dim.referenced,
-                            format!("step `{step}` lists dim `{}` twice in `over`", dim.value),
-                        )
-                        .expected("each dim once"),
+                        Diagnostic::new(dim.loc, format!("step `{step}` lists dim `{}` twice in `over`", dim.value))
+                            .expected("each dim once"),
                     );
                 }
-                Some(id) => ids.push(id),
-                None if self.rejected_dims.contains(&dim.value) => {}
-                None => {
-                    let expected = suggestion(&dim.value, self.dims.iter().map(|d| d.name.as_str()));
+                Ok(Some(id)) => ids.push(id),
+                Err(()) => {}
+                Ok(None) => {
+                    let expected = suggestion(&dim.value, self.dim_names());
                     self.error(
-                        Diagnostic::new(
-                            dim.referenced,
-                            format!("unknown dim `{}` in `over` of step `{step}`", dim.value),
-                        )
-                        .expected(format!("a dim of the recipe, {expected}")),
+                        Diagnostic::new(dim.loc, format!("unknown dim `{}` in `over` of step `{step}`", dim.value))
+                            .expected(format!("a dim of the recipe, {expected}")),
                     );
                 }
             }
         }
         for &id in &ids {
             if let Some((base, _)) = self.dims[id].group_of()
-                && ids.contains(&base)
+                && seen.contains(&base)
             {
-                let at = over.map_or(Loc::default(), |o| o.referenced.into());
                 let (group, base) = (self.dims[id].name.clone(), self.dims[base].name.clone());
                 self.error(
                     Diagnostic::new(
-                        at,
+                        over.loc,
                         format!("step `{step}` runs over both `{group}` and `{base}`, which `{group}` groups"),
                     )
                     .expected(format!("either the group `{group}` or `{base}`, not both")),
@@ -343,19 +318,17 @@ impl Compiler<'_> {
             }
         }
         if ids.len() > MAX_DIMS {
-            let at = over.map_or(Loc::default(), |o| o.referenced.into());
             self.error(
-                Diagnostic::new(at, format!("step `{step}` runs over {} dims", ids.len()))
-                    .expected(format!("at most {}", MAX_DIMS)),
+                Diagnostic::new(over.loc, format!("step `{step}` runs over {} dims", ids.len()))
+                    .expected(format!("at most {MAX_DIMS}")),
             );
         }
         let tasks = ids.iter().try_fold(1u64, |n, &d| n.checked_mul(self.dims[d].len()));
         if tasks.is_none_or(|n| n > MAX_TASKS) {
-            let at = over.map_or(Loc::default(), |o| o.referenced.into());
             let product: f64 = ids.iter().map(|&d| self.dims[d].len() as f64).product();
             self.error(
-                Diagnostic::new(at, format!("step `{step}` would run {product:.3e} tasks"))
-                    .expected(format!("at most {} tasks per step (2^48)", MAX_TASKS)),
+                Diagnostic::new(over.loc, format!("step `{step}` would run {product:.3e} tasks"))
+                    .expected(format!("at most {MAX_TASKS} tasks per step (2^48)")),
             );
         }
         ids
@@ -364,53 +337,34 @@ impl Compiler<'_> {
     fn compile_inputs(
         &mut self,
         step: &str,
-        inputs: Option<Spanned<RawInputs>>,
-        step_names: &[String],
+        inputs: Vec<RawInput<'_>>,
+        ids: &HashMap<&str, StepId>,
+        names: &[String],
     ) -> Vec<InputSpec> {
-        let Some(inputs) = inputs else { return Vec::new() };
-        // (name, its place, producer, its place, select)
-        type Entry = (String, Loc, String, Loc, Option<Spanned<OrderedMap<Spanned<Scalar>>>>);
-        let entries: Vec<Entry> = match inputs.value {
-            RawInputs::List(steps) => steps
-                .into_iter()
-                .map(|s| (s.value.clone(), s.referenced.into(), s.value, s.referenced.into(), None))
-                .collect(),
-            RawInputs::Map(map) => map
-                .0
-                .into_iter()
-                .map(|(key, input)| {
-                    let at: Loc = input.referenced.into();
-                    match input.value {
-                        RawInput::Step(producer) => (key.value, key.referenced.into(), producer, at, None),
-                        RawInput::Select { step, select } => {
-                            (key.value, key.referenced.into(), step.value, step.referenced.into(), select)
-                        }
-                    }
-                })
-                .collect(),
-        };
-        let mut specs: Vec<InputSpec> = Vec::new();
-        for (name, name_loc, producer, producer_loc, select) in entries {
-            if specs.iter().any(|s| s.name == name) {
+        let mut specs: Vec<InputSpec> = Vec::with_capacity(inputs.len());
+        let mut seen: HashSet<String> = HashSet::with_capacity(inputs.len());
+        for input in inputs {
+            let name = input.name.value;
+            if !seen.insert(name.clone()) {
                 self.error(
-                    Diagnostic::new(name_loc, format!("step `{step}` has two inputs named `{name}`"))
+                    Diagnostic::new(input.name.loc, format!("step `{step}` has two inputs named `{name}`"))
                         .expected("distinct input names (use the map form to rename)"),
                 );
                 continue;
             }
-            let Some(producer_id) = step_names.iter().position(|s| *s == producer) else {
-                let expected = suggestion(&producer, step_names.iter().map(String::as_str));
+            let Some(&producer) = ids.get(input.step.value.as_str()) else {
+                let expected = suggestion(&input.step.value, names.iter().map(String::as_str));
                 self.error(
                     Diagnostic::new(
-                        producer_loc,
-                        format!("input `{name}` of step `{step}` names unknown step `{producer}`"),
+                        input.step.loc,
+                        format!("input `{name}` of step `{step}` names unknown step `{}`", input.step.value),
                     )
                     .expected(format!("a step of the recipe, {expected}")),
                 );
                 continue;
             };
-            let select = select.map(|s| self.compile_select(step, &name, s)).unwrap_or_default();
-            specs.push(InputSpec { name, producer: producer_id, select, loc: producer_loc });
+            let select = self.compile_select(step, &name, input.select);
+            specs.push(InputSpec { name, producer, select, loc: input.step.loc });
         }
         specs
     }
@@ -419,37 +373,38 @@ impl Compiler<'_> {
         &mut self,
         step: &str,
         input: &str,
-        select: Spanned<OrderedMap<Spanned<Scalar>>>,
+        select: Vec<(Located<String>, &super::yaml::Item)>,
     ) -> Vec<(DimId, u64, Loc)> {
         let mut pins = Vec::new();
-        for (dim_name, value) in select.value.0 {
-            let Some(dim_id) = self.dims.iter().position(|d| d.name == dim_name.value) else {
-                if self.rejected_dims.contains(&dim_name.value) {
+        for (dim_name, value) in select {
+            let dim_id = match self.dim(&dim_name.value) {
+                Ok(Some(id)) => id,
+                Err(()) => continue,
+                Ok(None) => {
+                    let expected = suggestion(&dim_name.value, self.dim_names());
+                    self.error(
+                        Diagnostic::new(
+                            dim_name.loc,
+                            format!(
+                                "`select` of input `{input}` of step `{step}` names unknown dim `{}`",
+                                dim_name.value
+                            ),
+                        )
+                        .expected(format!("a dim, {expected}")),
+                    );
                     continue;
                 }
-                let expected = suggestion(&dim_name.value, self.dims.iter().map(|d| d.name.as_str()));
-                self.error(
-                    Diagnostic::new(
-                        dim_name.referenced,
-                        format!("`select` of input `{input}` of step `{step}` names unknown dim `{}`", dim_name.value),
-                    )
-                    .expected(format!("a dim, {expected}")),
-                );
-                continue;
             };
-            let wanted = match &value.value {
-                Scalar::Int(i) => DimValue::Int(*i),
-                Scalar::Str(s) => DimValue::Str(Arc::from(s.as_str())),
-            };
-            match self.dims[dim_id].position(&wanted) {
-                Some(position) => pins.push((dim_id, position, Loc::from(dim_name.referenced))),
+            let Some(wanted) = self.select_value(dim_id, value) else { continue };
+            match self.position(dim_id, &wanted) {
+                Some(position) => pins.push((dim_id, position, dim_name.loc)),
                 None => {
                     let dim = &self.dims[dim_id];
                     let sample: Vec<String> = (0..dim.len().min(8)).map(|i| dim.value(i).to_string()).collect();
                     let more = if dim.len() > 8 { ", ..." } else { "" };
                     self.error(
                         Diagnostic::new(
-                            value.referenced,
+                            value.loc,
                             format!("`select` pins dim `{}` to `{wanted}`, which is not one of its values", dim.name),
                         )
                         .expected(format!("one of: {}{more}", sample.join(", "))),
@@ -460,18 +415,117 @@ impl Compiler<'_> {
         pins
     }
 
-    fn memory_hint(&mut self, step: &str, memory: Spanned<Scalar>) -> Option<u64> {
-        let parsed = match &memory.value {
-            Scalar::Int(i) if *i >= 0 => Ok(*i as u64),
-            Scalar::Int(i) => Err(format!(
+    /// A `select:` value as a value of dim `dim_id` (dates of date dims parse).
+    fn select_value(&mut self, dim_id: DimId, item: &super::yaml::Item) -> Option<DimValue> {
+        use super::yaml::Node;
+        let dim = &self.dims[dim_id];
+        let value = match &item.node {
+            Node::Int(i) => Some(DimValue::Int(*i)),
+            Node::Str(s) if dim.is_time() => match parse_instant(s) {
+                Some(instant) if dim.kind() == "date" => Some(DimValue::Date(instant.seconds)),
+                Some(instant) => Some(DimValue::Time(instant.seconds)),
+                None => {
+                    let message = format!("`select` pins date dim `{}` to \"{s}\", which is not a date", dim.name);
+                    self.error(Diagnostic::new(item.loc, message).expected(INSTANT_FORMS));
+                    return None;
+                }
+            },
+            Node::Str(s) => Some(DimValue::Str(Arc::from(&**s))),
+            Node::Bool(b) => Some(DimValue::Str(Arc::from(b.to_string()))),
+            _ => None,
+        };
+        if value.is_none() {
+            let message = format!("`select` pins dim `{}` to {}", dim.name, item.node.kind());
+            self.error(Diagnostic::new(item.loc, message).expected(format!("one of the dim's {} values", dim.kind())));
+        }
+        value
+    }
+
+    /// Position of `value` in dim `dim_id`; a list dim is indexed on first use, so that many
+    /// `select:`s into a long list stay linear.
+    fn position(&mut self, dim_id: DimId, value: &DimValue) -> Option<u64> {
+        let dim = &self.dims[dim_id];
+        let super::dims::DimValues::List(values) = &dim.values else { return dim.position(value) };
+        let index = self
+            .list_positions
+            .entry(dim_id)
+            .or_insert_with(|| values.iter().enumerate().map(|(i, v)| (v.clone(), i as u64)).collect());
+        index.get(value).copied()
+    }
+
+    fn memory_hint(&mut self, step: &str, memory: &super::yaml::Item) -> Option<u64> {
+        use super::yaml::Node;
+        let parsed = match &memory.node {
+            Node::Int(i) if *i >= 0 => Ok(*i as u64),
+            Node::UInt(u) => Ok(*u),
+            Node::Int(i) => Err(format!(
                 "invalid size `{i}`: a size cannot be negative; expected a number of bytes or a size such as `600MiB`"
             )),
-            Scalar::Str(s) => parse_size(s),
+            Node::Str(s) => parse_size(s),
+            other => Err(format!("{}; expected a number of bytes or a size such as `600MiB`", other.kind())),
         };
         parsed
             .map_err(|e| {
-                self.error(Diagnostic::with_expectation(memory.referenced, format!("`memory` of step `{step}`: {e}")))
+                self.error(Diagnostic::with_expectation(memory.loc, format!("`memory` of step `{step}`: {e}")))
             })
             .ok()
+    }
+
+    fn retries(&mut self, step: &str, item: &super::yaml::Item) -> Option<u64> {
+        bounded(item, format!("`retries` of step `{step}`"), 0, MAX_RETRIES).map_err(|d| self.error(d)).ok()
+    }
+
+    fn timeout(&mut self, step: &str, item: &super::yaml::Item) -> Option<std::time::Duration> {
+        use super::yaml::Node;
+        let what = format!("`timeout` of step `{step}`");
+        let expected = "a duration with a unit, e.g. `30s`, `10m` or `2h`";
+        let duration = match &item.node {
+            Node::Str(s) => {
+                parse_duration(s).map_err(|e| Diagnostic::with_expectation(item.loc, format!("{what}: {e}")))
+            }
+            other => Err(Diagnostic::new(item.loc, format!("{what} is {}", other.kind())).expected(expected)),
+        };
+        match duration {
+            Ok(d) if d.is_zero() => {
+                self.error(Diagnostic::new(item.loc, format!("{what} is 0")).expected(format!("{expected}, above 0")));
+                None
+            }
+            Ok(d) => Some(d),
+            Err(d) => {
+                self.error(d);
+                None
+            }
+        }
+    }
+
+    fn on_missing(&mut self, step: &str, item: &super::yaml::Item) -> Option<OnMissing> {
+        use super::yaml::Node;
+        const CHOICES: [(&str, OnMissing); 3] =
+            [("error", OnMissing::Error), ("skip", OnMissing::Skip), ("ignore", OnMissing::Ignore)];
+        let names = CHOICES.map(|(n, _)| n);
+        let what = format!("`on_missing` of step `{step}`");
+        let expected = match &item.node {
+            Node::Str(s) => match CHOICES.iter().find(|(n, _)| **n == **s) {
+                Some((_, choice)) => return Some(*choice),
+                None => {
+                    self.error(Diagnostic::new(item.loc, format!("{what} is `{s}`")).expected(suggestion(s, names)));
+                    return None;
+                }
+            },
+            other => Diagnostic::new(item.loc, format!("{what} is {}", other.kind())),
+        };
+        self.error(expected.expected(suggestion("", names)));
+        None
+    }
+
+    fn cache(&mut self, step: &str, item: &super::yaml::Item) -> Option<bool> {
+        match item.node {
+            super::yaml::Node::Bool(b) => Some(b),
+            ref other => {
+                let message = format!("`cache` of step `{step}` is {}", other.kind());
+                self.error(Diagnostic::new(item.loc, message).expected("`true` or `false`"));
+                None
+            }
+        }
     }
 }

@@ -1,29 +1,43 @@
 //! The recipe front end: reads a YAML recipe, checks every name, dim, template and argument, and
 //! produces a validated [`Recipe`]. Every problem becomes a [`Diagnostic`] with its line and
-//! column; nothing here panics on bad input.
+//! column, every problem of a file is reported at once where one does not hide another, and
+//! nothing here panics or runs away on bad input (see [`limits`]).
+//!
+//! The path of a recipe: [`yaml`] (text → tree of located nodes) → [`raw`] (tree → the recipe as
+//! written, shapes checked) → [`compiler`] (names, dims, steps, inputs, keys; [`args`] for
+//! args and templates, [`output_paths`] for the files tasks write) → [`Recipe`].
 
 mod args;
+mod compile_dims;
 mod compiler;
+mod cycle;
 mod diagnostic;
 pub mod dims;
 pub mod limits;
+mod output_paths;
+mod plugin_check;
 mod raw;
 mod suggest;
 pub mod template;
+mod time;
+mod yaml;
 mod yaml_errors;
 
+use std::collections::{HashMap, HashSet};
+use std::io::Read as _;
 use std::path::Path;
 use std::sync::Arc;
 
 use runner_plugin::Plugin;
-use serde_saphyr::Spanned;
+use runner_plugin::size::format_size;
 
 pub use args::{ArgTemplate, StepArgs};
-use compiler::Compiler;
+use compiler::{Compiled, Compiler};
+pub use cycle::validate_cycle;
 pub use diagnostic::{Diagnostic, Loc, RecipeError, Source};
 pub use dims::{Dim, DimId, DimValues};
-use raw::RawRecipe;
-use yaml_errors::yaml_diagnostic;
+use limits::MAX_RECIPE_BYTES;
+use raw::Reader;
 
 use crate::registry::Registry;
 
@@ -128,14 +142,38 @@ impl Recipe {
 
 /// Reads and validates the recipe at `path`.
 pub fn load(path: &Path, options: &CompileOptions, registry: &Registry) -> Result<Recipe, RecipeError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| RecipeError::whole_file(path, format!("cannot read the recipe: {e}")))?;
+    let cannot = |e: std::io::Error| RecipeError::whole_file(path, format!("cannot read the recipe: {e}"));
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_RECIPE_BYTES + 1).read_to_end(&mut bytes).map_err(cannot)?;
+    if bytes.len() as u64 > MAX_RECIPE_BYTES {
+        return Err(too_large(path));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = 1 + valid.iter().filter(|&&b| b == b'\n').count();
+        RecipeError::whole_file(path, format!("the recipe is not UTF-8 text (line {line}); expected a UTF-8 text file"))
+    })?;
     parse(path, text, options, registry)
 }
 
-/// Validates recipe `text` as if read from `path`.
+fn too_large(path: &Path) -> RecipeError {
+    RecipeError::whole_file(
+        path,
+        format!(
+            "the recipe is larger than {}; expected a smaller file (long lists of dim values go in a list file: `dim: {{file: values.txt}}`)",
+            format_size(MAX_RECIPE_BYTES)
+        ),
+    )
+}
+
+/// Validates recipe `text` as if read from `path` (list files are found next to `path`). The
+/// cycle id of `options` is checked too ([`validate_cycle`]).
 pub fn parse(path: &Path, text: String, options: &CompileOptions, registry: &Registry) -> Result<Recipe, RecipeError> {
-    let source = Arc::new(Source { path: path.to_path_buf(), text });
+    if text.len() as u64 > MAX_RECIPE_BYTES {
+        return Err(too_large(path));
+    }
+    let source = Arc::new(Source::new(path, text));
     let fail = |diagnostics: Vec<Diagnostic>| RecipeError::new(source.clone(), diagnostics);
     if source.text.trim().is_empty() {
         return Err(fail(vec![
@@ -143,19 +181,85 @@ pub fn parse(path: &Path, text: String, options: &CompileOptions, registry: &Reg
                 .expected("a mapping with at least `recipe:` and `steps:`"),
         ]));
     }
-    let raw: Spanned<RawRecipe> =
-        serde_saphyr::from_str(&source.text).map_err(|e| fail(vec![yaml_diagnostic(&e, &source.text)]))?;
-    let mut compiler = Compiler {
-        registry,
-        options,
-        diagnostics: Vec::new(),
-        dims: Vec::new(),
-        rejected_dims: Vec::new(),
-        vars: Vec::new(),
+    let mut diagnostics = Vec::new();
+    if let Err(problem) = validate_cycle(&options.cycle) {
+        diagnostics.push(Diagnostic::with_expectation(Loc::default(), problem));
+    }
+    let tree = match yaml::parse(&source.text) {
+        Ok(tree) => tree,
+        Err(diagnostic) => {
+            diagnostics.push(diagnostic);
+            return Err(fail(diagnostics));
+        }
     };
-    let recipe = compiler.compile(raw, source.clone());
-    match (recipe, compiler.diagnostics.is_empty()) {
-        (Some(recipe), true) => Ok(recipe),
-        _ => Err(fail(compiler.diagnostics)),
+    let raw = Reader::new(&mut diagnostics).recipe(&tree);
+    let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut compiler = Compiler::new(registry, options, base_dir, diagnostics);
+    let compiled = raw.and_then(|raw| compiler.compile(raw));
+    let diagnostics = std::mem::take(&mut compiler.diagnostics);
+    let Some(compiled) = compiled else { return Err(fail(diagnostics)) };
+    let complete = compiled.steps.iter().all(|(step, _)| step.is_some());
+    if diagnostics.is_empty() && complete {
+        return Ok(compiled.into_recipe(source.clone(), options));
+    }
+    Err(fail(diagnostics).with_sound_part(compiled.into_sound_part(source.clone(), options)))
+}
+
+impl Compiled {
+    fn recipe(self, source: Arc<Source>, options: &CompileOptions, steps: Vec<Step>) -> Recipe {
+        Recipe {
+            name: self.name,
+            description: self.description,
+            source,
+            cycle: options.cycle.clone(),
+            dims: self.dims,
+            steps,
+            paths: self.paths,
+        }
+    }
+
+    fn into_recipe(mut self, source: Arc<Source>, options: &CompileOptions) -> Recipe {
+        let steps = std::mem::take(&mut self.steps).into_iter().filter_map(|(step, _)| step).collect();
+        self.recipe(source, options, steps)
+    }
+
+    /// The sound steps whose producers are all sound too (transitively), renumbered; `None`
+    /// when there are none.
+    fn into_sound_part(mut self, source: Arc<Source>, options: &CompileOptions) -> Option<Recipe> {
+        let steps = std::mem::take(&mut self.steps);
+        let mut kept: HashSet<StepId> = (0..steps.len()).filter(|&s| steps[s].1).collect();
+        // Drop steps that read a dropped step, until none does (linear in steps and inputs:
+        // each step is dropped at most once, and only its consumers are looked at again).
+        let mut consumers: HashMap<StepId, Vec<StepId>> = HashMap::new();
+        for (id, (step, _)) in steps.iter().enumerate() {
+            for input in step.iter().flat_map(|s| &s.inputs) {
+                consumers.entry(input.producer).or_default().push(id);
+            }
+        }
+        let mut dropped: Vec<StepId> = (0..steps.len()).filter(|s| !kept.contains(s)).collect();
+        while let Some(gone) = dropped.pop() {
+            for &consumer in consumers.get(&gone).into_iter().flatten() {
+                if kept.remove(&consumer) {
+                    dropped.push(consumer);
+                }
+            }
+        }
+        if kept.is_empty() {
+            return None;
+        }
+        let mut new_ids = HashMap::new();
+        let mut part = Vec::with_capacity(kept.len());
+        for (id, (step, _)) in steps.into_iter().enumerate() {
+            if let Some(step) = step.filter(|_| kept.contains(&id)) {
+                new_ids.insert(id, part.len());
+                part.push(step);
+            }
+        }
+        for step in &mut part {
+            for input in &mut step.inputs {
+                input.producer = new_ids[&input.producer];
+            }
+        }
+        Some(self.recipe(source, options, part))
     }
 }

@@ -1,14 +1,21 @@
-//! Turns serde-saphyr's errors (YAML syntax, shapes) into diagnostics worded for recipe authors.
+//! Turns serde-saphyr's errors (YAML syntax, limits) into diagnostics worded for recipe authors:
+//! no parser internals, no `Debug` text, every limit said with its figure.
+
+use serde_saphyr::Error;
+use serde_saphyr::budget::BudgetBreach;
 
 use super::diagnostic::{Diagnostic, Loc};
-use super::suggest::suggestion;
+use super::limits::{MAX_ALIAS_EXPANSION, MAX_YAML_DEPTH, MAX_YAML_NODES, MAX_YAML_TEXT_BYTES};
 
-/// Turns a YAML or shape error into a diagnostic without the parser's own rendering: the place
-/// goes to the location, ", expected ..." to the expectation, and wording meant for the
-/// parser's developers is replaced by wording for recipe authors.
-pub(super) fn yaml_diagnostic(error: &serde_saphyr::Error, text: &str) -> Diagnostic {
-    let error = error.without_snippet();
+/// Turns a YAML error into a diagnostic without the parser's own rendering: the place goes to
+/// the location, ", expected ..." to the expectation, limits are said in recipe terms, and
+/// wording meant for the parser's developers is replaced by wording for recipe authors.
+pub(super) fn yaml_diagnostic(error: &Error, text: &str) -> Diagnostic {
+    let error = innermost(error.without_snippet());
     let loc = error.location().map(Loc::from).unwrap_or_default();
+    if let Some(diagnostic) = limit_diagnostic(error, loc) {
+        return diagnostic;
+    }
     let rendered = error.to_string();
     let first_line = rendered.lines().next().unwrap_or_default();
     // The parser prefixes "error: line L column C: " or appends " at line L, column C"; our
@@ -29,39 +36,11 @@ pub(super) fn yaml_diagnostic(error: &serde_saphyr::Error, text: &str) -> Diagno
         Some((message, expected)) => (message, Some(expected.to_string())),
         None => (message, None),
     };
-    let (message, expected) = if let Some(key) = message.strip_prefix("duplicate mapping key: ") {
-        let key = key.split_once(", set ").map_or(key, |(key, _)| key);
-        (format!("duplicate key `{key}`"), Some("each key at most once in a mapping".to_string()))
-    } else if let Some(field) = message.strip_prefix("missing field ") {
-        (format!("missing key {field}"), Some(format!("{}: ...` in this mapping", field.trim_end_matches('`'))))
-    } else if let Some(field) = message.strip_prefix("unknown field ") {
-        // serde lists the fields as "one of a, b, c", "`a` or `b`" or "`a`".
-        let fields: Vec<String> = expected
-            .as_deref()
-            .unwrap_or_default()
-            .trim_start_matches("one of ")
-            .split(", ")
-            .flat_map(|f| f.split(" or "))
-            .map(|f| f.trim().trim_matches('`').to_string())
-            .filter(|f| !f.is_empty())
-            .collect();
-        let name = field.trim_matches('`');
-        (format!("unknown key {field}"), Some(suggestion(name, fields.iter().map(String::as_str))))
-    } else if message.starts_with("cannot deserialize null into string") {
-        ("empty value".to_string(), Some("a string".to_string()))
-    } else if message.starts_with("multiple YAML documents") {
+    let (message, expected) = if message.starts_with("multiple YAML documents") {
         (
             "more than one YAML document in the file".to_string(),
             Some("one recipe per file (no `---` separator)".to_string()),
         )
-    } else if let (Some(what), None) = (message.strip_prefix("expected "), &expected) {
-        let wanted = match what {
-            "mapping start" => "a mapping (`key: value` entries)",
-            "sequence start" => "a list (`[a, b]` or `- a` lines)",
-            "string scalar" => "a string",
-            other => other,
-        };
-        ("wrong type of value".to_string(), Some(wanted.to_string()))
     } else if message == "unclosed quote" {
         (message.to_string(), Some("a closing quote for the string that starts here".to_string()))
     } else if message.starts_with("tabs disallowed") {
@@ -74,7 +53,7 @@ pub(super) fn yaml_diagnostic(error: &serde_saphyr::Error, text: &str) -> Diagno
         (message.to_string(), expected)
     };
     // A syntax error inside a `[...]` or `{...}` that was never closed is usually that.
-    let syntax = matches!(error, serde_saphyr::Error::ExternalMessage { .. });
+    let syntax = matches!(error, Error::ExternalMessage { .. });
     let expected = match (syntax, unclosed_flow(text, loc)) {
         (true, Some((open, at))) if !message.starts_with("unclosed") => {
             let close = if open == '[' { ']' } else { '}' };
@@ -89,6 +68,68 @@ pub(super) fn yaml_diagnostic(error: &serde_saphyr::Error, text: &str) -> Diagno
         Some(expected) => diagnostic.expected(expected),
         None => diagnostic,
     }
+}
+
+/// The error an alias error wraps (its place is the alias's).
+fn innermost(error: &Error) -> &Error {
+    match error {
+        Error::AliasError { error, .. } => innermost(error.without_snippet()),
+        other => other,
+    }
+}
+
+/// A limit of the YAML reader, said with its figure; `None` for other errors.
+fn limit_diagnostic(error: &Error, loc: Loc) -> Option<Diagnostic> {
+    let aliases =
+        "fewer anchors and aliases (`&name`, `*name`), or long lists in a list file (`dim: {file: values.txt}`)";
+    let (message, expected) = match error {
+        Error::Budget { breach, .. } => match breach {
+            BudgetBreach::Nodes { .. } | BudgetBreach::Events { .. } => (
+                format!("the recipe has more than {MAX_YAML_NODES} nodes (anchors and aliases expand)"),
+                format!("at most {MAX_YAML_NODES} values, lists and mappings; {aliases}"),
+            ),
+            BudgetBreach::Depth { .. } => (
+                format!("the recipe is nested deeper than {MAX_YAML_DEPTH} levels"),
+                format!("lists and mappings nested at most {MAX_YAML_DEPTH} deep"),
+            ),
+            BudgetBreach::ScalarBytes { .. } => (
+                format!(
+                    "the recipe's text values add up to more than {} MiB (anchors and aliases expand)",
+                    MAX_YAML_TEXT_BYTES >> 20
+                ),
+                format!("at most {} MiB of text; {aliases}", MAX_YAML_TEXT_BYTES >> 20),
+            ),
+            BudgetBreach::RecordedAnchorEvents { .. } | BudgetBreach::RecordedAnchorBytes { .. } => (
+                format!("anchors and aliases in the recipe expand to more than {MAX_ALIAS_EXPANSION} nodes"),
+                aliases.to_string(),
+            ),
+            BudgetBreach::Aliases { .. }
+            | BudgetBreach::Anchors { .. }
+            | BudgetBreach::MergeKeys { .. }
+            | BudgetBreach::AliasAnchorRatio { .. } => (
+                "the recipe uses more anchors, aliases or merge keys than the reader allows".to_string(),
+                aliases.to_string(),
+            ),
+            BudgetBreach::Documents { .. } => (
+                "more than one YAML document in the file".to_string(),
+                "one recipe per file (no `---` separator)".to_string(),
+            ),
+            _ => ("the recipe is beyond a limit of the YAML reader".to_string(), aliases.to_string()),
+        },
+        Error::AliasReplayLimitExceeded { .. } | Error::AliasExpansionLimitExceeded { .. } => {
+            (format!("aliases in the recipe expand to more than {MAX_ALIAS_EXPANSION} nodes"), aliases.to_string())
+        }
+        Error::AliasReplayStackDepthExceeded { max_depth, .. } => {
+            (format!("aliases in the recipe are nested more than {max_depth} deep"), aliases.to_string())
+        }
+        Error::InvalidUtf8Input => ("the recipe is not UTF-8 text".to_string(), "a UTF-8 text file".to_string()),
+        Error::UnknownAnchor { .. } => (
+            "an alias names an anchor that is not defined before it".to_string(),
+            "`&name` on a value before `*name` refers to it".to_string(),
+        ),
+        _ => return None,
+    };
+    Some(Diagnostic::new(loc, message).expected(expected))
 }
 
 /// The innermost flow collection (`[` or `{`) still open at `until`, if any. A heuristic: it
