@@ -171,6 +171,9 @@ impl Compiler<'_> {
         let mut output_paths = Vec::new();
         for (key, item) in entries {
             locations.push((key.value.clone(), item.loc));
+            if !specs.iter().any(|s| s.name == key.value) {
+                continue;
+            }
             let written = match to_json(item) {
                 Ok(json) => json,
                 Err(diagnostic) => {
@@ -254,6 +257,13 @@ impl Compiler<'_> {
     ) -> Result<ArgTemplate, String> {
         let mut expansion = Expansion::default();
         self.check_templates(step, value, over, over_known, &mut expansion)?;
+        if expansion.bytes > MAX_ARG_BYTES && expansion.uses.is_empty() {
+            return Err(format!(
+                "is {} long; expected at most {} per arg (large data belongs in a file)",
+                format_size(expansion.bytes as u64),
+                format_size(MAX_ARG_BYTES as u64)
+            ));
+        }
         if expansion.bytes > MAX_ARG_BYTES {
             return Err(format!(
                 "would expand to up to {}{}; expected at most {} per arg once templates are filled in",
@@ -334,8 +344,13 @@ impl Compiler<'_> {
             (Some(d), Some(_)) => {
                 let dim = &self.dims[d];
                 if format.needs_number() && !dim.is_integer() {
+                    let date_format = if dim.is_time() {
+                        format!(", or a date format such as `{{{name}:%Y%m%d}}`")
+                    } else {
+                        String::new()
+                    };
                     return Err(format!(
-                        "`{{{name}}}` has a numeric format but dim `{name}` has {} values; expected `{{{name}}}` or a width alone, e.g. `{{{name}:8}}`",
+                        "`{{{name}}}` has a numeric format but dim `{name}` has {} values; expected `{{{name}}}` or a width alone, e.g. `{{{name}:8}}`{date_format}",
                         dim.kind()
                     ));
                 }

@@ -462,6 +462,10 @@ impl Compiler<'_> {
                 "invalid size `{i}`: a size cannot be negative; expected a number of bytes or a size such as `600MiB`"
             )),
             Node::Str(s) => parse_size(s),
+            Node::Float(x) if x.fract() == 0.0 && *x >= 18_446_744_073_709_551_616.0 => {
+                Err(format!("{x:e} bytes: out of range; expected at most {} bytes (16 EiB)", u64::MAX))
+            }
+            Node::Float(x) if x.fract() == 0.0 && *x >= 0.0 => Ok(*x as u64),
             other => Err(format!("{}; expected a number of bytes or a size such as `600MiB`", other.kind())),
         };
         parsed

@@ -19,6 +19,8 @@ mod plugin_check;
 mod raw;
 mod suggest;
 pub mod template;
+#[cfg(test)]
+mod tests;
 mod time;
 mod yaml;
 mod yaml_errors;

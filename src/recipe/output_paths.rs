@@ -181,12 +181,11 @@ impl Compiler<'_> {
             })
             .collect();
         let find = |name: &str| values.iter().find(|(n, _)| n == name).map(|(_, v)| TemplateValue::Dim(v));
-        let text = match template.fill(&find) {
+        match template.fill(&find) {
             Ok(Filled::Value(Json::String(text))) => text,
             Ok(Filled::Value(other)) => other.to_string(),
             Ok(Filled::Partial(_)) | Err(_) => String::new(),
-        };
-        text
+        }
     }
 }
 

@@ -208,7 +208,9 @@ impl<'d> Reader<'d> {
 
     fn dim<'t>(&mut self, name: &str, item: &'t Item) -> Option<RawDim<'t>> {
         match &item.node {
+            // An integral number beyond the integers is a count out of range, said so later.
             Node::Int(_) | Node::UInt(_) => Some(RawDim::Count(item)),
+            Node::Float(x) if x.fract() == 0.0 && x.abs() >= 9.2e18 => Some(RawDim::Count(item)),
             Node::Seq(values) => Some(RawDim::List(values)),
             Node::Map(entries) => {
                 let has = |key: &str| entries.iter().any(|(k, _)| matches!(&k.node, Node::Str(s) if &**s == key));

@@ -148,7 +148,7 @@ impl<'de> Visitor<'de> for TreeVisitor {
     }
 
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Node, E> {
-        Ok(i64::try_from(v).map_or(Node::UInt(v), Node::Int))
+        Ok(node_of_u64(v))
     }
 
     fn visit_i128<E: de::Error>(self, v: i128) -> Result<Node, E> {
@@ -162,7 +162,7 @@ impl<'de> Visitor<'de> for TreeVisitor {
     }
 
     fn visit_u128<E: de::Error>(self, v: u128) -> Result<Node, E> {
-        Ok(u64::try_from(v).map_or_else(|_| Node::Str(v.to_string().into()), |u| self_u64(u)))
+        Ok(u64::try_from(v).map_or_else(|_| Node::Str(v.to_string().into()), node_of_u64))
     }
 
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
@@ -218,7 +218,7 @@ impl<'de> Deserialize<'de> for KeyText {
     }
 }
 
-fn self_u64(u: u64) -> Node {
+fn node_of_u64(u: u64) -> Node {
     i64::try_from(u).map_or(Node::UInt(u), Node::Int)
 }
 

@@ -36,7 +36,16 @@ pub(super) fn yaml_diagnostic(error: &Error, text: &str) -> Diagnostic {
         Some((message, expected)) => (message, Some(expected.to_string())),
         None => (message, None),
     };
-    let (message, expected) = if message.starts_with("multiple YAML documents") {
+    let (message, expected) = if let Some(what) = message.strip_prefix("unexpected character: `") {
+        let what = what.trim_end_matches('\'');
+        (
+            format!("unexpected character `{what}`"),
+            Some(
+                "YAML text: a control character must be written as an escape inside double quotes, e.g. \"\\t\""
+                    .to_string(),
+            ),
+        )
+    } else if message.starts_with("multiple YAML documents") {
         (
             "more than one YAML document in the file".to_string(),
             Some("one recipe per file (no `---` separator)".to_string()),
@@ -55,7 +64,9 @@ pub(super) fn yaml_diagnostic(error: &Error, text: &str) -> Diagnostic {
     // A syntax error inside a `[...]` or `{...}` that was never closed is usually that.
     let syntax = matches!(error, Error::ExternalMessage { .. });
     let expected = match (syntax, unclosed_flow(text, loc)) {
-        (true, Some((open, at))) if !message.starts_with("unclosed") => {
+        (true, Some((open, at)))
+            if !message.starts_with("unclosed") && !message.starts_with("unexpected character") =>
+        {
             let close = if open == '[' { ']' } else { '}' };
             let closing = format!("a closing `{close}` for the `{open}` at line {}, column {}", at.line, at.column);
             Some(expected.map_or(closing.clone(), |e| format!("{e}, or {closing}")))
