@@ -41,9 +41,10 @@ impl ArgTemplate {
         match self {
             ArgTemplate::Json(json) => json.clone(),
             ArgTemplate::Text(template) => {
-                let values: Vec<(String, DimValue)> =
-                    template.names().filter_map(|(n, _)| lookup(n).map(|v| (n.to_string(), v))).collect();
-                let find = |name: &str| values.iter().find(|(n, _)| n == name).map(|(_, v)| TemplateValue::Dim(v));
+                // Only dims of the step are left (at most `MAX_DIMS`), each looked up once.
+                let values: Vec<(&str, DimValue)> =
+                    template.distinct_names().into_iter().filter_map(|n| lookup(n).map(|v| (n, v))).collect();
+                let find = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| TemplateValue::Dim(v));
                 match template.fill(&find) {
                     Ok(Filled::Value(json)) => json,
                     // Names and formats were checked against every dim's kind at compile time.

@@ -14,13 +14,14 @@ use runner_plugin::DimValue;
 use runner_plugin::size::{parse_duration, parse_size};
 use serde_json::Value as Json;
 
+use super::diagnostic::Source;
 use super::diagnostic::{Diagnostic, Loc};
 use super::dims::{Dim, DimId};
 use super::limits::{MAX_DIMS, MAX_RETRIES, MAX_TASKS};
 use super::raw::{Field, Located, RawInput, RawRecipe, RawStep, bounded, to_json};
 use super::suggest::suggestion;
 use super::time::{INSTANT_FORMS, parse_instant};
-use super::{CompileOptions, InputSpec, OnMissing, PathPolicy, Step, StepId};
+use super::{CompileOptions, InputSpec, OnMissing, PathPolicy, Recipe, Step, StepId};
 use crate::registry::Registry;
 
 /// What the compiler made of a recipe: its parts, and each step (`None` when it could not be
@@ -531,5 +532,64 @@ impl Compiler<'_> {
                 None
             }
         }
+    }
+}
+
+impl Compiled {
+    fn recipe(self, source: Arc<Source>, options: &CompileOptions, steps: Vec<Step>) -> Recipe {
+        Recipe {
+            name: self.name,
+            description: self.description,
+            source,
+            cycle: options.cycle.clone(),
+            dims: self.dims,
+            steps,
+            paths: self.paths,
+        }
+    }
+
+    pub(super) fn into_recipe(mut self, source: Arc<Source>, options: &CompileOptions) -> Recipe {
+        let steps = std::mem::take(&mut self.steps).into_iter().filter_map(|(step, _)| step).collect();
+        self.recipe(source, options, steps)
+    }
+
+    /// The sound steps whose producers are all sound too (transitively), renumbered; `None`
+    /// when there are none.
+    pub(super) fn into_sound_part(mut self, source: Arc<Source>, options: &CompileOptions) -> Option<Recipe> {
+        let steps = std::mem::take(&mut self.steps);
+        let mut kept: HashSet<StepId> = (0..steps.len()).filter(|&s| steps[s].1).collect();
+        // Drop steps that read a dropped step, until none does (linear in steps and inputs:
+        // each step is dropped at most once, and only its consumers are looked at again).
+        let mut consumers: HashMap<StepId, Vec<StepId>> = HashMap::new();
+        for (id, (step, _)) in steps.iter().enumerate() {
+            for input in step.iter().flat_map(|s| &s.inputs) {
+                consumers.entry(input.producer).or_default().push(id);
+            }
+        }
+        let mut dropped: Vec<StepId> = (0..steps.len()).filter(|s| !kept.contains(s)).collect();
+        while let Some(gone) = dropped.pop() {
+            for &consumer in consumers.get(&gone).into_iter().flatten() {
+                if kept.remove(&consumer) {
+                    dropped.push(consumer);
+                }
+            }
+        }
+        if kept.is_empty() {
+            return None;
+        }
+        let mut new_ids = HashMap::new();
+        let mut part = Vec::with_capacity(kept.len());
+        for (id, (step, _)) in steps.into_iter().enumerate() {
+            if let Some(step) = step.filter(|_| kept.contains(&id)) {
+                new_ids.insert(id, part.len());
+                part.push(step);
+            }
+        }
+        for step in &mut part {
+            for input in &mut step.inputs {
+                input.producer = new_ids[&input.producer];
+            }
+        }
+        Some(self.recipe(source, options, part))
     }
 }

@@ -173,14 +173,15 @@ impl Compiler<'_> {
 
     /// The path with dims from `lookup` (and any other dim at its first value).
     fn render(&self, template: &Template, lookup: &dyn Fn(&str) -> Option<DimValue>) -> String {
-        let values: Vec<(String, DimValue)> = template
-            .names()
-            .filter_map(|(name, _)| {
+        let values: Vec<(&str, DimValue)> = template
+            .distinct_names()
+            .into_iter()
+            .filter_map(|name| {
                 let value = lookup(name).or_else(|| self.dim_ids.get(name).map(|&d| self.dims[d].value(0)))?;
-                Some((name.to_string(), value))
+                Some((name, value))
             })
             .collect();
-        let find = |name: &str| values.iter().find(|(n, _)| n == name).map(|(_, v)| TemplateValue::Dim(v));
+        let find = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| TemplateValue::Dim(v));
         match template.fill(&find) {
             Ok(Filled::Value(Json::String(text))) => text,
             Ok(Filled::Value(other)) => other.to_string(),

@@ -532,31 +532,25 @@ pub fn integer(item: &Item, what: impl Display) -> Result<i64, Diagnostic> {
     }
 }
 
-/// An integer within `min..=max`, with a message saying the bounds when it is not.
-pub fn bounded(item: &Item, what: impl Display, min: i64, max: u64) -> Result<u64, Diagnostic> {
-    let within = |bounds: String| {
-        if max == u64::MAX { format!("at least {min}") } else { format!("{bounds} {min} to {max}") }
+/// A whole number within `min..=max`, with a message saying the bounds when it is not (and
+/// "out of range" for one above them, however large).
+pub fn bounded(item: &Item, what: impl Display, min: u64, max: u64) -> Result<u64, Diagnostic> {
+    let range = format!("a whole number from {min} to {max}");
+    let out_of_range = |shown: String| {
+        Err(Diagnostic::new(item.loc, format!("{what} is {shown}: out of range")).expected(format!("at most {max}")))
     };
-    if let Node::UInt(u) = item.node {
-        return if u <= max {
-            Ok(u)
-        } else {
-            Err(Diagnostic::new(item.loc, format!("{what} is {u}: out of range")).expected(format!("at most {max}")))
-        };
+    let value = match &item.node {
+        Node::Int(i) => i128::from(*i),
+        Node::UInt(u) => i128::from(*u),
+        Node::Float(x) if x.fract() == 0.0 && x.abs() >= 9.2e18 => return out_of_range(format!("{x:e}")),
+        Node::Str(s) if s.parse::<i128>().is_ok() => return out_of_range(s.to_string()),
+        other => return Err(Diagnostic::new(item.loc, format!("{what} is {}", other.kind())).expected(range)),
+    };
+    if value < i128::from(min) {
+        return Err(Diagnostic::new(item.loc, format!("{what} is {value}")).expected(range));
     }
-    let value = integer(item, &what).map_err(|d| match d.expected {
-        Some(e) if e == "an integer" => Diagnostic { expected: Some(within("a whole number from".into())), ..d },
-        _ => d,
-    })?;
-    if value < min {
-        return Err(
-            Diagnostic::new(item.loc, format!("{what} is {value}")).expected(within("a whole number from".into()))
-        );
-    }
-    if value as u64 > max {
-        return Err(
-            Diagnostic::new(item.loc, format!("{what} is {value}: out of range")).expected(format!("at most {max}"))
-        );
+    if value > i128::from(max) {
+        return out_of_range(value.to_string());
     }
     Ok(value as u64)
 }

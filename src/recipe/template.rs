@@ -294,8 +294,16 @@ impl Template {
                     ));
                 }
                 '{' => {
-                    let body: String = chars.by_ref().map(|(_, c)| c).take_while(|&c| c != '}').collect();
-                    if !text[at + 1..].contains('}') {
+                    let mut body = String::new();
+                    let mut closed = false;
+                    for (_, c) in chars.by_ref() {
+                        if c == '}' {
+                            closed = true;
+                            break;
+                        }
+                        body.push(c);
+                    }
+                    if !closed {
                         return Err(format!(
                             "unclosed `{{` at character {}; expected a `}}` after the name, or `{{{{` for a literal brace",
                             at + 1
@@ -321,6 +329,19 @@ impl Template {
             Segment::Ref { name, format, .. } => Some((name.as_str(), format)),
             Segment::Literal(_) => None,
         })
+    }
+
+    /// Names referenced, each once, in order of first use (a template may use one name many
+    /// times; callers look each up once).
+    pub fn distinct_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (name, _) in self.names() {
+            if seen.insert(name) {
+                names.push(name);
+            }
+        }
+        names
     }
 
     pub fn has_refs(&self) -> bool {
