@@ -18,7 +18,7 @@ flags=(--sanitizer none --release)
 cargo fuzz build "${flags[@]}"
 limits=(-seed=1 -timeout=10 -rss_limit_mb=4096 -print_final_stats=1)
 cargo fuzz run "${flags[@]}" recipe "$work/recipe" ../recipes ../tests/invalid_recipes -- \
-    -runs="$runs" -artifact_prefix=artifacts/recipe/ "${limits[@]}"
+    -runs="$runs" -dict=recipe.dict -artifact_prefix=artifacts/recipe/ "${limits[@]}"
 cargo fuzz run "${flags[@]}" npy "$work/npy" seeds/npy -- \
     -runs="$runs" -artifact_prefix=artifacts/npy/ "${limits[@]}"
 echo "fuzz smoke: recipe and npy, $runs executions each: no crash"

@@ -169,17 +169,19 @@ fn render(f: &mut fmt::Formatter<'_>, source: &Source, d: &Diagnostic) -> fmt::R
 /// The part of `line` around character `column` (0-based), cut with `…` on the sides that
 /// were cut and with control characters escaped; and the padding that puts a caret under it.
 fn excerpt(line: &str, column: usize) -> (String, String) {
-    let count = line.chars().count();
-    let column = column.min(count);
+    // Only the characters up to the end of the excerpt are looked at: a diagnostic on a long
+    // line costs its column, not the line.
+    let column = column.min(line.chars().take(column).count());
     let start = column.saturating_sub(EXCERPT_RADIUS);
-    let end = (column + EXCERPT_RADIUS).min(count);
+    let end = column + EXCERPT_RADIUS;
     let mut shown = String::new();
     let mut caret = String::new();
     if start > 0 {
         shown.push('…');
         caret.push(' ');
     }
-    for (i, c) in line.chars().enumerate().skip(start).take(end - start) {
+    let mut chars = line.chars().enumerate().skip(start);
+    for (i, c) in chars.by_ref().take(end - start) {
         let piece = if c == '\t' { "\t".to_string() } else { escape_char(c) };
         if i < column {
             let pad = if c == '\t' { "\t".to_string() } else { " ".repeat(piece.chars().count()) };
@@ -187,7 +189,7 @@ fn excerpt(line: &str, column: usize) -> (String, String) {
         }
         shown.push_str(&piece);
     }
-    if end < count {
+    if chars.next().is_some() {
         shown.push('…');
     }
     (shown, caret)
