@@ -478,6 +478,13 @@ fn long_lines_and_control_characters_are_shown_safely() {
     assert!(output.stderr.len() < 4096, "{} bytes of stderr", output.stderr.len());
     assert!(stderr(&output).contains('…'), "{}", stderr(&output));
 
+    // Beyond the size limit the file is not even read whole.
+    let path = hostile.write("huge.yaml", format!("recipe: huge\n# {}\n", "z".repeat(65 << 20)));
+    let output = plan(&path, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("the recipe is larger than 64.0 MiB"), "{}", stderr(&output));
+    assert!(output.stderr.len() < 1024, "{} bytes of stderr", output.stderr.len());
+
     let path = hostile.write(
         "nul.yaml",
         b"recipe: nul\nsteps:\n  a:\n    plugin: \"no\\0op\"\n    over: [\"x\\u0001\"]\n".as_slice(),
