@@ -137,8 +137,9 @@ impl Compiler<'_> {
                 return None;
             }
         };
-        let mut values = Vec::new();
-        let mut first: HashMap<&str, usize> = HashMap::new();
+        let lines = text.lines().count();
+        let mut values = Vec::with_capacity(lines);
+        let mut first: HashMap<&str, usize> = HashMap::with_capacity(lines);
         for (number, line) in text.lines().enumerate() {
             let value = line.trim();
             if value.is_empty() {
