@@ -9,13 +9,8 @@
 use petgraph::algo::{kosaraju_scc, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
 
+use crate::recipe::limits::MAX_DIMS;
 use crate::recipe::{Diagnostic, DimId, Recipe, StepId};
-
-/// Most dims one step may run over (coordinates live in fixed arrays on the hot path).
-pub const MAX_DIMS: usize = 8;
-
-/// Most tasks one step may have, so that task counts and indices never overflow.
-pub const MAX_TASKS: u64 = 1 << 48;
 
 /// Coordinates of one task, in its step's `over` order.
 pub type Coords = [u64; MAX_DIMS];

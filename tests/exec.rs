@@ -3,7 +3,7 @@
 //! no process behind, and the whole process tree (runner + commands, sampled from outside)
 //! within the budget.
 //!
-//! Needs `python3` with NumPy. `{{input.NAME}}` and `{{output}}` are written escaped: the
+//! Needs `python3` with NumPy. `{input.NAME}` and `{output}` are written escaped: the
 //! engine's templates turn them into the `{input.NAME}` / `{output}` that `exec` reads.
 
 use std::path::{Path, PathBuf};
@@ -83,7 +83,7 @@ steps:
     over: [member, lead]
     inputs: {field: field}
     args:
-      command: [python3, tools/threshold.py, "{{input.field}}", "{{output}}", 0.5, 150]
+      command: [python3, tools/threshold.py, "{input.field}", "{output}", 0.5, 150]
       output: "work/exceed_m{member}_T{lead}.npy"
       env: {OMP_NUM_THREADS: "1"}
   blend:
@@ -91,7 +91,7 @@ steps:
     over: [lead]
     inputs: {members: exceed}
     args:
-      command: [python3, tools/mean.py, "{{output}}", "{{input.members}}"]
+      command: [python3, tools/mean.py, "{output}", "{input.members}"]
       output: "out/prob_T{lead}.npy"
 "#,
     );

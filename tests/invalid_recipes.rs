@@ -22,32 +22,32 @@ const CASES: &[(&str, u32, u32, &[&str])] = &[
     ("multiple_documents.yaml", 6, 1, &["more than one YAML document", "expected one recipe per file"]),
     ("empty_file.yaml", 0, 0, &["the recipe file is empty", "expected a mapping with at least `recipe:` and `steps:`"]),
     // Shape of the recipe: keys and types.
-    ("top_level_list.yaml", 1, 1, &["wrong type of value", "expected a mapping"]),
+    ("top_level_list.yaml", 1, 1, &["the recipe is a list", "expected a mapping with at least `recipe:` and `steps:`"]),
     ("unknown_top_level_key.yaml", 2, 1, &["unknown key `dimz`", "expected one of: recipe, description, dims, vars, steps", "did you mean `dims`?"]),
     ("unknown_step_key.yaml", 5, 5, &["unknown key `ovr`", "expected one of: plugin, description, over, inputs, args, memory", "did you mean `over`?"]),
     ("missing_recipe.yaml", 1, 1, &["no `recipe:` name", "expected a `recipe: NAME` entry"]),
     ("missing_steps.yaml", 1, 1, &["no `steps:`", "expected a `steps:` mapping"]),
     ("empty_recipe_name.yaml", 1, 9, &["the recipe name is empty", "expected a name"]),
     ("missing_plugin.yaml", 5, 3, &["step `b` has no `plugin`", "expected `plugin: NAME` with one of:", "noop"]),
-    ("steps_as_list.yaml", 3, 3, &["invalid type: sequence", "expected a mapping"]),
-    ("args_as_list.yaml", 5, 11, &["invalid type: sequence", "expected a mapping"]),
-    ("over_as_string.yaml", 7, 11, &["invalid type: string \"member\"", "expected a list of dims"]),
-    ("inputs_as_string.yaml", 8, 13, &["invalid type: string \"field\"", "expected inputs as a map", "or a list of steps"]),
-    ("select_without_step.yaml", 11, 15, &["missing key `step`", "expected `step: ...`"]),
+    ("steps_as_list.yaml", 3, 3, &["`steps` is a list", "expected a mapping of step names to steps"]),
+    ("args_as_list.yaml", 5, 11, &["`args` of step `field` is a list", "expected a mapping of arg names to args"]),
+    ("over_as_string.yaml", 7, 11, &["`over` of step `a` is the string \"member\"", "expected a list of dims"]),
+    ("inputs_as_string.yaml", 8, 13, &["`inputs` of step `exceed` is the string \"field\"", "expected inputs as a map", "or a list of steps"]),
+    ("select_without_step.yaml", 11, 14, &["input `first` of step `use` has no `step`", "expected `{step: NAME, select: {DIM: VALUE}}`"]),
     // Dims.
-    ("dim_float.yaml", 3, 11, &["invalid type: floating point `2.5`", "expected a dim: a count", "a list", "a range", "a group"]),
+    ("dim_float.yaml", 3, 11, &["dim `member` is the number `2.5`", "expected a dim: a count", "a list", "a range", "a date range", "a group", "a list file"]),
     ("dim_count_zero.yaml", 3, 11, &["dim `member` has a count of 0", "expected a count of at least 1"]),
     ("list_dim_empty.yaml", 3, 9, &["dim `lead` is an empty list", "expected at least one value"]),
     ("list_dim_duplicate_value.yaml", 3, 19, &["dim `lead` lists `2` twice", "expected distinct values"]),
-    ("list_dim_float_value.yaml", 3, 15, &["invalid type: floating point `0.5`", "expected an integer or a string"]),
+    ("list_dim_float_value.yaml", 3, 15, &["dim `threshold` lists the number `0.5`", "expected integers or strings"]),
     ("range_stop_before_start.yaml", 3, 27, &["dim `hour` stops (3) before it starts (10)", "expected `stop` ≥ `start`"]),
     ("range_step_zero.yaml", 3, 36, &["dim `hour` has step 0", "expected a step of at least 1"]),
-    ("range_unknown_key.yaml", 3, 9, &["unknown key `stride` in a dim", "expected one of: start, stop, step"]),
-    ("range_of_every_i64.yaml", 3, 6, &["dim `n` has 18446744073709551616 values", "expected at most 18446744073709551615"]),
+    ("range_unknown_key.yaml", 3, 30, &["unknown key `stride` in dim `hour`", "expected one of: start, stop, step"]),
+    ("range_of_every_i64.yaml", 3, 6, &["dim `n` has 18446744073709551616 values", "expected at most 281474976710656 values (2^48)"]),
     ("group_of_unknown_dim.yaml", 4, 18, &["group dim `chunk` groups unknown dim `houre`", "expected a dim, one of: hour", "did you mean `hour`?"]),
-    ("group_of_group.yaml", 5, 18, &["group dim `block` groups `chunk`, which is itself a group", "expected a group of a count, list or range dim"]),
+    ("group_of_group.yaml", 5, 18, &["group dim `block` groups `chunk`, which is itself a group", "expected a group of a count, list, range or date dim"]),
     ("group_size_zero.yaml", 4, 30, &["group dim `chunk` has size 0", "expected a size of at least 1"]),
-    ("group_without_size.yaml", 4, 10, &["group dim without `size`", "expected `{group: DIM, size: N}`"]),
+    ("group_without_size.yaml", 4, 10, &["group dim `chunk` has no `size`", "expected `{group: DIM, size: N}`"]),
     ("dim_named_like_a_var.yaml", 5, 3, &["dim `lead` has the name of a var", "expected dim names distinct from var names"]),
     // Steps: plugins, `over`, inputs.
     ("unknown_plugin.yaml", 4, 13, &["unknown plugin `synht` in step `field`", "expected a plugin, one of:", "did you mean `synth`?"]),
@@ -88,6 +88,53 @@ const CASES: &[(&str, u32, u32, &[&str])] = &[
     // Inputs a plugin rejects when the plan is made.
     ("mean_without_inputs.yaml", 5, 3, &["plugin `mean` rejects step `average`", "needs an input: a gathered list of arrays"]),
     ("write_npy_of_nothing.yaml", 7, 21, &["plugin `write_npy` rejects step `save`", "needs an array", "input `array` is nothing"]),
+    // Step keys and the recipe's `paths`.
+    ("retries_out_of_range.yaml", 5, 14, &["`retries` of step `a` is 1000: out of range", "expected at most 100"]),
+    ("timeout_without_unit.yaml", 5, 14, &["`timeout` of step `a` is the integer `30`", "expected a duration with a unit, e.g. `30s`, `10m` or `2h`"]),
+    ("timeout_zero.yaml", 5, 14, &["`timeout` of step `a` is 0", "above 0"]),
+    ("on_missing_unknown.yaml", 5, 17, &["`on_missing` of step `a` is `ignored`", "expected one of: error, skip, ignore", "did you mean `ignore`?"]),
+    ("cache_not_bool.yaml", 5, 12, &["`cache` of step `a` is the string \"true\"", "expected `true` or `false`"]),
+    ("paths_unknown_key.yaml", 2, 9, &["unknown key `allow_outsid` in `paths`", "expected one of: allow_outside", "did you mean `allow_outside`?"]),
+    ("allow_outside_not_bool.yaml", 3, 18, &["`allow_outside` of `paths` is the string \"sometimes\"", "expected `true` or `false`"]),
+    // Date and time dims, list files, numbers out of range.
+    ("date_start_not_a_date.yaml", 3, 16, &["`start` of dim `day` is \"1981-02-30\"", "expected an integer, or a date or date-time in UTC such as 1981-09-01, 2026-11-01T00Z"]),
+    ("date_step_without_unit.yaml", 3, 52, &["`step` of date dim `day` is the integer `1`", "expected a duration such as `1d`, `6h`"]),
+    ("date_stop_before_start.yaml", 3, 39, &["date dim `hour` stops before it starts", "expected `stop` at or after `start`"]),
+    ("date_format_on_integer_dim.yaml", 8, 51, &["`{lead}` has a date format but dim `lead` has integer values", "expected a date dim"]),
+    ("numeric_format_on_date_dim.yaml", 8, 51, &["`{day}` has a numeric format but dim `day` has date values", "or a date format such as `{day:%Y%m%d}`"]),
+    ("date_format_on_a_plain_var.yaml", 7, 51, &["`{when}`: the date format `%Y%m%d` needs a date or date-time, but the value is `soon`", "expected a date or date-time"]),
+    ("select_date_not_in_dim.yaml", 11, 45, &["`select` pins dim `day` to `1981-10-01`, which is not one of its values", "expected one of: 1981-09-01, 1981-09-02"]),
+    ("list_file_missing.yaml", 3, 16, &["dim `file`: list file `lists/no_such_list.txt` cannot be read", "expected a UTF-8 text file with one value a line"]),
+    ("list_file_duplicate.yaml", 3, 16, &["list file `lists/duplicate.txt` lists `b.nc` twice (lines 2 and 5)", "expected distinct values"]),
+    ("group_size_out_of_range.yaml", 4, 30, &["the size of group dim `chunk` is 18446744073709551615: out of range", "expected at most 281474976710656"]),
+    ("count_out_of_range.yaml", 3, 11, &["the count of dim `member` is 1e23: out of range", "expected at most 281474976710656 values"]),
+    // Paths that tasks write.
+    ("output_path_omits_dim.yaml", 13, 18, &["arg `path` of step `save` does not depend on dim `member`: the 4 tasks over `member` would all write `out/x.npy`", "expected `{member}` in the path"]),
+    ("output_path_merges_days.yaml", 13, 18, &["would write `out/198109.npy` for both day 1981-09-01 and day 1981-09-02", "e.g. `{day:%Y%m%d}`"]),
+    ("output_path_escapes.yaml", 13, 18, &["writes `out/../../elsewhere/x.npy` for name `../../elsewhere`, outside the working directory", "`paths: {allow_outside: true}`"]),
+    ("output_path_absolute_from_var.yaml", 11, 18, &["writes `/tmp/x.npy`, outside the working directory", "an absolute path written in the recipe itself"]),
+    // Unknown keys at every level, each reported; a misspelt key hides only what depends on it.
+    ("unknown_keys_everywhere.yaml", 2, 1, &["unknown key `pahts` at the top level", "did you mean `paths`?"]),
+    ("unknown_keys_everywhere.yaml", 5, 30, &["unknown key `stpe` in dim `hour`", "did you mean `step`?"]),
+    ("unknown_keys_everywhere.yaml", 11, 5, &["unknown key `memroy` in step `field`", "did you mean `memory`?"]),
+    ("unknown_keys_everywhere.yaml", 14, 31, &["unknown key `selct` in input `f` of step `first`", "did you mean `select`?"]),
+    ("unknown_keys_everywhere.yaml", 17, 5, &["unknown key `retires` in step `other`", "did you mean `retries`?"]),
+    ("over_misspelt_hides_nothing_else.yaml", 7, 5, &["unknown key `ovr` in step `field`", "did you mean `over`?"]),
+    ("over_misspelt_hides_nothing_else.yaml", 11, 12, &["unknown dim `membr` in `over` of step `mean`", "did you mean `member`?"]),
+    // Eight independent mistakes, all in one report.
+    ("eight_problems.yaml", 2, 1, &["unknown key `descripton` at the top level", "did you mean `description`?"]),
+    ("eight_problems.yaml", 11, 51, &["arg `seed` of step `field`", "unknown name `{membr}`", "did you mean `member`?"]),
+    ("eight_problems.yaml", 13, 13, &["unknown plugin `treshold` in step `exceed`", "did you mean `threshold`?"]),
+    ("eight_problems.yaml", 21, 14, &["`retries` of step `smooth` is -1", "expected a whole number from 0 to 100"]),
+    ("eight_problems.yaml", 26, 14, &["`timeout` of step `mean`: invalid duration `10 minutes`", "expected a number with a unit (ms, s, m, h, d)"]),
+    ("eight_problems.yaml", 32, 17, &["`on_missing` of step `save` is `skipp`", "did you mean `skip`?"]),
+    ("eight_problems.yaml", 36, 12, &["`cache` of step `daily` is the string \"yes\"", "expected `true` or `false`"]),
+    ("eight_problems.yaml", 39, 5, &["unknown key `ovr` in step `other`", "did you mean `over`?"]),
+    // Problems the front end finds and the graph or the plan finds, in one report.
+    ("every_stage.yaml", 8, 51, &["arg `seed` of step `field`", "unknown name `{membr}`"]),
+    ("every_stage.yaml", 21, 21, &["plugin `nbhood` rejects step `smooth`"]),
+    ("front_end_and_graph.yaml", 8, 51, &["arg `seed` of step `field`", "unknown name `{membr}`"]),
+    ("front_end_and_graph.yaml", 11, 17, &["steps `ping`, `pong` depend on each other in a cycle"]),
     // Several problems at once, reported in file order.
     ("several_problems.yaml", 8, 20, &["unknown dim `leed`", "did you mean `lead`?"]),
     ("several_problems.yaml", 11, 13, &["unknown plugin `treshold`", "did you mean `threshold`?"]),
@@ -343,4 +390,173 @@ fn a_recipe_that_does_not_exist_is_a_usage_error() {
     let text = stderr(&output);
     assert_eq!(output.status.code(), Some(2), "{text}");
     assert!(text.contains("cannot read the recipe"), "{text}");
+}
+
+/// Hostile recipes made on the fly (too large to keep in the corpus): each must be refused
+/// with a bounded, clear answer.
+struct Hostile {
+    dir: tempfile::TempDir,
+}
+
+impl Hostile {
+    fn new() -> Hostile {
+        Hostile { dir: tempfile::tempdir().expect("tempdir") }
+    }
+
+    fn write(&self, name: &str, text: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::write(&path, text).expect("write recipe");
+        path
+    }
+}
+
+/// The first reported problem's line, or the whole stderr when there is none.
+fn first_problem(path: &Path, output: &Output) -> String {
+    let text = stderr(output);
+    reported(path, &text).into_iter().next().map_or(text, |(_, _, line)| line)
+}
+
+#[test]
+fn a_template_bomb_is_refused_before_anything_is_expanded() {
+    let hostile = Hostile::new();
+    let big = "x".repeat(1 << 20);
+    let refs = "{big}".repeat(3000);
+    let path = hostile.write(
+        "bomb.yaml",
+        format!("recipe: bomb\nvars:\n  big: {big}\nsteps:\n  save:\n    plugin: write_npy\n    args: {{path: \"{refs}\"}}\n"),
+    );
+    let output = plan(&path, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    let problem = first_problem(&path, &output);
+    for words in [
+        "arg `path` of step `save`",
+        "would expand to up to 2.93 GiB",
+        "`{big}` can be 1.00 MiB and is used 3000 times",
+        "expected at most 16.0 MiB per arg",
+    ] {
+        assert!(problem.contains(words), "lacks {words:?}: {problem}");
+    }
+    // The same through a list of lone references (each would be a copy of the var).
+    let list = vec!["\"{big}\""; 3000].join(", ");
+    let path = hostile.write(
+        "bomb_list.yaml",
+        format!("recipe: bomb\nvars:\n  big: {big}\nsteps:\n  s:\n    plugin: synth\n    args: {{ny: 1, nx: 1, wet_fraction: 0.1, seed: [{list}]}}\n"),
+    );
+    let problem = first_problem(&path, &plan(&path, &[]));
+    assert!(problem.contains("arg `seed` of step `s`: would expand to up to 2.93 GiB"), "{problem}");
+}
+
+#[test]
+fn yaml_bombs_and_deep_nesting_are_said_in_recipe_terms() {
+    let hostile = Hostile::new();
+    let mut bomb =
+        String::from("recipe: bomb\nsteps: {a: {plugin: noop}}\nvars:\n  l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for level in 1..9 {
+        let refs = vec![format!("*l{}", level - 1); 10].join(", ");
+        bomb.push_str(&format!("  l{level}: &l{level} [{refs}]\n"));
+    }
+    let path = hostile.write("alias_bomb.yaml", bomb);
+    let output = plan(&path, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert!(text.contains("anchors and aliases") && text.contains("1000000"), "{text}");
+    for internal in ["budget breached", "Budget", "{ ", "Nodes", "RecordedAnchorEvents"] {
+        assert!(!text.contains(internal), "leaks {internal:?}: {text}");
+    }
+
+    let deep =
+        format!("recipe: deep\nsteps: {{a: {{plugin: noop}}}}\nvars:\n  v: {}{}\n", "[".repeat(100), "]".repeat(100));
+    let path = hostile.write("deep.yaml", deep);
+    let text = stderr(&plan(&path, &[]));
+    assert!(text.contains("the recipe is nested deeper than 64 levels"), "{text}");
+    assert!(!text.contains("Depth {"), "{text}");
+}
+
+#[test]
+fn long_lines_and_control_characters_are_shown_safely() {
+    let hostile = Hostile::new();
+    let line = "y".repeat(50 << 20);
+    let path = hostile
+        .write("long.yaml", format!("recipe: long\nsteps:\n  a:\n    plugin: nope\n    description: \"{line}\n"));
+    let output = plan(&path, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stderr.len() < 4096, "{} bytes of stderr", output.stderr.len());
+    assert!(stderr(&output).contains('…'), "{}", stderr(&output));
+
+    // Beyond the size limit the file is not even read whole.
+    let path = hostile.write("huge.yaml", format!("recipe: huge\n# {}\n", "z".repeat(65 << 20)));
+    let output = plan(&path, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("the recipe is larger than 64.0 MiB"), "{}", stderr(&output));
+    assert!(output.stderr.len() < 1024, "{} bytes of stderr", output.stderr.len());
+
+    let path = hostile.write(
+        "nul.yaml",
+        b"recipe: nul\nsteps:\n  a:\n    plugin: \"no\\0op\"\n    over: [\"x\\u0001\"]\n".as_slice(),
+    );
+    let output = plan(&path, &[]);
+    let text = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{text}");
+    assert!(!output.stderr.iter().any(|&b| b < 0x20 && b != b'\n'), "raw control bytes in: {text:?}");
+    assert!(text.contains("unknown plugin `no\\0op`"), "{text}");
+    assert!(text.contains("unknown dim `x\\u{1}`"), "{text}");
+    let path = hostile.write("raw_nul.yaml", b"recipe: nul\nsteps:\n  a\x00b:\n    plugin: noop\n".as_slice());
+    let output = plan(&path, &[]);
+    assert!(!output.stderr.contains(&0), "NUL echoed: {:?}", stderr(&output));
+    assert!(stderr(&output).contains("unexpected character `\\u{0}`"), "{}", stderr(&output));
+}
+
+#[test]
+fn a_million_listed_values_plan_in_linear_time() {
+    let hostile = Hostile::new();
+    let n = 1_000_000;
+    let lines: String = (0..n).map(|i| format!("data/{:04}/file_{i:07}.nc\n", i % 1000)).collect();
+    hostile.write("inputs.txt", lines);
+    let path = hostile.write(
+        "million.yaml",
+        "recipe: million\ndims:\n  file: {file: inputs.txt}\n  chunk: {group: file, size: 5}\nsteps:\n  cache:\n    plugin: noop\n    over: [file]\n  write:\n    plugin: noop\n    over: [chunk]\n    inputs: {files: cache}\n",
+    );
+    let output = plan(&path, &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("2 steps, 1200000 tasks"), "{text}");
+
+    // Inline, with a duplicate at the very end: found (a quadratic check took minutes at 200k).
+    let mut values: Vec<String> = (0..200_000).map(|i| format!("f{i}")).collect();
+    values.push("f7".to_string());
+    let path = hostile.write(
+        "inline.yaml",
+        format!(
+            "recipe: inline\ndims:\n  file: [{}]\nsteps:\n  a:\n    plugin: noop\n    over: [file]\n",
+            values.join(", ")
+        ),
+    );
+    let output = plan(&path, &[]);
+    assert_eq!(output.status.code(), Some(2));
+    let problem = first_problem(&path, &output);
+    assert!(problem.contains("dim `file` lists `f7` twice (first at line 3, column "), "{problem}");
+}
+
+#[test]
+fn cycle_ids_that_are_not_one_path_component_are_refused() {
+    let sandbox = Sandbox::new();
+    let recipe = tempfile::NamedTempFile::new().expect("recipe file");
+    std::fs::write(recipe.path(), VALID_RECIPE).expect("write recipe");
+    for (cycle, says) in [
+        ("../../../escape", "cycle id `../../../escape` has `/` at character 3"),
+        ("", "the cycle id is empty"),
+        ("2026/11/01T00Z", "has `/` at character 5"),
+        ("a..b", "contains `..`"),
+    ] {
+        let output = sandbox
+            .command()
+            .args(["run", "--budget", "256MiB", "--no-record", "--cycle", cycle])
+            .arg(recipe.path())
+            .output()
+            .expect("start runner");
+        let text = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{cycle:?}: {text}");
+        assert!(text.contains(says) && text.contains("expected letters, digits"), "{cycle:?}: {text}");
+        assert_eq!(sandbox.leftovers(), Vec::<String>::new(), "{cycle:?}: `run` left files behind");
+    }
 }

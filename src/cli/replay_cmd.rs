@@ -52,19 +52,9 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
         "{:<20} {:>6} {:>8} {:>10} {:>10} {:>7} {:>7} {:>9}",
         "cycle", "tasks", "wall", "peak RSS", "budget", "under", "slack", "spilled"
     );
+    let Some(compiled) = compile_every_cycle(&file, &recipe_path, registry) else { return Ok(EXIT_USAGE) };
     let mut cycles = Vec::new();
-    for cycle in &file.cycles {
-        let compile_options = CompileOptions {
-            cycle: cycle.id.clone(),
-            set: cycle.vars.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
-        };
-        let mut compiled = match Compiled::from_file(&recipe_path, &compile_options, registry) {
-            Ok(compiled) => compiled,
-            Err(error) => {
-                eprintln!("cycle {}: {error}", cycle.id);
-                return Ok(EXIT_USAGE);
-            }
-        };
+    for (cycle, mut compiled) in file.cycles.iter().zip(compiled) {
         let run = execute(&mut compiled, &options, store.as_ref(), true)?;
         if let Some(error) = run.store_error {
             return Err(error.context(format!("cycle {}", cycle.id)));
@@ -82,6 +72,34 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
         eprintln!("replay: {problem}");
     }
     Ok(if problems.is_empty() { 0 } else { EXIT_TASKS_FAILED })
+}
+
+/// Compiles the recipe for every cycle before the first runs, so that a bad cycle (its id, its
+/// vars) or a repeated id fails the replay at once, not after the cycles before it ran. Prints
+/// every problem and returns `None` when there is any.
+fn compile_every_cycle(file: &CyclesFile, recipe_path: &Path, registry: &Registry) -> Option<Vec<Compiled>> {
+    let mut seen = std::collections::HashSet::new();
+    let mut compiled = Vec::with_capacity(file.cycles.len());
+    let mut ok = true;
+    for (position, cycle) in file.cycles.iter().enumerate() {
+        if !seen.insert(cycle.id.as_str()) {
+            eprintln!("cycle {} (number {}): the id is listed twice; expected each cycle once", cycle.id, position + 1);
+            ok = false;
+            continue;
+        }
+        let options = CompileOptions {
+            cycle: cycle.id.clone(),
+            set: cycle.vars.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+        };
+        match Compiled::from_file(recipe_path, &options, registry) {
+            Ok(one) => compiled.push(one),
+            Err(error) => {
+                eprintln!("cycle {}: {error}", cycle.id);
+                ok = false;
+            }
+        }
+    }
+    ok.then_some(compiled)
 }
 
 /// Reads the cycles file; prints what is wrong and returns `None` when it is invalid.

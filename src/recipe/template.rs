@@ -1,5 +1,6 @@
 //! String templates in recipe args: `{dim}`, `{var}`, `{cycle}`, with an optional format
-//! (`{lead:03}`, `{wet:.2f}`); `{{` and `}}` are literal braces.
+//! (`{lead:03}`, `{wet:.2f}`, or strftime for dates: `{day:%Y%m%d}`, `{cycle:%Y%m%dT%H%MZ}`);
+//! `{{` and `}}` are literal braces.
 //!
 //! Vars and the cycle are filled in once when the recipe is compiled; dim references stay until
 //! a task is dispatched, so a step whose args do not mention a dim costs nothing per task.
@@ -8,6 +9,8 @@ use std::fmt::Write as _;
 
 use runner_plugin::DimValue;
 use serde_json::Value as Json;
+
+use super::time::{TimeFormat, parse_instant};
 
 /// How to format one value: `[0][width][.precision][type]` with type `d`, `f`, `x` or `s`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,6 +65,57 @@ impl FormatSpec {
     }
 }
 
+/// How to format one value: `[0][width][.precision][type]`, or strftime (it has a `%`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Format {
+    Plain(FormatSpec),
+    Time(TimeFormat),
+}
+
+impl Default for Format {
+    fn default() -> Format {
+        Format::Plain(FormatSpec::default())
+    }
+}
+
+impl Format {
+    fn parse(text: &str) -> Result<Format, String> {
+        if text.contains('%') {
+            TimeFormat::parse(text).map(Format::Time)
+        } else {
+            FormatSpec::parse(text).map(Format::Plain)
+        }
+    }
+
+    /// True when the format needs a number: a dim of strings or dates cannot have it.
+    pub fn needs_number(&self) -> bool {
+        matches!(self, Format::Plain(spec) if spec.needs_number())
+    }
+
+    /// True for a strftime format: only dates, times and values that parse as one can have it.
+    pub fn is_time(&self) -> bool {
+        matches!(self, Format::Time(_))
+    }
+
+    /// True when two different values may format alike (a string cut to a precision, a date
+    /// format without every field of the dim's step).
+    pub fn may_merge_values(&self) -> bool {
+        match self {
+            Format::Plain(spec) => spec.precision.is_some() && !matches!(spec.kind, Some('f')),
+            Format::Time(_) => true,
+        }
+    }
+
+    /// Most bytes a value whose own text (`{name}` without a format) is at most `value_len`
+    /// bytes formats to: a number gains at most a point and its precision's digits.
+    pub fn max_len(&self, value_len: usize) -> usize {
+        match self {
+            Format::Plain(spec) => (value_len + 1 + spec.precision.unwrap_or(6)).max(spec.width),
+            Format::Time(format) => format.max_len(),
+        }
+    }
+}
+
 /// A value a template can refer to.
 #[derive(Debug, Clone, Copy)]
 pub enum TemplateValue<'a> {
@@ -76,12 +130,49 @@ impl TemplateValue<'_> {
         match self {
             TemplateValue::Dim(DimValue::Int(i)) => Json::from(*i),
             TemplateValue::Dim(DimValue::Str(s)) => Json::from(&**s),
+            TemplateValue::Dim(time @ (DimValue::Date(_) | DimValue::Time(_))) => Json::from(time.to_string()),
             TemplateValue::Json(j) => j.clone(),
             TemplateValue::Text(t) => Json::from(t),
         }
     }
 
-    fn format(self, spec: &FormatSpec, out: &mut String) -> Result<(), String> {
+    fn format(self, format: &Format, out: &mut String) -> Result<(), String> {
+        match format {
+            Format::Plain(spec) => self.format_plain(spec, out),
+            Format::Time(format) => self.format_time(format, out),
+        }
+    }
+
+    /// strftime of a date dim's value, or of a string that is a date or date-time.
+    fn format_time(self, format: &TimeFormat, out: &mut String) -> Result<(), String> {
+        let seconds = match self {
+            TemplateValue::Dim(value) => value.as_epoch_seconds(),
+            TemplateValue::Json(Json::String(s)) => parse_instant(s).map(|i| i.seconds),
+            TemplateValue::Text(s) => parse_instant(s).map(|i| i.seconds),
+            TemplateValue::Json(_) => None,
+        };
+        match seconds {
+            Some(seconds) => format.write(seconds, out),
+            None => Err(format!(
+                "the date format `{}` needs a date or date-time, but the value is `{}`; expected {}",
+                format.as_str(),
+                super::diagnostic::shorten(&self.text(), 40),
+                super::time::INSTANT_FORMS
+            )),
+        }
+    }
+
+    /// The value's text as a plain `{name}` shows it.
+    fn text(self) -> String {
+        match self {
+            TemplateValue::Dim(d) => d.to_string(),
+            TemplateValue::Json(Json::String(s)) => s.clone(),
+            TemplateValue::Json(j) => j.to_string(),
+            TemplateValue::Text(t) => t.to_string(),
+        }
+    }
+
+    fn format_plain(self, spec: &FormatSpec, out: &mut String) -> Result<(), String> {
         enum Num {
             Int(i64),
             Float(f64),
@@ -122,12 +213,7 @@ impl TemplateValue<'_> {
             (Some('f'), None) => return Err(format!("format `{}` needs a number", spec_text(spec))),
             _ if spec.zero_pad => return Err("zero padding needs a number".into()),
             _ => {
-                let text = match self {
-                    TemplateValue::Dim(d) => d.to_string(),
-                    TemplateValue::Json(Json::String(s)) => s.clone(),
-                    TemplateValue::Json(j) => j.to_string(),
-                    TemplateValue::Text(t) => t.to_string(),
-                };
+                let text = self.text();
                 let text = match spec.precision {
                     Some(p) => text.chars().take(p).collect(),
                     None => text,
@@ -176,7 +262,7 @@ fn spec_text(spec: &FormatSpec) -> String {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
     Literal(String),
-    Ref { name: String, spec: FormatSpec, has_spec: bool },
+    Ref { name: String, format: Format, has_spec: bool },
 }
 
 /// A parsed template string.
@@ -208,12 +294,28 @@ impl Template {
                     ));
                 }
                 '{' => {
-                    let body: String = chars.by_ref().map(|(_, c)| c).take_while(|&c| c != '}').collect();
-                    if !text[at + 1..].contains('}') {
+                    let mut body = String::new();
+                    let mut closed = false;
+                    for (_, c) in chars.by_ref() {
+                        if c == '}' {
+                            closed = true;
+                            break;
+                        }
+                        body.push(c);
+                    }
+                    if !closed {
                         return Err(format!(
                             "unclosed `{{` at character {}; expected a `}}` after the name, or `{{{{` for a literal brace",
                             at + 1
                         ));
+                    }
+                    // A task's own files, which plugins such as `exec` fill in themselves at run
+                    // time (`{input.NAME}`, `{output}`): passed through as written.
+                    if is_plugin_reference(&body) {
+                        literal.push('{');
+                        literal.push_str(&body);
+                        literal.push('}');
+                        continue;
                     }
                     if !literal.is_empty() {
                         segments.push(Segment::Literal(std::mem::take(&mut literal)));
@@ -229,12 +331,25 @@ impl Template {
         Ok(Template { segments })
     }
 
-    /// Names referenced, in order.
-    pub fn names(&self) -> impl Iterator<Item = (&str, &FormatSpec)> {
+    /// Names referenced, in order (not the run-time file references plugins fill in).
+    pub fn names(&self) -> impl Iterator<Item = (&str, &Format)> {
         self.segments.iter().filter_map(|s| match s {
-            Segment::Ref { name, spec, .. } => Some((name.as_str(), spec)),
+            Segment::Ref { name, format, .. } => Some((name.as_str(), format)),
             Segment::Literal(_) => None,
         })
+    }
+
+    /// Names referenced, each once, in order of first use (a template may use one name many
+    /// times; callers look each up once).
+    pub fn distinct_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for (name, _) in self.names() {
+            if seen.insert(name) {
+                names.push(name);
+            }
+        }
+        names
     }
 
     pub fn has_refs(&self) -> bool {
@@ -254,8 +369,8 @@ impl Template {
         for segment in &self.segments {
             match segment {
                 Segment::Literal(l) => text.push_str(l),
-                Segment::Ref { name, spec, .. } => match lookup(name) {
-                    Some(value) => value.format(spec, &mut text).map_err(|e| format!("`{{{name}}}`: {e}"))?,
+                Segment::Ref { name, format, .. } => match lookup(name) {
+                    Some(value) => value.format(format, &mut text).map_err(|e| format!("`{{{name}}}`: {e}"))?,
                     None => {
                         if !text.is_empty() {
                             segments.push(Segment::Literal(std::mem::take(&mut text)));
@@ -294,8 +409,8 @@ fn parse_reference(body: &str) -> Result<Segment, String> {
     if !name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-') {
         return Err(format!("`{{{body}}}` is not a reference; expected `{{name}}` or `{{name:format}}`"));
     }
-    let spec = match spec_text {
-        Some(text) => FormatSpec::parse(text).map_err(|e| {
+    let format = match spec_text {
+        Some(text) => Format::parse(text).map_err(|e| {
             // `e` is either the expected format alone or what is wrong and then what was expected.
             if e == FormatSpec::EXPECTED {
                 format!("bad format `{text}` in `{{{body}}}`; expected {e}")
@@ -303,9 +418,9 @@ fn parse_reference(body: &str) -> Result<Segment, String> {
                 format!("bad format `{text}` in `{{{body}}}`: {e}")
             }
         })?,
-        None => FormatSpec::default(),
+        None => Format::default(),
     };
-    Ok(Segment::Ref { name: name.to_string(), spec, has_spec: spec_text.is_some() })
+    Ok(Segment::Ref { name: name.to_string(), format, has_spec: spec_text.is_some() })
 }
 
 #[cfg(test)]
@@ -321,6 +436,8 @@ mod tests {
 
     static LEAD: DimValue = DimValue::Int(7);
     static NEG: DimValue = DimValue::Int(-7);
+    static DAY: DimValue = DimValue::Date(4261 * 86_400);
+    static HOUR: DimValue = DimValue::Time(20_758 * 86_400 + 3 * 3600);
 
     fn lookup(name: &str) -> Option<TemplateValue<'static>> {
         static WET: std::sync::LazyLock<Json> = std::sync::LazyLock::new(|| serde_json::json!(0.25));
@@ -331,6 +448,9 @@ mod tests {
             "wet" => Some(TemplateValue::Json(&WET)),
             "list" => Some(TemplateValue::Json(&LIST)),
             "cycle" => Some(TemplateValue::Text("2026-11-30T02Z")),
+            "day" => Some(TemplateValue::Dim(&DAY)),
+            "hour" => Some(TemplateValue::Dim(&HOUR)),
+            "name" => Some(TemplateValue::Text("not a date")),
             _ => None,
         }
     }
@@ -341,6 +461,20 @@ mod tests {
         assert_eq!(render("{neg:04}", &lookup).unwrap(), "-007");
         assert_eq!(render("{wet:.3f}|{lead:x}|{lead:4}|{cycle:.4}", &lookup).unwrap(), "0.250|7|   7|2026");
         assert_eq!(render("{{literal}} {lead}", &lookup).unwrap(), "{literal} 7");
+    }
+
+    #[test]
+    fn dates_format_with_strftime() {
+        assert_eq!(render("{day:%Y%m}/oisst.{day:%Y%m%d}.nc", &lookup).unwrap(), "198109/oisst.19810901.nc");
+        assert_eq!(render("{day}|{hour}", &lookup).unwrap(), "1981-09-01|2026-11-01T03:00Z");
+        assert_eq!(render("{hour:%Y-%m-%dT%H:%M}", &lookup).unwrap(), "2026-11-01T03:00");
+        assert_eq!(render("{cycle:%Y%m%dT%H%MZ}", &lookup).unwrap(), "20261130T0200Z");
+        assert_eq!(render("{day}", &lookup).unwrap(), serde_json::json!("1981-09-01"));
+        let e = render("{name:%Y}", &lookup).unwrap_err();
+        assert!(e.contains("needs a date or date-time, but the value is `not a date`"), "{e}");
+        assert!(render("{lead:%Y}", &lookup).unwrap_err().contains("needs a date"));
+        assert!(Template::parse("{day:%Q}").unwrap_err().contains("bad date format `%Q`"));
+        assert!(render("{day:03}", &lookup).unwrap_err().contains("zero padding needs a number"));
     }
 
     #[test]
@@ -370,4 +504,13 @@ mod tests {
         let e = render("{cycle:d}", &lookup).unwrap_err();
         assert!(e.contains("needs an integer"), "{e}");
     }
+}
+
+/// `{output}` and `{input.NAME}`: references to a task's files that a plugin renders at run time
+/// (as `exec` does), not names the recipe fills in.
+pub fn is_plugin_reference(body: &str) -> bool {
+    body == "output"
+        || body
+            .strip_prefix("input.")
+            .is_some_and(|name| !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
 }

@@ -487,19 +487,42 @@ impl fmt::Display for ValueMeta {
     }
 }
 
-/// One value of a dimension: an integer or a string, as listed in the recipe.
+/// One value of a dimension: an integer or a string as listed in the recipe, or a date or a
+/// time of a date dim (`{start: 1981-09-01, stop: 2021-01-05, step: 1d}`).
+///
+/// Dates and times are seconds since 1970-01-01T00:00:00Z, in UTC (no time zones, no leap
+/// seconds), so that plugins can compute with them; they display in ISO 8601 form.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum DimValue {
     Int(i64),
     Str(std::sync::Arc<str>),
+    /// A day of a dim whose values are whole days: midnight UTC of that day, in seconds since
+    /// the epoch. Displays as `1981-09-01`.
+    Date(i64),
+    /// An instant of a dim with times of day, in seconds since the epoch. Displays as
+    /// `2026-11-01T03:00Z` (with `:SS` when the seconds are not 0).
+    Time(i64),
 }
 
 impl DimValue {
     pub fn as_int(&self) -> Option<i64> {
         match self {
             DimValue::Int(i) => Some(*i),
-            DimValue::Str(_) => None,
+            DimValue::Str(_) | DimValue::Date(_) | DimValue::Time(_) => None,
         }
+    }
+
+    /// Seconds since 1970-01-01T00:00:00Z of a date or time value.
+    pub fn as_epoch_seconds(&self) -> Option<i64> {
+        match self {
+            DimValue::Date(s) | DimValue::Time(s) => Some(*s),
+            DimValue::Int(_) | DimValue::Str(_) => None,
+        }
+    }
+
+    /// True for the values of date dims.
+    pub fn is_time(&self) -> bool {
+        matches!(self, DimValue::Date(_) | DimValue::Time(_))
     }
 }
 
@@ -508,6 +531,58 @@ impl fmt::Display for DimValue {
         match self {
             DimValue::Int(i) => write!(f, "{i}"),
             DimValue::Str(s) => f.write_str(s),
+            DimValue::Date(seconds) => {
+                let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));
+                write!(f, "{year:04}-{month:02}-{day:02}")
+            }
+            DimValue::Time(seconds) => {
+                let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));
+                let of_day = seconds.rem_euclid(86_400);
+                let (hour, minute, second) = (of_day / 3600, of_day / 60 % 60, of_day % 60);
+                write!(f, "{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}")?;
+                if second != 0 {
+                    write!(f, ":{second:02}")?;
+                }
+                f.write_str("Z")
+            }
+        }
+    }
+}
+
+/// The proleptic Gregorian (year, month, day) of a day number (days since 1970-01-01), by
+/// Howard Hinnant's `civil_from_days`; exact for every `i64` day whose year fits an `i64`.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days.saturating_add(719_468);
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era = (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * shifted_month + 2) / 5 + 1) as u32;
+    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 } as u32;
+    let year = year_of_era + era.saturating_mul(400) + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod dim_value_tests {
+    use super::*;
+
+    #[test]
+    fn dates_and_times_display_in_iso_form() {
+        assert_eq!(DimValue::Date(0).to_string(), "1970-01-01");
+        // 1981-09-01 is day 4261; 2000-02-29 is day 11016; 2026-11-01 is day 20758.
+        assert_eq!(DimValue::Date(4261 * 86_400).to_string(), "1981-09-01");
+        assert_eq!(DimValue::Date(11_016 * 86_400).to_string(), "2000-02-29");
+        assert_eq!(DimValue::Time(20_758 * 86_400 + 3 * 3600).to_string(), "2026-11-01T03:00Z");
+        assert_eq!(DimValue::Time(20_758 * 86_400 + 3 * 3600 + 61).to_string(), "2026-11-01T03:01:01Z");
+        assert_eq!(DimValue::Date(-86_400).to_string(), "1969-12-31");
+        assert_eq!(DimValue::Time(4261 * 86_400).as_epoch_seconds(), Some(4261 * 86_400));
+        assert_eq!(DimValue::Date(0).as_int(), None);
+        // Never a panic, whatever the value.
+        for extreme in [i64::MIN, i64::MAX] {
+            let _ = DimValue::Date(extreme).to_string();
+            let _ = DimValue::Time(extreme).to_string();
         }
     }
 }

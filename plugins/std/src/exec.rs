@@ -19,10 +19,9 @@
 //! into the task's scratch folder and removed after the command; a bytes value likewise, as a
 //! raw file. JSON or nothing cannot be handed over.
 //!
-//! The braces `{input.…}` and `{output}` are this plugin's own templates, not the engine's:
-//! until the engine passes them through, a recipe writes them escaped (`{{input.field}}`,
-//! `{{output}}`), which the engine turns into the single-brace text this plugin reads. Any
-//! other brace text is left as it is.
+//! The braces `{input.…}` and `{output}` are this plugin's own templates, not the engine's: the
+//! recipe's templates pass them through (escaped ones, `{{input.field}}`, reach here the same
+//! way). Any other brace text is left as it is.
 //!
 //! Estimate: [`DEFAULT_ESTIMATE`] per task. The command's memory is not knowable from here; the
 //! recipe's `memory:` hint, then the step's measured history, do the rest.

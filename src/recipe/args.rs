@@ -1,0 +1,477 @@
+//! A step's arguments: the values fixed for every task and the templates over the step's dims
+//! that are filled in per task, and how they are built from the recipe's `args:` — names
+//! checked against the plugin's, templates against the step's dims and the vars, the size an
+//! arg can expand to bounded before anything is expanded, and the plugin's own check.
+
+use std::collections::{HashMap, HashSet};
+
+use runner_plugin::size::format_size;
+use runner_plugin::{ArgKind, Args, DimValue, Plugin};
+use serde_json::{Map, Value as Json};
+
+use super::compiler::Compiler;
+use super::diagnostic::{Diagnostic, Loc};
+use super::dims::{DimId, DimValues};
+use super::limits::MAX_ARG_BYTES;
+use super::plugin_check::check_args;
+use super::raw::{Field, Located, to_json};
+use super::suggest::{closest, suggestion};
+use super::template::{Filled, Format, Template, TemplateValue};
+use super::yaml::Item;
+
+/// A step's arguments: fixed for every task, or with templates over the step's dims that are
+/// filled in per task.
+#[derive(Debug, Clone)]
+pub enum StepArgs {
+    Fixed(Args),
+    PerTask { fixed: Map<String, Json>, templated: Vec<(String, ArgTemplate)> },
+}
+
+/// A JSON argument value in which some strings still refer to dims.
+#[derive(Debug, Clone)]
+pub enum ArgTemplate {
+    Json(Json),
+    Text(Template),
+    List(Vec<ArgTemplate>),
+    Object(Vec<(String, ArgTemplate)>),
+}
+
+impl ArgTemplate {
+    fn render(&self, lookup: &dyn Fn(&str) -> Option<DimValue>) -> Json {
+        match self {
+            ArgTemplate::Json(json) => json.clone(),
+            ArgTemplate::Text(template) => {
+                // Only dims of the step are left (at most `MAX_DIMS`), each looked up once.
+                let values: Vec<(&str, DimValue)> =
+                    template.distinct_names().into_iter().filter_map(|n| lookup(n).map(|v| (n, v))).collect();
+                let find = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| TemplateValue::Dim(v));
+                match template.fill(&find) {
+                    Ok(Filled::Value(json)) => json,
+                    // Names and formats were checked against every dim's kind at compile time.
+                    Ok(Filled::Partial(_)) | Err(_) => Json::Null,
+                }
+            }
+            ArgTemplate::List(items) => Json::Array(items.iter().map(|i| i.render(lookup)).collect()),
+            ArgTemplate::Object(entries) => {
+                Json::Object(entries.iter().map(|(k, v)| (k.clone(), v.render(lookup))).collect())
+            }
+        }
+    }
+}
+
+impl StepArgs {
+    /// The args of the task whose dim values `lookup` gives; borrowed when they are the same
+    /// for every task, so such steps pay nothing per task.
+    pub fn for_task(&self, lookup: &dyn Fn(&str) -> Option<DimValue>) -> std::borrow::Cow<'_, Args> {
+        match self {
+            StepArgs::Fixed(args) => std::borrow::Cow::Borrowed(args),
+            StepArgs::PerTask { fixed, templated } => {
+                let mut map = fixed.clone();
+                for (name, template) in templated {
+                    map.insert(name.clone(), template.render(lookup));
+                }
+                std::borrow::Cow::Owned(Args::new(map))
+            }
+        }
+    }
+
+    pub fn is_per_task(&self) -> bool {
+        matches!(self, StepArgs::PerTask { .. })
+    }
+}
+
+/// What an arg expands to at most, and what each reference adds to it.
+#[derive(Debug, Default)]
+struct Expansion {
+    bytes: usize,
+    /// Per name: the most one use can add, and how many uses there are.
+    uses: HashMap<String, (usize, usize)>,
+}
+
+impl Expansion {
+    fn add_literal(&mut self, bytes: usize) {
+        self.bytes = self.bytes.saturating_add(bytes);
+    }
+
+    fn add_reference(&mut self, name: &str, bytes: usize) {
+        self.bytes = self.bytes.saturating_add(bytes);
+        let (most, count) = self.uses.entry(name.to_string()).or_default();
+        *most = (*most).max(bytes);
+        *count += 1;
+    }
+
+    /// "(`{big}` can be 1.00 MiB and is used 3000 times)" for the reference that weighs most.
+    fn heaviest(&self) -> String {
+        match self.uses.iter().max_by_key(|(_, (bytes, count))| bytes.saturating_mul(*count)) {
+            Some((name, (bytes, count))) if *count > 1 => {
+                format!(" (`{{{name}}}` can be {} and is used {count} times)", format_size(*bytes as u64))
+            }
+            Some((name, (bytes, _))) => format!(" (`{{{name}}}` can be {})", format_size(*bytes as u64)),
+            None => String::new(),
+        }
+    }
+}
+
+impl Compiler<'_> {
+    /// Checks and builds the args of a step whose plugin is known. `over_known` is false when
+    /// the step's `over` could not be read: references to dims are then not judged.
+    pub(super) fn compile_args(
+        &mut self,
+        step: &str,
+        step_loc: Loc,
+        plugin: &dyn Plugin,
+        raw: Field<Vec<(Located<String>, &Item)>>,
+        over: &[DimId],
+        over_known: bool,
+    ) -> Option<(StepArgs, Vec<(String, Loc)>)> {
+        let entries = match raw {
+            Field::Given(entries) => entries,
+            Field::Absent => Vec::new(),
+            // Unreadable or misspelt `args:` (reported): nothing to check them against.
+            Field::Broken => return None,
+        };
+        let specs = plugin.args();
+        let mut ok = true;
+        // A misspelt required arg is reported once, as unknown, with its correct name.
+        let mut misspelt: Vec<&str> = Vec::new();
+        for (key, _) in &entries {
+            if !specs.iter().any(|s| s.name == key.value) {
+                misspelt.extend(closest(&key.value, specs.iter().map(|s| s.name)));
+                let expected = if specs.is_empty() {
+                    format!("no args: plugin `{}` takes none", plugin.name())
+                } else {
+                    format!(
+                        "an arg of plugin `{}`, {}",
+                        plugin.name(),
+                        suggestion(&key.value, specs.iter().map(|s| s.name))
+                    )
+                };
+                self.error(
+                    Diagnostic::new(key.loc, format!("unknown arg `{}` in step `{step}`", key.value))
+                        .expected(expected),
+                );
+                ok = false;
+            }
+        }
+        let given: HashSet<&str> = entries.iter().map(|(k, _)| k.value.as_str()).collect();
+        for spec in specs.iter().filter(|s| s.is_required() && !misspelt.contains(&s.name)) {
+            if !given.contains(spec.name) {
+                self.error(
+                    Diagnostic::new(
+                        step_loc,
+                        format!("step `{step}` lacks required arg `{}` of plugin `{}`", spec.name, plugin.name()),
+                    )
+                    .expected(format!("`{}`: {}", spec.name, spec.about)),
+                );
+                ok = false;
+            }
+        }
+        let mut fixed = Map::new();
+        let mut templated = Vec::new();
+        let mut locations = Vec::with_capacity(entries.len());
+        let mut output_paths = Vec::new();
+        for (key, item) in entries {
+            locations.push((key.value.clone(), item.loc));
+            if !specs.iter().any(|s| s.name == key.value) {
+                continue;
+            }
+            let written = match to_json(item) {
+                Ok(json) => json,
+                Err(diagnostic) => {
+                    let message = format!("arg `{}` of step `{step}`: {}", key.value, diagnostic.message);
+                    self.error(Diagnostic { message, ..diagnostic });
+                    ok = false;
+                    continue;
+                }
+            };
+            match self.arg_template(step, &written, over, over_known) {
+                Ok(template) => {
+                    if specs.iter().any(|s| s.name == key.value && s.kind == ArgKind::OutputPath) {
+                        output_paths.push((key.value.clone(), item.loc, written));
+                    }
+                    match template {
+                        ArgTemplate::Json(json) => {
+                            fixed.insert(key.value, json);
+                        }
+                        template => templated.push((key.value, template)),
+                    }
+                }
+                Err(message) => {
+                    let message = format!("arg `{}` of step `{step}`: {message}", key.value);
+                    self.error(Diagnostic::with_expectation(item.loc, message));
+                    ok = false;
+                }
+            }
+        }
+        if !ok {
+            return None;
+        }
+        let args = if templated.is_empty() {
+            StepArgs::Fixed(Args::new(fixed))
+        } else {
+            StepArgs::PerTask { fixed, templated }
+        };
+        let mut paths_ok = true;
+        if over_known {
+            for (arg, loc, written) in &output_paths {
+                paths_ok &= self.check_output_path(step, arg, *loc, written, over);
+            }
+        }
+        // Plugins check one representative task: every dim at its first value.
+        let first = |name: &str| self.dim_ids.get(name).map(|&d| self.dims[d].value(0));
+        let sample = args.for_task(&first).into_owned();
+        let checked = check_args(plugin, &sample);
+        let what = if args.is_per_task() { " (checked with each dim at its first value)" } else { "" };
+        match checked {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let at = e.arg.as_ref().and_then(|a| locations.iter().find(|(k, _)| k == a).map(|(_, l)| *l));
+                self.error(Diagnostic::new(
+                    at.unwrap_or(step_loc),
+                    format!("plugin `{}` rejects the args of step `{step}`{what}: {}", plugin.name(), e.message),
+                ));
+                return None;
+            }
+            Err(panic) => {
+                self.error(
+                    Diagnostic::new(
+                        step_loc,
+                        format!("plugin `{}` panicked checking the args of step `{step}`{what}: {panic}", plugin.name()),
+                    )
+                    .expected("args the plugin accepts (its check should return an error, not panic: report it to the plugin's author)"),
+                );
+                return None;
+            }
+        }
+        paths_ok.then_some((args, locations))
+    }
+
+    /// Fills vars and `{cycle}` into every string of an arg; what still refers to dims of the
+    /// step stays a template. Unknown names, formats that do not suit a value, and args that
+    /// could expand beyond [`MAX_ARG_BYTES`] are errors, found before anything is expanded.
+    fn arg_template(
+        &mut self,
+        step: &str,
+        value: &Json,
+        over: &[DimId],
+        over_known: bool,
+    ) -> Result<ArgTemplate, String> {
+        let mut expansion = Expansion::default();
+        self.check_templates(step, value, over, over_known, &mut expansion)?;
+        if expansion.bytes > MAX_ARG_BYTES && expansion.uses.is_empty() {
+            return Err(format!(
+                "is {} long; expected at most {} per arg (large data belongs in a file)",
+                format_size(expansion.bytes as u64),
+                format_size(MAX_ARG_BYTES as u64)
+            ));
+        }
+        if expansion.bytes > MAX_ARG_BYTES {
+            return Err(format!(
+                "would expand to up to {}{}; expected at most {} per arg once templates are filled in",
+                format_size(expansion.bytes as u64),
+                expansion.heaviest(),
+                format_size(MAX_ARG_BYTES as u64)
+            ));
+        }
+        self.fill_fixed(value)
+    }
+
+    /// Checks the names and formats of every template in `value`, and adds what they can
+    /// expand to to `expansion`.
+    fn check_templates(
+        &mut self,
+        step: &str,
+        value: &Json,
+        over: &[DimId],
+        over_known: bool,
+        expansion: &mut Expansion,
+    ) -> Result<(), String> {
+        match value {
+            Json::String(text) => {
+                let template = Template::parse(text)?;
+                let lone =
+                    matches!(template.segments.as_slice(), [super::template::Segment::Ref { has_spec: false, .. }]);
+                for segment in &template.segments {
+                    match segment {
+                        super::template::Segment::Literal(l) => expansion.add_literal(l.len()),
+                        super::template::Segment::Ref { name, format, .. } => {
+                            let len = self.reference_len(step, name, format, over, over_known)?;
+                            let bytes = if lone { len } else { format.max_len(len) };
+                            expansion.add_reference(name, bytes);
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Json::Array(items) => {
+                items.iter().try_for_each(|i| self.check_templates(step, i, over, over_known, expansion))
+            }
+            Json::Object(map) => {
+                for (key, item) in map {
+                    expansion.add_literal(key.len());
+                    self.check_templates(step, item, over, over_known, expansion)?;
+                }
+                Ok(())
+            }
+            other => {
+                expansion.add_literal(json_len(other));
+                Ok(())
+            }
+        }
+    }
+
+    /// Checks reference `{name:format}` and returns the longest text its value can have.
+    fn reference_len(
+        &mut self,
+        step: &str,
+        name: &str,
+        format: &Format,
+        over: &[DimId],
+        over_known: bool,
+    ) -> Result<usize, String> {
+        if name == "cycle" {
+            return Ok(self.options.cycle.len());
+        }
+        if let Some(&at) = self.var_ids.get(name) {
+            return Ok(json_len(&self.vars[at].1));
+        }
+        if self.rejected_vars.contains(name) {
+            self.tainted = true;
+            return Ok(0);
+        }
+        let Ok(dim) = self.dim(name) else { return Ok(0) };
+        let on_step = dim.filter(|d| over.contains(d));
+        match (dim, on_step) {
+            (Some(d), Some(_)) => {
+                let dim = &self.dims[d];
+                if format.needs_number() && !dim.is_integer() {
+                    let date_format = if dim.is_time() {
+                        format!(", or a date format such as `{{{name}:%Y%m%d}}`")
+                    } else {
+                        String::new()
+                    };
+                    return Err(format!(
+                        "`{{{name}}}` has a numeric format but dim `{name}` has {} values; expected `{{{name}}}` or a width alone, e.g. `{{{name}:8}}`{date_format}",
+                        dim.kind()
+                    ));
+                }
+                if format.is_time() && !dim.is_time() {
+                    return Err(format!(
+                        "`{{{name}}}` has a date format but dim `{name}` has {} values; expected a date dim (`{{start: 1981-09-01, stop: 2021-01-05, step: 1d}}`) or a format such as `03`",
+                        dim.kind()
+                    ));
+                }
+                Ok(self.value_len(d))
+            }
+            _ if !over_known || self.vars_unreadable => {
+                self.tainted = true;
+                Ok(0)
+            }
+            (Some(_), None) => {
+                let runs_over: Vec<&str> = over.iter().map(|&d| self.dims[d].name.as_str()).collect();
+                Err(format!(
+                    "`{{{name}}}` refers to dim `{name}`, but step `{step}` does not run over it; expected a dim the step runs over ({}), a var or `cycle`",
+                    if runs_over.is_empty() { "nothing".to_string() } else { runs_over.join(", ") }
+                ))
+            }
+            (None, _) => {
+                let candidates = self
+                    .vars
+                    .iter()
+                    .map(|(v, _)| v.as_str())
+                    .chain(over.iter().map(|&d| self.dims[d].name.as_str()))
+                    .chain(["cycle"]);
+                Err(format!(
+                    "unknown name `{{{name}}}` in a template; expected a dim of the step, a var or `cycle`: {}",
+                    suggestion(name, candidates)
+                ))
+            }
+        }
+    }
+
+    /// Longest text of a value of dim `d` (computed once per dim: linear in a list's length).
+    pub(super) fn value_len(&mut self, d: DimId) -> usize {
+        if let Some(&len) = self.value_lens.get(&d) {
+            return len;
+        }
+        let dim = &self.dims[d];
+        let len = match &dim.values {
+            DimValues::List(values) => values.iter().map(|v| v.to_string().len()).max().unwrap_or(0),
+            DimValues::Time { .. } => "2026-11-01T03:00:00Z".len(),
+            // Integers print at most 20 characters.
+            DimValues::Range { .. } | DimValues::Group { .. } => 20,
+        };
+        self.value_lens.insert(d, len);
+        len
+    }
+
+    /// Fills vars and the cycle into `value` (already checked); dims stay.
+    pub(super) fn fill_fixed(&self, value: &Json) -> Result<ArgTemplate, String> {
+        match value {
+            Json::String(text) => match Template::parse(text)?.fill(&|name| self.fixed_value(name))? {
+                Filled::Value(json) => Ok(ArgTemplate::Json(json)),
+                Filled::Partial(rest) => Ok(ArgTemplate::Text(rest)),
+            },
+            Json::Array(items) => {
+                let items = items.iter().map(|i| self.fill_fixed(i)).collect::<Result<Vec<_>, _>>()?;
+                if items.iter().all(|i| matches!(i, ArgTemplate::Json(_))) {
+                    Ok(ArgTemplate::Json(Json::Array(items.into_iter().map(ArgTemplate::into_json).collect())))
+                } else {
+                    Ok(ArgTemplate::List(items))
+                }
+            }
+            Json::Object(map) => {
+                let entries = map
+                    .iter()
+                    .map(|(k, v)| Ok((k.clone(), self.fill_fixed(v)?)))
+                    .collect::<Result<Vec<_>, String>>()?;
+                if entries.iter().all(|(_, v)| matches!(v, ArgTemplate::Json(_))) {
+                    Ok(ArgTemplate::Json(Json::Object(entries.into_iter().map(|(k, v)| (k, v.into_json())).collect())))
+                } else {
+                    Ok(ArgTemplate::Object(entries))
+                }
+            }
+            other => Ok(ArgTemplate::Json(other.clone())),
+        }
+    }
+
+    /// The value of a var or of `cycle`, as templates see it at compile time.
+    pub(super) fn fixed_value(&self, name: &str) -> Option<TemplateValue<'_>> {
+        if name == "cycle" {
+            return Some(TemplateValue::Text(&self.options.cycle));
+        }
+        self.var_ids.get(name).map(|&at| TemplateValue::Json(&self.vars[at].1))
+    }
+}
+
+impl ArgTemplate {
+    /// The JSON of a template without references left (others become `null`, never reached).
+    fn into_json(self) -> Json {
+        match self {
+            ArgTemplate::Json(json) => json,
+            _ => Json::Null,
+        }
+    }
+}
+
+/// Bytes of `value` as JSON text (strings without quotes), counted without building it.
+fn json_len(value: &Json) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    match value {
+        Json::String(s) => s.len(),
+        other => {
+            let mut count = Count(0);
+            let _ = serde_json::to_writer(&mut count, other);
+            count.0
+        }
+    }
+}
