@@ -302,3 +302,63 @@ fn read_completion_log(path: &Path, cache: &mut CompletionLogCache) -> std::io::
     cache.offset += complete as u64;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_that_cannot_start_says_which_and_why() {
+        let slurm = Slurm::new();
+        let Err(error) = slurm.run("runner-test-no-such-command", &["-h".into()], None) else {
+            panic!("a missing program ran")
+        };
+        let message = error.to_string();
+        assert!(message.starts_with("cannot run `runner-test-no-such-command -h`: "), "{message}");
+        assert!(message.contains("are Slurm's client commands installed and on PATH?"), "{message}");
+    }
+
+    #[test]
+    fn a_failed_command_shows_its_status_and_stderr() {
+        let ran = Slurm::new().run("sh", &["-c".into(), "echo out; echo 'squeue: error: nope' >&2; exit 3".into()], None);
+        let message = ran.unwrap().into_stdout().unwrap_err().to_string();
+        assert_eq!(message, "`sh -c 'echo out; echo '\\''squeue: error: nope'\\'' >&2; exit 3'` failed (exit status: 3): squeue: error: nope");
+    }
+
+    #[test]
+    fn the_completion_log_is_read_incrementally_and_only_for_watched_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("jobcomp.txt");
+        let captured: Vec<&str> = include_str!("testdata/jobcomp_filetxt.txt").lines().collect();
+        // Lines for jobs 4 (element 2_0), 1, 6 (2_2) and, cut short, 5 (2_1) still being written.
+        let partial = &captured[3][..40];
+        fs_write(&log, &format!("{}\n{}\n{}\n{partial}", captured[0], captured[1], captured[2]));
+        let slurm = Slurm::new();
+        let array = Job { id: JobId(2), array_len: Some(4) };
+        let single = Job { id: JobId(1), array_len: None };
+        let found = slurm.completion_log_states(&log, &[array]).unwrap();
+        assert_eq!(
+            found,
+            vec![
+                (Element { job: JobId(2), index: Some(0) }, JobState::Completed),
+                (Element { job: JobId(2), index: Some(2) }, JobState::Completed),
+            ]
+        );
+        let offset = slurm.completion_log.lock().unwrap().offset;
+        assert_eq!(offset as usize, captured[0].len() + captured[1].len() + captured[2].len() + 3, "stops before the partial line");
+
+        // The rest of the partial line arrives: it is read from where reading stopped.
+        fs_write(&log, &format!("{}\n{}\n{}\n{}\n", captured[0], captured[1], captured[2], captured[3]));
+        let found = slurm.completion_log_states(&log, &[array]).unwrap();
+        assert_eq!(found.len(), 3, "{found:?}");
+        // A job polled for the first time makes the log be read again from its start.
+        let found = slurm.completion_log_states(&log, &[single]).unwrap();
+        assert_eq!(found, vec![(Element { job: JobId(1), index: None }, JobState::Completed)]);
+        // A log that is not there (it lives on the controller) knows nothing, without error.
+        assert_eq!(slurm.completion_log_states(&dir.path().join("absent"), &[single]).unwrap(), vec![]);
+    }
+
+    fn fs_write(path: &Path, text: &str) {
+        std::fs::write(path, text).unwrap();
+    }
+}
