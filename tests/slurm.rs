@@ -109,8 +109,10 @@ fn an_array_of_five_runs_each_mapped_task_and_completes() {
 fn a_job_over_its_memory_is_reported_out_of_memory() {
     let slurm = cluster();
     let dir = tempfile::tempdir().unwrap();
-    // dd reads 300 MiB into one buffer it allocates and touches: 3 times the job's --mem.
-    let mut job_spec = spec("slurm-test/oom", "dd if=/dev/zero of=/dev/null bs=300M count=1; sleep 2".into(), dir.path());
+    // tail holds its whole input (no newline in it), 300 MiB, 3 times the job's --mem, for 5 s:
+    // long enough for sampled enforcement too (1 s samples).
+    let hog = "{ head -c 300M /dev/zero; sleep 5; } | tail > /dev/null && echo survived";
+    let mut job_spec = spec("slurm-test/oom", hog.into(), dir.path());
     job_spec.mem_bytes = 100 << 20;
     let job = slurm.submit(&job_spec).unwrap();
     let report = wait_settled(&slurm, &[job]);
@@ -121,6 +123,8 @@ fn a_job_over_its_memory_is_reported_out_of_memory() {
         // Sampled enforcement (no writable memory cgroup): the job is killed, as FAILED.
         assert_eq!(state(&report, element), JobState::Failed, "{report:?}");
     }
+    let (stdout, _) = runner::slurm::log_paths(&job_spec, element);
+    assert_eq!(fs::read_to_string(stdout).unwrap(), "", "the memory hog was killed");
 }
 
 #[test]
