@@ -74,7 +74,9 @@ fn main() {
 
     for tasks in [10u32, 100, 1000] {
         let start = Instant::now();
-        held.push(slurm.submit_array(&array(&format!("bench/array-{tasks}"), "true", dir, tasks, true)).expect("sbatch"));
+        held.push(
+            slurm.submit_array(&array(&format!("bench/array-{tasks}"), "true", dir, tasks, true)).expect("sbatch"),
+        );
         let took = start.elapsed();
         println!(
             "sbatch, array of {tasks:>4}:        {:8.1} ms per array, {:7.3} ms per element",

@@ -79,7 +79,8 @@ fn an_array_of_five_runs_each_mapped_task_and_completes() {
     let tasks = [40u64, 10, 30, 20, 50];
     write_index_file(&index_file, &tasks).unwrap();
     let out = dir.path().display();
-    let command = format!("echo \"element=$SLURM_ARRAY_TASK_ID task=$RUNNER_TASK_INDEX\" > {out}/task-$RUNNER_TASK_INDEX.txt");
+    let command =
+        format!("echo \"element=$SLURM_ARRAY_TASK_ID task=$RUNNER_TASK_INDEX\" > {out}/task-$RUNNER_TASK_INDEX.txt");
     let array = ArraySpec {
         job: spec("slurm-test/array five", command, dir.path()),
         tasks: 5,

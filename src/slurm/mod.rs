@@ -223,7 +223,9 @@ impl Slurm {
             Ok(()) => {}
             // The log lives on the controller; a submit host may not see it.
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(error) => return Err(SlurmError::File { what: "cannot read the job completion log", path: log.into(), error }),
+            Err(error) => {
+                return Err(SlurmError::File { what: "cannot read the job completion log", path: log.into(), error });
+            }
         }
         Ok(jobs
             .iter()
@@ -320,9 +322,13 @@ mod tests {
 
     #[test]
     fn a_failed_command_shows_its_status_and_stderr() {
-        let ran = Slurm::new().run("sh", &["-c".into(), "echo out; echo 'squeue: error: nope' >&2; exit 3".into()], None);
+        let ran =
+            Slurm::new().run("sh", &["-c".into(), "echo out; echo 'squeue: error: nope' >&2; exit 3".into()], None);
         let message = ran.unwrap().into_stdout().unwrap_err().to_string();
-        assert_eq!(message, "`sh -c 'echo out; echo '\\''squeue: error: nope'\\'' >&2; exit 3'` failed (exit status: 3): squeue: error: nope");
+        assert_eq!(
+            message,
+            "`sh -c 'echo out; echo '\\''squeue: error: nope'\\'' >&2; exit 3'` failed (exit status: 3): squeue: error: nope"
+        );
     }
 
     #[test]
@@ -345,7 +351,11 @@ mod tests {
             ]
         );
         let offset = slurm.completion_log.lock().unwrap().offset;
-        assert_eq!(offset as usize, captured[0].len() + captured[1].len() + captured[2].len() + 3, "stops before the partial line");
+        assert_eq!(
+            offset as usize,
+            captured[0].len() + captured[1].len() + captured[2].len() + 3,
+            "stops before the partial line"
+        );
 
         // The rest of the partial line arrives: it is read from where reading stopped.
         fs_write(&log, &format!("{}\n{}\n{}\n{}\n", captured[0], captured[1], captured[2], captured[3]));

@@ -253,8 +253,7 @@ mod tests {
     #[test]
     fn squeue_rows_expand_a_collapsed_pending_range() {
         let rows = squeue_rows(include_str!("testdata/squeue_array_collapsed.txt")).unwrap();
-        let pending: Vec<Element> =
-            rows.iter().filter(|r| r.element.job == JobId(10)).map(|r| r.element).collect();
+        let pending: Vec<Element> = rows.iter().filter(|r| r.element.job == JobId(10)).map(|r| r.element).collect();
         assert_eq!(pending, (0..5).map(|i| elem(10, i)).collect::<Vec<_>>());
     }
 
@@ -355,7 +354,8 @@ mod tests {
 
     #[test]
     fn job_states_round_trip_and_classify() {
-        for word in ["PENDING", "RUNNING", "COMPLETED", "FAILED", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "NODE_FAIL"] {
+        for word in ["PENDING", "RUNNING", "COMPLETED", "FAILED", "OUT_OF_MEMORY", "TIMEOUT", "CANCELLED", "NODE_FAIL"]
+        {
             assert_eq!(JobState::parse(word).name(), word);
         }
         assert_eq!(JobState::parse("CANCELLED by 1000"), JobState::Cancelled);

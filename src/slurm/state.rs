@@ -204,7 +204,10 @@ pub enum StateSource {
 /// What a poll knows about one element.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Observed {
-    Known { state: JobState, source: StateSource },
+    Known {
+        state: JobState,
+        source: StateSource,
+    },
     /// No source knows the element: it has left the queue and there is no accounting or
     /// completion log to read. The caller decides from its own result files.
     Vanished,

@@ -94,7 +94,11 @@ pub fn write_index_file(path: &Path, indices: &[u64]) -> Result<(), SlurmError> 
     for index in indices {
         let _ = writeln!(text, "{index}");
     }
-    std::fs::write(path, text).map_err(|error| SlurmError::File { what: "cannot write task index file", path: path.into(), error })
+    std::fs::write(path, text).map_err(|error| SlurmError::File {
+        what: "cannot write task index file",
+        path: path.into(),
+        error,
+    })
 }
 
 /// `sbatch`'s options for a single job (`array: None`) or an array.
@@ -149,7 +153,10 @@ pub(super) fn validate(spec: &JobSpec) -> Result<(), SlurmError> {
         return invalid("--time must be positive".into());
     }
     if !spec.log_dir.is_absolute() {
-        return invalid(format!("the log directory {} must be absolute (jobs start elsewhere)", spec.log_dir.display()));
+        return invalid(format!(
+            "the log directory {} must be absolute (jobs start elsewhere)",
+            spec.log_dir.display()
+        ));
     }
     Ok(())
 }
@@ -297,7 +304,10 @@ mod tests {
     fn index_file_script_reads_the_elements_line() {
         let script = batch_script(&spec(), Some(&TaskMapping::IndexFile("/shared/it's.idx".into())));
         assert!(script.starts_with("#!/bin/bash\n"));
-        assert!(script.contains(r#"RUNNER_TASK_INDEX=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1)){p;q}" '/shared/it'\''s.idx')"#), "{script}");
+        assert!(
+            script.contains(r#"RUNNER_TASK_INDEX=$(sed -n "$((SLURM_ARRAY_TASK_ID + 1)){p;q}" '/shared/it'\''s.idx')"#),
+            "{script}"
+        );
         assert!(script.ends_with("export RUNNER_TASK_INDEX\nrunner task r.yaml --step smooth\n"), "{script}");
     }
 
@@ -310,7 +320,12 @@ mod tests {
         s.command = "echo \"task=$RUNNER_TASK_INDEX\"".into();
         let script = batch_script(&s, Some(&TaskMapping::IndexFile(index_file)));
         let run = |element: &str| {
-            std::process::Command::new("bash").arg("-c").arg(&script).env("SLURM_ARRAY_TASK_ID", element).output().unwrap()
+            std::process::Command::new("bash")
+                .arg("-c")
+                .arg(&script)
+                .env("SLURM_ARRAY_TASK_ID", element)
+                .output()
+                .unwrap()
         };
         assert_eq!(String::from_utf8_lossy(&run("1").stdout), "task=7\n");
         assert_eq!(String::from_utf8_lossy(&run("2").stdout), "task=1000000\n");
