@@ -153,7 +153,10 @@ impl Slurm {
         };
         let gone = missing(&known);
         if !gone.is_empty() && self.config()?.accounting {
-            for (element, state) in self.accounting_states(&gone)? {
+            // A job id reused after the controller lost its state has several records; the last
+            // row is kept (which one sacct lists last was not checked on a cluster with reuse).
+            let latest: HashMap<Element, JobState> = self.accounting_states(&gone)?.into_iter().collect();
+            for (element, state) in latest {
                 known.entry(element).or_insert((state, StateSource::Accounting));
             }
         }
