@@ -11,8 +11,8 @@ slurm_repo_root() {
 # The cluster's directory, absolute (the daemons chdir to / and must find it again).
 slurm_dir() {
     local dir=${RUNNER_SLURM_DIR:-$(slurm_repo_root)/target/slurm}
-    mkdir -p "$dir"
-    (cd "$dir" && pwd)
+    [[ $dir == /* ]] || dir=$PWD/$dir
+    echo "${dir%/}"
 }
 
 # Reads a pid file; prints the pid only if that process is alive and runs the expected program

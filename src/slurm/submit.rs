@@ -158,6 +158,10 @@ pub(super) fn validate(spec: &JobSpec) -> Result<(), SlurmError> {
             spec.log_dir.display()
         ));
     }
+    if spec.log_dir.to_string_lossy().contains('%') {
+        // sbatch would read it as a file name pattern (%j, %A...).
+        return invalid(format!("the log directory {} must not contain '%'", spec.log_dir.display()));
+    }
     Ok(())
 }
 
@@ -285,6 +289,8 @@ mod tests {
         let mut s = spec();
         s.log_dir = "logs".into();
         assert!(sbatch_args(&s, None).unwrap_err().to_string().contains("must be absolute"));
+        s.log_dir = "/shared/100%".into();
+        assert!(sbatch_args(&s, None).unwrap_err().to_string().contains("must not contain '%'"));
         let array = ArraySpec { job: spec(), tasks: 1002, throttle: None, mapping: TaskMapping::ArrayIndex };
         let err = validate_array(&array, 1001).unwrap_err().to_string();
         assert!(err.contains("1002 tasks exceed the cluster's MaxArraySize of 1001"), "{err}");
