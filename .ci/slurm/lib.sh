@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by .ci/slurm/{up,down,env}: where the single-node cluster lives. Sourced, not run.
 #
 # Everything the cluster writes (config, munge key and socket, state, spool, logs, pid files) is
