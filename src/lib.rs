@@ -19,6 +19,7 @@ pub mod process_identity;
 pub mod recipe;
 pub mod registry;
 pub mod scheduler;
+pub mod slurm;
 pub mod store;
 
 use std::path::Path;
