@@ -10,6 +10,7 @@ pub mod budget;
 pub mod cli;
 pub mod command;
 pub mod estimate;
+pub mod executor;
 pub mod graph;
 pub mod measure;
 pub mod memory;
@@ -21,6 +22,7 @@ pub mod registry;
 pub mod scheduler;
 pub mod slurm;
 pub mod store;
+pub mod values;
 
 use std::path::Path;
 

@@ -15,6 +15,7 @@ mod replay_cmd;
 mod run_cmd;
 mod sampler;
 mod summary;
+mod task_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -101,6 +102,60 @@ enum Command {
     Prune(PruneArgs),
     /// List the plugins this binary offers, with their args.
     Plugins,
+    /// Run tasks of one step in this process, as a job of `--executor slurm` does (internal).
+    #[command(hide = true)]
+    Task(TaskArgs),
+}
+
+#[derive(Args, Debug)]
+struct TaskArgs {
+    #[command(flatten)]
+    recipe: RecipeArgs,
+    /// The run's folder in the shared dir (values, results, units).
+    #[arg(long, value_name = "DIR")]
+    run_dir: PathBuf,
+    /// The step whose tasks to run.
+    #[arg(long, value_name = "NAME")]
+    step: String,
+    /// The unit (a file in the run folder's units/ listing task indices) to run.
+    #[arg(long, value_name = "N")]
+    unit: u64,
+}
+
+/// Where the tasks of a run execute.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, Default)]
+enum ExecutorKind {
+    /// Worker threads of this process.
+    #[default]
+    Local,
+    /// Jobs on a Slurm cluster (`sbatch`), values passed as files in `--shared-dir`.
+    Slurm,
+}
+
+/// `--executor slurm` and its options.
+#[derive(Args, Debug)]
+struct ExecutorArgs {
+    /// Where tasks run: `local` (worker threads here) or `slurm` (each task, or chunk of quick
+    /// tasks, an element of a job array with `--mem` from its learned estimate).
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Local)]
+    executor: ExecutorKind,
+    /// With `--executor slurm`: a directory every node sees, for the values passed between
+    /// tasks, their results and the jobs' logs [default: runner-shared/ in the working directory].
+    #[arg(long, value_name = "DIR")]
+    shared_dir: Option<PathBuf>,
+    /// With `--executor slurm`: the partition to submit to (sbatch --partition).
+    #[arg(long, value_name = "NAME")]
+    partition: Option<String>,
+    /// With `--executor slurm`: the account to charge (sbatch --account).
+    #[arg(long, value_name = "NAME")]
+    account: Option<String>,
+    /// With `--executor slurm`: CPUs each job asks for (sbatch --cpus-per-task) [default: 1].
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    cpus_per_task: u32,
+    /// With `--executor slurm`: another sbatch option, passed as it is (repeatable), e.g.
+    /// `--slurm-arg=--qos=short`.
+    #[arg(long = "slurm-arg", value_name = "OPTION", allow_hyphen_values = true)]
+    slurm_args: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -236,6 +291,8 @@ struct RunArgs {
     /// Record nothing (estimates still come from an existing store's history).
     #[arg(long)]
     no_record: bool,
+    #[command(flatten)]
+    executor: ExecutorArgs,
 }
 
 #[derive(Args, Debug)]
@@ -286,6 +343,7 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
         Command::Prune(args) => prune_cmd::prune(args),
         Command::Replay(args) => replay_cmd::replay(&registry, args),
         Command::Plugins => plugins_cmd::list(&registry),
+        Command::Task(args) => task_cmd::task(&registry, args),
     };
     crate::budget::release();
     match code {

@@ -2,6 +2,7 @@
 //! bar, record every task, summarise, exit 0/1/2/3. [`execute`] is shared with `runner replay`.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
 
@@ -9,9 +10,12 @@ use super::record::{self, StoreSink};
 use super::summary::RunSummary;
 use super::{EXIT_RUNTIME, EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress, sampler};
 use crate::Compiled;
+use crate::executor::RemoteExecutor;
+use crate::executor::slurm::{Invocation, SlurmExecutor, SlurmOptions};
 use crate::measure;
 use crate::registry::Registry;
 use crate::scheduler::{self, Progress, RunOptions, TaskSink};
+use crate::slurm::Slurm;
 use crate::store::{RunOutcome, RunStatus, Store};
 
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
@@ -20,10 +24,17 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     if let Some(path) = &args.summary {
         check_writable(path).with_context(|| format!("the summary cannot be written to {}", path.display()))?;
     }
-    let options = run_options(&args.resources)?;
+    let slurm = args.executor.executor == super::ExecutorKind::Slurm;
+    let mut options = if slurm { remote_options(&args.resources)? } else { run_options(&args.resources)? };
     let db = args.db.clone().unwrap_or_else(record::default_db);
     let store = if args.no_record { record::open_history(&db)? } else { Some(record::open_for_recording(&db)?) };
-    let Executed { summary, store_error } = execute(&mut compiled, &options, store.as_ref(), !args.no_record)?;
+    let remote = if slurm { Some(slurm_executor(&compiled, &args)?) } else { None };
+    if remote.is_some() {
+        // Jobs run on the cluster's nodes: this machine's memory limits them in nothing.
+        options.memory_limit = None;
+    }
+    let Executed { summary, store_error } =
+        execute_with(&mut compiled, &options, store.as_ref(), !args.no_record, remote.as_ref())?;
     summary.print();
     let mut code = if summary.status == "ok" { 0 } else { EXIT_TASKS_FAILED };
     if let Some(path) = &args.summary
@@ -37,6 +48,51 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
         code = EXIT_RUNTIME;
     }
     Ok(code)
+}
+
+/// Jobs in flight at once with `--executor slurm` unless `--workers` says.
+const SLURM_JOBS_IN_FLIGHT: usize = 64;
+
+/// Options for a run whose tasks are jobs: `--workers` bounds the jobs in flight, and unless
+/// `--budget` says otherwise no budget of this machine's binds them (each job has its `--mem`).
+fn remote_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
+    let workers = resources.workers.map_or(SLURM_JOBS_IN_FLIGHT, usize::from);
+    let budget = resources.budget.unwrap_or(u64::MAX / 4);
+    let work_dir = work_dir();
+    super::interrupt::remove_on_interrupt(work_dir.clone());
+    Ok(RunOptions { spill_dir: resources.spill_dir.clone(), ..RunOptions::new(workers, budget, work_dir) })
+}
+
+/// The Slurm executor of this run: its folder in the shared dir, how jobs start `runner task`.
+fn slurm_executor(compiled: &Compiled, args: &RunArgs) -> anyhow::Result<Arc<SlurmExecutor>> {
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    let shared = args.executor.shared_dir.clone().unwrap_or_else(|| PathBuf::from("runner-shared"));
+    let shared = if shared.is_absolute() { shared } else { cwd.join(shared) };
+    let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3f");
+    let run_dir = shared.join(format!("{}-{}-{stamp}", sanitize_name(&compiled.recipe.name), std::process::id()));
+    let recipe = &args.recipe.recipe;
+    let invocation = Invocation {
+        exe: std::env::current_exe().context("finding this runner's executable for the jobs")?,
+        recipe: if recipe.is_absolute() { recipe.clone() } else { cwd.join(recipe) },
+        cycle: compiled.recipe.cycle.clone(),
+        set: args.recipe.set.clone(),
+        workdir: cwd,
+    };
+    let options = SlurmOptions {
+        partition: args.executor.partition.clone(),
+        account: args.executor.account.clone(),
+        extra_args: args.executor.slurm_args.clone(),
+        cpus_per_task: args.executor.cpus_per_task,
+        recipe: compiled.recipe.name.clone(),
+    };
+    let executor = SlurmExecutor::new(Slurm::new(), run_dir.clone(), invocation, options)
+        .with_context(|| format!("creating the run's folder {} in the shared dir", run_dir.display()))?;
+    Ok(Arc::new(executor))
+}
+
+/// A recipe name as a folder name.
+fn sanitize_name(name: &str) -> String {
+    name.chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
 
 /// Whether a file can be created at `path` (its folder is made if needed): a probe file is
@@ -97,6 +153,17 @@ pub fn execute(
     store: Option<&Store>,
     record: bool,
 ) -> anyhow::Result<Executed> {
+    execute_with(compiled, options, store, record, None)
+}
+
+/// [`execute`], with the tasks run as Slurm jobs when `slurm` is given.
+pub fn execute_with(
+    compiled: &mut Compiled,
+    options: &RunOptions,
+    store: Option<&Store>,
+    record: bool,
+    slurm: Option<&Arc<SlurmExecutor>>,
+) -> anyhow::Result<Executed> {
     if let Some(store) = store {
         record::learn(store, compiled);
     }
@@ -105,7 +172,10 @@ pub fn execute(
     }
     let sink = match (store, record) {
         (Some(store), true) => {
-            let start = record::run_start(compiled, options);
+            let mut start = record::run_start(compiled, options);
+            if slurm.is_some() {
+                start.executor = crate::store::Executor::Slurm;
+            }
             let recorder = store.start_run(&start)?;
             Some(StoreSink::new(recorder, &start, compiled, options.workers.max(1)))
         }
@@ -118,8 +188,19 @@ pub fn execute(
         let bar = progress::spawn(scope, &progress);
         let sampler = sink.as_ref().and_then(|s| sampler::spawn(scope, &progress, s.recorder()).ok());
         let sink = sink.as_ref().map(|s| s as &dyn TaskSink);
-        let report = scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, options, &progress, sink);
-        for thread in [bar, sampler].into_iter().flatten() {
+        let server = slurm.map(|executor| scope.spawn(move || executor.serve()));
+        // Ctrl-C and SIGTERM cancel the run's jobs before the process exits.
+        let _cancel = slurm.map(|executor| {
+            let executor = Arc::clone(executor);
+            super::interrupt::on_interrupt(move || executor.cancel_all())
+        });
+        let remote = slurm.map(|e| &**e as &dyn RemoteExecutor);
+        let report =
+            scheduler::run_with(&compiled.recipe, &compiled.graph, &compiled.plan, options, &progress, sink, remote);
+        if let Some(executor) = slurm {
+            executor.stop();
+        }
+        for thread in [bar, sampler, server].into_iter().flatten() {
             let _ = thread.join();
         }
         report

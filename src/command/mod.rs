@@ -52,6 +52,67 @@ use crate::measure::{PeakSource, external};
 use cgroup::TaskCgroup;
 use tree::Tree;
 
+/// What a task's host passes on when a plugin runs a [`runner_plugin::CommandSpec`]: where its
+/// log goes unless the spec says, the step's timeout, the memory limit (`--enforce-memory`),
+/// the task's measurement tag, and its cancellation.
+pub struct TaskCommand<'a> {
+    pub default_log: PathBuf,
+    pub timeout: Option<Duration>,
+    pub limit: Option<u64>,
+    pub tag: u32,
+    pub cancelled: &'a (dyn Fn() -> bool + Sync),
+}
+
+/// What one command of a task measured, for the task's record.
+#[derive(Debug, Clone)]
+pub struct CommandMeasured {
+    pub peak: u64,
+    pub source: PeakSource,
+    pub log_path: PathBuf,
+}
+
+/// Runs a plugin's command `spec` as part of `task`: killed at the sooner of the spec's and the
+/// task's timeout or when it is cancelled. `measured` hears what the tree measured (also when
+/// the command fails); the plugin gets the [`runner_plugin::CommandOutcome`].
+pub fn run_for_task(
+    spec: &runner_plugin::CommandSpec,
+    task: &TaskCommand<'_>,
+    mut measured: impl FnMut(&CommandMeasured),
+) -> Result<runner_plugin::CommandOutcome, TaskError> {
+    let log_path = spec.log_path.clone().unwrap_or_else(|| task.default_log.clone());
+    measured(&CommandMeasured { peak: 0, source: PeakSource::Cgroup, log_path: log_path.clone() });
+    let timeout = match (spec.timeout, task.timeout) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let request = Request {
+        argv: &spec.argv,
+        env: &spec.env,
+        log_path: &log_path,
+        memory_limit: spec.memory_limit.or(task.limit),
+        timeout,
+        tag: task.tag,
+        cancelled: task.cancelled,
+        isolation: Isolation::Auto,
+    };
+    let finished = run(&request).map_err(|e| TaskError::msg(e.to_string()))?;
+    measured(&CommandMeasured { peak: finished.peak_bytes, source: finished.peak_source, log_path: log_path.clone() });
+    let exit = finished.exit()?;
+    let source = match finished.peak_source {
+        PeakSource::Cgroup => runner_plugin::CommandPeakSource::Cgroup,
+        _ => runner_plugin::CommandPeakSource::Wait4Sampled,
+    };
+    Ok(runner_plugin::CommandOutcome::new(
+        finished.command,
+        exit,
+        finished.peak_bytes,
+        source,
+        finished.log_path,
+        finished.wall,
+        finished.stderr_tail,
+    ))
+}
+
 /// How often a running command's memory is sampled: short enough to catch a spike of a tenth
 /// of a second many times over, cheap enough (one read of `memory.stat`, ~20 µs) to cost
 /// nothing beside the command.

@@ -20,12 +20,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use runner_plugin::{
-    CommandOutcome, CommandPeakSource, CommandSpec, DimValue, FailureKind, Host, Input, Inputs, InputsForEstimate,
-    TaskContext, TaskError, Value, task_tag,
+    CommandOutcome, CommandSpec, DimValue, FailureKind, Host, Input, Inputs, InputsForEstimate, TaskContext, TaskError,
+    Value, task_tag,
 };
 use smallvec::SmallVec;
 
 use crate::command;
+use crate::executor::{RemoteExecutor, RemoteOutcome, Unit};
 use crate::graph::Graph;
 use crate::measure::{self, PeakSource, TaskMemory};
 use crate::memory::spill::{SpillDir, release_value_pages};
@@ -197,6 +198,8 @@ struct Shared<'r> {
     spill: &'r SpillDir,
     /// When the run started: task start times are offsets from it.
     started: Instant,
+    /// Where tasks run when not in this process.
+    remote: Option<&'r dyn RemoteExecutor>,
 }
 
 impl<'r> Shared<'r> {
@@ -215,6 +218,20 @@ pub fn run(
     options: &RunOptions,
     progress: &Progress,
     sink: Option<&dyn TaskSink>,
+) -> RunReport {
+    run_with(recipe, graph, plan, options, progress, sink, None)
+}
+
+/// [`run`], with the tasks run by `remote` (e.g. as Slurm jobs) instead of in this process when
+/// one is given: the order, the ledger and the recording are the same.
+pub fn run_with(
+    recipe: &Recipe,
+    graph: &Graph,
+    plan: &Plan,
+    options: &RunOptions,
+    progress: &Progress,
+    sink: Option<&dyn TaskSink>,
+    remote: Option<&dyn RemoteExecutor>,
 ) -> RunReport {
     let workers = options.workers.clamp(1, measure::SLOTS);
     // Nested parallel work (TaskContext::join and friends) runs on rayon's global pool; size it
@@ -255,6 +272,7 @@ pub fn run(
         meter: &meter,
         spill: &spill,
         started,
+        remote,
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
     progress.budget.store(options.budget, Ordering::Relaxed);
@@ -436,6 +454,11 @@ impl<'s, 'r> Worker<'s, 'r> {
             self.write_spills();
             return true;
         }
+        if let Some(remote) = self.shared.remote {
+            self.run_remote(remote);
+            self.flush_reports();
+            return true;
+        }
         // One clock reading per task: each task starts when the one before it ended.
         let mut clock = Instant::now();
         for at in 0..self.claimed.len() {
@@ -579,9 +602,17 @@ impl<'s, 'r> Worker<'s, 'r> {
             match state.pick(plan, self.slot(0)) {
                 Pick::Run(picked) => {
                     self.claim(&state, picked);
-                    if picked.admission == Admission::Fits && state.is_quick(picked.task.step) {
+                    // Quick local tasks are claimed in batches; remote ones in the chunks a job runs.
+                    let chunk = match shared.remote {
+                        Some(remote) => {
+                            remote.tasks_per_job(shared.graph.steps[picked.task.step].tasks, shared.options.workers)
+                        }
+                        None if state.is_quick(picked.task.step) => MAX_BATCH,
+                        None => 1,
+                    };
+                    if picked.admission == Admission::Fits && chunk > 1 {
                         let mut batch = std::mem::take(&mut self.batch);
-                        let slots = (1..MAX_BATCH).map(|position| self.slot(position));
+                        let slots = (1..chunk.min(MAX_BATCH)).map(|position| self.slot(position));
                         state.pick_more(&picked, slots, &mut batch);
                         for more in batch.drain(..) {
                             self.claim(&state, more);
@@ -803,6 +834,112 @@ impl<'s, 'r> Worker<'s, 'r> {
         }
         self.claimed[at].picked = picked;
         Some(Finished { outcome, output, file_bytes, peak: measured.peak, wall })
+    }
+
+    /// Runs the claimed tasks (of one step) as one unit on the remote executor, then each task
+    /// that failed and may be retried again on its own — one that ran out of memory with a
+    /// larger reservation, at least once (a job that outgrew its `--mem` is retried bigger) —
+    /// and reports them all.
+    fn run_remote(&mut self, remote: &dyn RemoteExecutor) {
+        let Some(first) = self.claimed.first().map(|c| c.picked) else { return };
+        let step = first.task.step;
+        let step_def = &self.shared.recipe.steps[step];
+        let (retries, on_missing) = (step_def.retries, step_def.on_missing);
+        let started = Instant::now();
+        let indices: Vec<u64> = self.claimed.iter().map(|c| c.picked.task.index).collect();
+        let unit = Unit {
+            step,
+            step_name: &step_def.name,
+            indices: &indices,
+            mem_bytes: self.claimed.iter().map(|c| c.picked.reserved).max().unwrap_or(0),
+            time_limit: step_def.timeout.map(|t| t * indices.len() as u32),
+        };
+        let outcomes = remote.run_unit(&unit);
+        for (at, mut outcome) in outcomes.into_iter().enumerate() {
+            let mut picked = self.claimed[at].picked;
+            let mut attempts = 1;
+            loop {
+                let Err(error) = &outcome.result else { break };
+                let kind = error.kind();
+                let allowed = if kind == FailureKind::OutOfMemory { retries.max(1) } else { retries };
+                if kind == FailureKind::MissingInput || attempts > allowed {
+                    break;
+                }
+                if kind == FailureKind::OutOfMemory {
+                    picked = self.grow_after_oom(picked, outcome.peak.max(picked.reserved));
+                }
+                attempts += 1;
+                let one = [picked.task.index];
+                let retry =
+                    Unit { indices: &one, mem_bytes: picked.reserved, time_limit: step_def.timeout, ..unit.clone() };
+                match remote.run_unit(&retry).pop() {
+                    Some(again) => outcome = again,
+                    None => break,
+                }
+            }
+            self.claimed[at].picked = picked;
+            self.finish_remote(at, outcome, attempts, on_missing, started);
+        }
+        self.claimed.clear();
+        self.values.clear();
+        self.counts.clear();
+    }
+
+    /// Reports claimed task `at`, which ran remotely and ended with `outcome`.
+    fn finish_remote(
+        &mut self,
+        at: usize,
+        outcome: RemoteOutcome,
+        attempts: u32,
+        on_missing: OnMissing,
+        started: Instant,
+    ) {
+        let picked = self.claimed[at].picked;
+        let TaskRef { step, index } = picked.task;
+        self.describe_task(step, index);
+        let (outcome_kind, output, error) = match outcome.result {
+            Ok(path) => (Outcome::Ok, Value::Path(path), None),
+            Err(error) => match (error.kind(), on_missing) {
+                (FailureKind::MissingInput, OnMissing::Skip) => {
+                    (Outcome::Skipped, Value::None, Some(error.to_string()))
+                }
+                (FailureKind::MissingInput, OnMissing::Ignore) => {
+                    (Outcome::Dropped, Value::None, Some(error.to_string()))
+                }
+                _ => (Outcome::Failed, Value::None, Some(error.to_string())),
+            },
+        };
+        // Consumers learn from the size of the value file (the output's data), as from a buffer.
+        let file_bytes = match &output {
+            Value::Path(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
+            _ => 0,
+        };
+        let measured = Measured {
+            peak: outcome.peak,
+            peak_source: outcome.peak_source,
+            output_bytes: outcome.output_bytes,
+            wall: outcome.wall,
+            started,
+            attempts,
+            log_path: outcome.log_path,
+        };
+        self.report(&picked, outcome_kind, &measured, error.as_deref());
+        self.count(&picked, measured.peak, measured.wall);
+        match outcome_kind {
+            Outcome::Ok => {
+                self.stats[step].ok += 1;
+                self.stats[step].output_bytes += measured.output_bytes;
+            }
+            Outcome::Failed => self.stats[step].failed += 1,
+            Outcome::Skipped | Outcome::Dropped => self.stats[step].skipped += 1,
+        }
+        match (error, outcome_kind) {
+            (Some(error), Outcome::Failed) => self.fail(picked.task, error),
+            (Some(error), _) => self.missing.push(self.failure(picked.task, error)),
+            (None, _) => {}
+        }
+        let finished = Finished { outcome: outcome_kind, output, file_bytes, peak: measured.peak, wall: measured.wall };
+        self.done.push((picked, finished));
     }
 
     /// One attempt at claimed task `at` under its reservation `picked`: refused when it needs more
@@ -1179,42 +1316,21 @@ impl Host for TaskHost<'_, '_> {
     /// spec's and the step's timeout or when the task is cancelled; its peak is kept for the
     /// task's record whatever happens.
     fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
-        let log_path = spec.log_path.clone().unwrap_or_else(|| self.default_log_path());
-        self.note_command(|r| r.log_path = Some(log_path.clone()));
-        let timeout = match (spec.timeout, self.timeout) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
         let cancelled = || self.cancelled();
-        let request = command::Request {
-            argv: &spec.argv,
-            env: &spec.env,
-            log_path: &log_path,
-            memory_limit: spec.memory_limit.or(self.command_limit),
-            timeout,
+        let task = command::TaskCommand {
+            default_log: self.default_log_path(),
+            timeout: self.timeout,
+            limit: self.command_limit,
             tag: self.tag,
             cancelled: &cancelled,
-            isolation: command::Isolation::Auto,
         };
-        let finished = command::run(&request).map_err(|e| TaskError::msg(e.to_string()))?;
-        self.note_command(|r| {
-            if finished.peak_bytes >= r.peak {
-                (r.peak, r.source) = (finished.peak_bytes, finished.peak_source);
-            }
-        });
-        let exit = finished.exit()?;
-        let source = match finished.peak_source {
-            PeakSource::Cgroup => CommandPeakSource::Cgroup,
-            _ => CommandPeakSource::Wait4Sampled,
-        };
-        Ok(CommandOutcome::new(
-            finished.command,
-            exit,
-            finished.peak_bytes,
-            source,
-            finished.log_path,
-            finished.wall,
-            finished.stderr_tail,
-        ))
+        command::run_for_task(spec, &task, |measured| {
+            self.note_command(|r| {
+                r.log_path = Some(measured.log_path.clone());
+                if measured.peak >= r.peak {
+                    (r.peak, r.source) = (measured.peak, measured.source);
+                }
+            })
+        })
     }
 }

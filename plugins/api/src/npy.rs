@@ -56,7 +56,8 @@ pub enum ByteOrder {
 }
 
 impl ByteOrder {
-    const NATIVE: ByteOrder = if cfg!(target_endian = "big") { ByteOrder::Big } else { ByteOrder::Little };
+    /// This machine's byte order.
+    pub const NATIVE: ByteOrder = if cfg!(target_endian = "big") { ByteOrder::Big } else { ByteOrder::Little };
 }
 
 /// How a file stores one element.

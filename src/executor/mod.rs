@@ -1,0 +1,61 @@
+//! Where tasks run. The scheduler's policy — counters, ready queues, order, ledger, estimates —
+//! is the same whatever the executor; what differs is who runs a claimed task:
+//! - the local worker pool (the default): the worker thread itself, in this process;
+//! - a [`RemoteExecutor`] ([`slurm`]): the worker hands a *unit* (one or more tasks of one step)
+//!   to it and waits; the tasks run elsewhere (`runner task`, [`job`]) and come back as value
+//!   and result files in a shared folder.
+
+pub mod job;
+pub mod slurm;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use runner_plugin::TaskError;
+
+use crate::measure::PeakSource;
+use crate::recipe::StepId;
+
+/// Tasks of one step that run together in one job (one after another), with what the job may
+/// use.
+#[derive(Debug, Clone)]
+pub struct Unit<'a> {
+    pub step: StepId,
+    pub step_name: &'a str,
+    pub indices: &'a [u64],
+    /// Memory the job is given (`--mem`): the largest reservation of its tasks.
+    pub mem_bytes: u64,
+    /// The job's time limit: its tasks' timeouts, one after another.
+    pub time_limit: Option<Duration>,
+}
+
+/// How one task of a unit ended.
+#[derive(Debug)]
+pub struct RemoteOutcome {
+    pub index: u64,
+    /// The task's value file, or why it failed.
+    pub result: Result<PathBuf, TaskError>,
+    pub peak: u64,
+    pub peak_source: PeakSource,
+    pub wall: Duration,
+    pub output_bytes: u64,
+    pub log_path: Option<PathBuf>,
+}
+
+/// Runs units of tasks somewhere other than the local worker pool.
+pub trait RemoteExecutor: Sync {
+    /// Its name in the store's `runs.executor` (`slurm`).
+    fn name(&self) -> &'static str;
+
+    /// Runs `unit` to its end (blocking the calling worker), an outcome per task in `unit`'s
+    /// order. A job that ends without a task's result gives that task a failure saying how the
+    /// job ended (out of memory, cancelled, timed out...).
+    fn run_unit(&self, unit: &Unit<'_>) -> Vec<RemoteOutcome>;
+
+    /// Cancels everything submitted and not finished (Ctrl-C, an aborted run).
+    fn cancel_all(&self);
+
+    /// How many tasks of a step with `tasks` tasks one job should run, so that a step of many
+    /// quick tasks does not become as many jobs.
+    fn tasks_per_job(&self, tasks: u64, workers: usize) -> usize;
+}

@@ -1,0 +1,504 @@
+//! `--executor slurm`: units of tasks become elements of Slurm job arrays, one array per step
+//! and size of job at a time, sized by the learned estimate (`--mem`), run by `runner task` on
+//! the cluster, and measured inside the job exactly as a local task is.
+//!
+//! Workers hand units to [`SlurmExecutor::run_unit`] and wait. One service thread
+//! ([`SlurmExecutor::serve`]) gathers the units waiting to be submitted into job arrays (units
+//! of one step that ask for the same memory and time become the elements of one array: one
+//! `sbatch` call), then watches what is in flight: a unit is done when every task of it has a
+//! result file in the run folder, or when its job element has ended (Slurm's state says how:
+//! `OUT_OF_MEMORY` makes the tasks without a result out-of-memory failures, which the
+//! scheduler retries with a larger `--mem`). Job states come from one `squeue` call for all
+//! jobs in flight; result files are the truth for what ran.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use runner_plugin::size::format_size;
+use runner_plugin::{FailureKind, TaskError};
+
+use super::job::{RunFolder, TaskResult, failure_kind};
+use super::{RemoteExecutor, RemoteOutcome, Unit};
+use crate::measure::PeakSource;
+use crate::slurm::submit::shell_quote;
+use crate::slurm::{ArraySpec, Element, Job, JobId, JobSpec, JobState, Observed, Slurm, TASK_INDEX_VAR, TaskMapping};
+
+/// How `runner task` is started in a job: this binary, the recipe and what fills it in.
+#[derive(Debug, Clone)]
+pub struct Invocation {
+    pub exe: PathBuf,
+    /// Absolute, so that a job finds it whatever its directory.
+    pub recipe: PathBuf,
+    pub cycle: String,
+    pub set: Vec<(String, String)>,
+    /// The directory the jobs run in (the runner's own: paths in recipes are relative to it).
+    pub workdir: PathBuf,
+}
+
+/// What every job is submitted with, from the command line.
+#[derive(Debug, Clone, Default)]
+pub struct SlurmOptions {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    /// Further `sbatch` options passed through.
+    pub extra_args: Vec<String>,
+    pub cpus_per_task: u32,
+    /// The recipe's name, for job names (`recipe/step`).
+    pub recipe: String,
+}
+
+/// What a job's process needs besides its task's own peak: the runner's code and start-up, the
+/// recipe compiled, and the pages of its mapped inputs it is reading. `--mem` is the task's
+/// reservation plus this.
+pub const JOB_BASELINE: u64 = 96 << 20;
+
+/// How often jobs in flight are looked at.
+const POLL_EVERY: Duration = Duration::from_millis(500);
+/// Units that arrive within this of each other are submitted in one array.
+const GATHER: Duration = Duration::from_millis(100);
+/// A job element that has ended may have written its last result files just before: they are
+/// waited for this long (shared filesystems show files late) before its tasks count as lost.
+const RESULT_GRACE: Duration = Duration::from_secs(10);
+
+/// A unit waiting to be submitted.
+struct Pending {
+    unit: u64,
+    step: String,
+    indices: Vec<u64>,
+    mem_bytes: u64,
+    time_limit: Option<Duration>,
+    since: Instant,
+}
+
+/// A submitted array and the unit each element runs.
+struct InFlight {
+    job: Job,
+    step: String,
+    units: Vec<u64>,
+    /// Which of `units` are settled (their worker may have taken the result already).
+    done: Vec<bool>,
+    mem_bytes: u64,
+    /// When each element was first seen ended without all its results.
+    ended: HashMap<u32, (Instant, JobState)>,
+}
+
+/// A unit that is over: each task's result, or how the job ended without one.
+struct Settled {
+    results: Vec<Result<TaskResult, TaskError>>,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Pending>,
+    in_flight: Vec<InFlight>,
+    /// Units submitted, by id: their step and task indices, to read their results.
+    units: HashMap<u64, (String, Vec<u64>)>,
+    settled: HashMap<u64, Settled>,
+    /// Why submitting or polling failed, for the units it concerns.
+    broken: Option<String>,
+}
+
+/// The Slurm executor of one run.
+pub struct SlurmExecutor {
+    slurm: Slurm,
+    folder: RunFolder,
+    invocation: Invocation,
+    options: SlurmOptions,
+    queue: Mutex<Queue>,
+    changed: Condvar,
+    next_unit: AtomicU64,
+    stopping: AtomicBool,
+    /// Set when the service thread died: units fail at once instead of waiting for it.
+    dead: Mutex<Option<String>>,
+}
+
+impl SlurmExecutor {
+    /// An executor submitting to `slurm`, with the run's values and results under `run_dir`
+    /// (in the shared dir, seen by every node).
+    pub fn new(slurm: Slurm, run_dir: PathBuf, invocation: Invocation, options: SlurmOptions) -> std::io::Result<Self> {
+        let folder = RunFolder { root: run_dir };
+        for dir in ["values", "results", "units", "logs"] {
+            std::fs::create_dir_all(folder.root.join(dir))?;
+        }
+        Ok(SlurmExecutor {
+            slurm,
+            folder,
+            invocation,
+            options,
+            queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
+            next_unit: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+            dead: Mutex::new(None),
+        })
+    }
+
+    /// The run folder (values, results, logs).
+    pub fn run_dir(&self) -> &Path {
+        &self.folder.root
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The service loop: submits waiting units as job arrays and settles the ones in flight,
+    /// until [`SlurmExecutor::stop`] is called and nothing is left in flight.
+    pub fn serve(&self) {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.serve_until_stopped())) {
+            // Nobody would settle the units in flight: fail them, so their workers go on.
+            let why = format!(
+                "internal error: the Slurm executor's service thread panicked: {}",
+                crate::panics::message(&*panic)
+            );
+            *self.dead.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+            let mut queue = self.lock();
+            let waiting: Vec<(u64, usize)> = queue
+                .units
+                .iter()
+                .map(|(&unit, (_, indices))| (unit, indices.len()))
+                .chain(queue.pending.iter().map(|p| (p.unit, p.indices.len())))
+                .collect();
+            for (unit, tasks) in waiting {
+                queue
+                    .settled
+                    .insert(unit, Settled { results: (0..tasks).map(|_| Err(TaskError::msg(why.clone()))).collect() });
+            }
+            queue.pending.clear();
+            drop(queue);
+            self.changed.notify_all();
+            self.cancel_all();
+        }
+    }
+
+    fn serve_until_stopped(&self) {
+        let mut last_poll = Instant::now() - POLL_EVERY;
+        loop {
+            let mut queue = self.lock();
+            if self.stopping.load(Ordering::Relaxed) && queue.pending.is_empty() && queue.in_flight.is_empty() {
+                return;
+            }
+            let ready = queue.pending.first().is_some_and(|p| p.since.elapsed() >= GATHER);
+            if ready {
+                let pending = std::mem::take(&mut queue.pending);
+                drop(queue);
+                self.submit(pending);
+                continue;
+            }
+            if last_poll.elapsed() >= POLL_EVERY && !queue.in_flight.is_empty() {
+                drop(queue);
+                self.poll();
+                last_poll = Instant::now();
+                continue;
+            }
+            let _ = self.changed.wait_timeout(queue, GATHER).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Asks [`SlurmExecutor::serve`] to return once everything in flight is over.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+        self.changed.notify_all();
+    }
+
+    /// Submits `pending` units as arrays: one per (step, memory, time).
+    fn submit(&self, pending: Vec<Pending>) {
+        let mut groups: Vec<Vec<Pending>> = Vec::new();
+        for unit in pending {
+            match groups.iter_mut().find(|g| {
+                g[0].step == unit.step && g[0].mem_bytes == unit.mem_bytes && g[0].time_limit == unit.time_limit
+            }) {
+                Some(group) => group.push(unit),
+                None => groups.push(vec![unit]),
+            }
+        }
+        for group in groups {
+            let units: Vec<u64> = group.iter().map(|u| u.unit).collect();
+            let (step, mem_bytes, time_limit) = (group[0].step.clone(), group[0].mem_bytes, group[0].time_limit);
+            let submitted = self.submit_array(&step, &units, mem_bytes, time_limit);
+            let mut queue = self.lock();
+            for unit in &group {
+                queue.units.insert(unit.unit, (unit.step.clone(), unit.indices.clone()));
+            }
+            match submitted {
+                Ok(job) => {
+                    let done = vec![false; units.len()];
+                    queue.in_flight.push(InFlight { job, step, units, done, mem_bytes, ended: HashMap::new() })
+                }
+                Err(error) => {
+                    let why = format!("submitting to Slurm failed: {error}");
+                    for unit in &group {
+                        let results = unit.indices.iter().map(|_| Err(TaskError::msg(why.clone()))).collect();
+                        queue.settled.insert(unit.unit, Settled { results });
+                    }
+                    queue.broken = Some(why);
+                }
+            }
+            drop(queue);
+            self.changed.notify_all();
+        }
+    }
+
+    fn submit_array(
+        &self,
+        step: &str,
+        units: &[u64],
+        mem_bytes: u64,
+        time_limit: Option<Duration>,
+    ) -> Result<Job, crate::slurm::SlurmError> {
+        let first = units[0];
+        let index_file = self.folder.root.join("units").join(format!("array-{first}"));
+        crate::slurm::write_index_file(&index_file, units)?;
+        let job = JobSpec {
+            name: format!("{}/{step}", self.options.recipe),
+            command: self.command(step),
+            mem_bytes: mem_bytes.saturating_add(JOB_BASELINE),
+            cpus_per_task: self.options.cpus_per_task.max(1),
+            time_limit,
+            log_dir: self.folder.logs(),
+            workdir: Some(self.invocation.workdir.clone()),
+            partition: self.options.partition.clone(),
+            account: self.options.account.clone(),
+            extra_args: self.options.extra_args.clone(),
+        };
+        let array =
+            ArraySpec { job, tasks: units.len() as u32, throttle: None, mapping: TaskMapping::IndexFile(index_file) };
+        self.slurm.submit_array(&array)
+    }
+
+    /// The batch script's command: `runner task` for the element's unit.
+    fn command(&self, step: &str) -> String {
+        let i = &self.invocation;
+        let mut words: Vec<String> = vec![
+            i.exe.display().to_string(),
+            "task".into(),
+            i.recipe.display().to_string(),
+            "--cycle".into(),
+            i.cycle.clone(),
+            "--run-dir".into(),
+            self.folder.root.display().to_string(),
+            "--step".into(),
+            step.to_string(),
+        ];
+        for (key, value) in &i.set {
+            words.push("--set".into());
+            words.push(format!("{key}={value}"));
+        }
+        let mut line: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
+        line.push("--unit".into());
+        line.push(format!("\"${TASK_INDEX_VAR}\""));
+        format!("exec {}", line.join(" "))
+    }
+
+    /// Settles the units whose results are all there, or whose job element has ended.
+    fn poll(&self) {
+        let jobs: Vec<Job> = self.lock().in_flight.iter().map(|f| f.job.clone()).collect();
+        let report = self.slurm.poll(&jobs);
+        let mut queue = self.lock();
+        let Queue { in_flight, units, settled, broken, .. } = &mut *queue;
+        for flight in in_flight.iter_mut() {
+            for (element, &unit) in flight.units.iter().enumerate() {
+                if flight.done[element] {
+                    continue;
+                }
+                let Some((step, indices)) = units.get(&unit) else {
+                    flight.done[element] = true;
+                    continue;
+                };
+                let results: Vec<Option<TaskResult>> =
+                    indices.iter().map(|&index| self.folder.read_result(step, index)).collect();
+                if results.iter().all(Option::is_some) {
+                    settled.insert(
+                        unit,
+                        Settled { results: results.into_iter().map(|r| Ok(r.expect("all present"))).collect() },
+                    );
+                    flight.done[element] = true;
+                    continue;
+                }
+                let observed = match &report {
+                    Ok(report) => report.get(Element { job: flight.job.id, index: Some(element as u32) }).clone(),
+                    Err(error) => {
+                        *broken = Some(format!("polling Slurm failed: {error}"));
+                        continue;
+                    }
+                };
+                let ended = match observed {
+                    Observed::Known { state, .. } if state.is_finished() => Some(state),
+                    Observed::Vanished => Some(JobState::Unrecognised("gone from the queue".into())),
+                    Observed::Known { .. } => None,
+                };
+                let Some(state) = ended else { continue };
+                let (since, state) = flight.ended.entry(element as u32).or_insert((Instant::now(), state)).clone();
+                // An element that ran out of memory wrote all it will; others get a grace.
+                if state != JobState::OutOfMemory && since.elapsed() < RESULT_GRACE {
+                    continue;
+                }
+                let log = crate::slurm::log_paths(
+                    &self.job_spec_for_logs(&flight.step, flight.mem_bytes),
+                    Element { job: flight.job.id, index: Some(element as u32) },
+                )
+                .1;
+                let results =
+                    results.into_iter().map(|r| r.ok_or_else(|| lost(&state, flight.mem_bytes, &log))).collect();
+                settled.insert(unit, Settled { results });
+                flight.done[element] = true;
+            }
+        }
+        in_flight.retain(|f| f.done.iter().any(|done| !done));
+        drop(queue);
+        self.changed.notify_all();
+    }
+
+    /// The spec's fields that name its log files.
+    fn job_spec_for_logs(&self, step: &str, mem_bytes: u64) -> JobSpec {
+        JobSpec {
+            name: format!("{}/{step}", self.options.recipe),
+            command: String::new(),
+            mem_bytes,
+            cpus_per_task: 1,
+            time_limit: None,
+            log_dir: self.folder.logs(),
+            workdir: None,
+            partition: None,
+            account: None,
+            extra_args: Vec::new(),
+        }
+    }
+}
+
+/// The failure of a task whose job element ended (in `state`) without its result.
+fn lost(state: &JobState, mem_bytes: u64, log: &Path) -> TaskError {
+    match state {
+        JobState::OutOfMemory => TaskError::of_kind(
+            FailureKind::OutOfMemory,
+            format!(
+                "its Slurm job ran out of memory (--mem {}); the job's log: {}",
+                format_size(mem_bytes.saturating_add(JOB_BASELINE)),
+                log.display()
+            ),
+        ),
+        JobState::Timeout => TaskError::of_kind(
+            FailureKind::TimedOut,
+            format!("its Slurm job reached its time limit; the job's log: {}", log.display()),
+        ),
+        JobState::Cancelled => TaskError::of_kind(
+            FailureKind::Cancelled,
+            format!("its Slurm job was cancelled; the job's log: {}", log.display()),
+        ),
+        other => TaskError::msg(format!(
+            "its Slurm job ended ({}) without the task's result; the job's log: {}",
+            other.name(),
+            log.display()
+        )),
+    }
+}
+
+impl RemoteExecutor for SlurmExecutor {
+    fn name(&self) -> &'static str {
+        "slurm"
+    }
+
+    fn run_unit(&self, unit: &Unit<'_>) -> Vec<RemoteOutcome> {
+        let id = self.next_unit.fetch_add(1, Ordering::Relaxed);
+        let failed_all = |error: TaskError| -> Vec<RemoteOutcome> {
+            unit.indices.iter().map(|&index| remote_failure(index, error.clone())).collect()
+        };
+        if let Some(why) = self.dead.lock().unwrap_or_else(|p| p.into_inner()).clone() {
+            return failed_all(TaskError::msg(why));
+        }
+        let mut text = String::new();
+        for index in unit.indices {
+            text.push_str(&index.to_string());
+            text.push('\n');
+        }
+        // A task run again (a retry) must not find its last attempt's result.
+        for &index in unit.indices {
+            let _ = std::fs::remove_file(self.folder.result(unit.step_name, index));
+        }
+        if let Err(error) = crate::values::write_atomically(&self.folder.unit(id), text.as_bytes()) {
+            return failed_all(TaskError::msg(format!("cannot write the unit file: {error}")));
+        }
+        let mut queue = self.lock();
+        queue.pending.push(Pending {
+            unit: id,
+            step: unit.step_name.to_string(),
+            indices: unit.indices.to_vec(),
+            mem_bytes: unit.mem_bytes,
+            time_limit: unit.time_limit,
+            since: Instant::now(),
+        });
+        self.changed.notify_all();
+        let settled = loop {
+            if let Some(settled) = queue.settled.remove(&id) {
+                break settled;
+            }
+            queue = self.changed.wait(queue).unwrap_or_else(|p| p.into_inner());
+        };
+        queue.units.remove(&id);
+        drop(queue);
+        unit.indices
+            .iter()
+            .zip(settled.results)
+            .map(|(&index, result)| match result {
+                // A job killed at its limit peaked there: what the retry must be larger than.
+                Err(error) if error.kind() == FailureKind::OutOfMemory => {
+                    RemoteOutcome { peak: unit.mem_bytes.saturating_add(JOB_BASELINE), ..remote_failure(index, error) }
+                }
+                Err(error) => remote_failure(index, error),
+                Ok(result) => self.outcome(index, result),
+            })
+            .collect()
+    }
+
+    fn cancel_all(&self) {
+        let jobs: Vec<JobId> = self.lock().in_flight.iter().map(|f| f.job.id).collect();
+        if let Err(error) = self.slurm.cancel(&jobs) {
+            eprintln!("cancelling the run's Slurm jobs failed: {error}");
+        }
+    }
+
+    fn tasks_per_job(&self, tasks: u64, workers: usize) -> usize {
+        // A job costs about a second of the cluster's scheduling: a step's tasks are spread
+        // over about as many jobs as may be in flight (`--workers`), at most 64 tasks a job.
+        tasks.div_ceil(workers.max(1) as u64).clamp(1, 64) as usize
+    }
+}
+
+impl SlurmExecutor {
+    /// A task's outcome from its result file.
+    fn outcome(&self, index: u64, result: TaskResult) -> RemoteOutcome {
+        let peak_source = PeakSource::parse(&result.peak_source).unwrap_or_default();
+        let outcome = match (result.ok, result.value) {
+            (true, Some(value)) => Ok(self.folder.root.join(value)),
+            (true, None) => Err(TaskError::msg("the job reported success but no value file")),
+            (false, _) => Err(TaskError::of_kind(
+                failure_kind(result.failure.as_deref().unwrap_or("error")),
+                result.error.unwrap_or_else(|| "failed in its job".to_string()),
+            )),
+        };
+        RemoteOutcome {
+            index,
+            result: outcome,
+            peak: result.peak_bytes,
+            peak_source,
+            wall: Duration::from_millis(result.wall_ms),
+            output_bytes: result.output_bytes,
+            log_path: result.log_path,
+        }
+    }
+}
+
+fn remote_failure(index: u64, error: TaskError) -> RemoteOutcome {
+    RemoteOutcome {
+        index,
+        result: Err(error),
+        peak: 0,
+        peak_source: PeakSource::Allocator,
+        wall: Duration::ZERO,
+        output_bytes: 0,
+        log_path: None,
+    }
+}
