@@ -10,6 +10,7 @@ pub mod budget;
 pub mod cli;
 pub mod estimate;
 pub mod graph;
+pub mod layout;
 pub mod measure;
 pub mod memory;
 pub mod plan;

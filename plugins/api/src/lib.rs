@@ -26,6 +26,7 @@ mod args;
 mod context;
 mod error;
 mod inputs;
+pub mod layout;
 mod plugin;
 pub mod size;
 pub mod task_tag;
@@ -35,6 +36,7 @@ pub use args::{ArgKind, ArgSpec, Args};
 pub use context::{Host, TaskContext};
 pub use error::{ArgError, FailureKind, TaskError};
 pub use inputs::{Input, InputMeta, Inputs, InputsForEstimate};
+pub use layout::{DimRead, GroupOf, InputLayout, LayoutDim, ProducerDim, StepLayout};
 pub use plugin::Plugin;
 pub use value::{Array, Attrs, DType, DimValue, Element, ExternalBytes, Storage, Value, ValueMeta};
 
