@@ -110,7 +110,12 @@ impl Plan {
             if let Err(e) = step.plugin.check_layout(&args, &crate::layout::step_layout(recipe, graph, id)) {
                 diagnostics.push(Diagnostic::new(
                     step.arg_loc(e.arg.as_deref()),
-                    format!("plugin `{}` rejects the layout of step `{}`: {}", step.plugin.name(), step.name, e.message),
+                    format!(
+                        "plugin `{}` rejects the layout of step `{}`: {}",
+                        step.plugin.name(),
+                        step.name,
+                        e.message
+                    ),
                 ));
             }
             let output = match step.plugin.output(&args, &inputs) {

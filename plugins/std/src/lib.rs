@@ -9,6 +9,7 @@
 //! | `nbhood` | [`nbhood`] |
 //! | `mean` | [`mean`] |
 //! | `read_npy`, `write_npy` | [`npy`] |
+//! | `read_netcdf`, `write_netcdf` | [`netcdf`] |
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use runner_plugin::Plugin;
 pub mod alloc;
 pub mod mean;
 pub mod nbhood;
+pub mod netcdf;
 pub mod noop;
 pub mod npy;
 mod support;
@@ -38,5 +40,7 @@ pub fn all() -> Vec<Arc<dyn Plugin>> {
         Arc::new(mean::Mean),
         Arc::new(npy::ReadNpy),
         Arc::new(npy::WriteNpy),
+        Arc::new(netcdf::ReadNetcdf),
+        Arc::new(netcdf::WriteNetcdf),
     ]
 }
