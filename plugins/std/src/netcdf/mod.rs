@@ -50,7 +50,7 @@ use runner_plugin::{
     ValueMeta,
 };
 
-use crate::support::{expect_array, one_input_meta, one_input_value, shown};
+use crate::support::{expect_array, shown};
 
 /// Reads one variable of a netCDF-3 or netCDF-4 file.
 pub struct ReadNetcdf;
@@ -69,7 +69,7 @@ const READ_ARGS: &[ArgSpec] = &[
 ];
 
 const WRITE_ARGS: &[ArgSpec] = &[
-    ArgSpec::required("path", "the netCDF-4 file to write (parent dirs are created; written atomically)").output_path(),
+    ArgSpec::required("path", "the netCDF-4 file to write (parent dirs are created; written atomically); a gathered input writes one variable per array, named by its `variable` attribute").output_path(),
     ArgSpec::optional("variable", "the input's `variable` attribute", "the variable's name in the file"),
     ArgSpec::optional("deflate", "4", "deflate level, 0 (none) to 9"),
     ArgSpec::optional("shuffle", "true", "the HDF5 shuffle filter before deflate"),
@@ -222,7 +222,9 @@ impl Plugin for WriteNetcdf {
     }
 
     fn output(&self, _args: &Args, inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
-        let input = one_input_meta("write_netcdf", inputs)?;
+        let [input] = inputs else {
+            return Err(ArgError::general(format!("`write_netcdf` takes exactly one input, got {}", inputs.len())));
+        };
         crate::support::array_shape_of("write_netcdf", input, ALL_DTYPES)?;
         Ok(ValueMeta::Path)
     }
@@ -233,25 +235,58 @@ impl Plugin for WriteNetcdf {
     }
 
     fn run(&self, ctx: &TaskContext, args: &Args, inputs: &Inputs) -> Result<Value, TaskError> {
-        let (name, value) = one_input_value("write_netcdf", inputs)?;
-        let array = expect_array("write_netcdf", name, value, ALL_DTYPES)?;
+        let [input] = inputs.iter().collect::<Vec<_>>()[..] else {
+            return Err(TaskError::msg(format!("`write_netcdf` takes exactly one input, got {}", inputs.len())));
+        };
+        let arrays: Vec<_> = input
+            .values()
+            .map(|v| expect_array("write_netcdf", input.name(), v, ALL_DTYPES))
+            .collect::<Result<_, _>>()?;
         let path = path_arg(args).map_err(|e| TaskError::msg(e.message))?;
-        let stored_name = array.attrs().get(attrs::VARIABLE).and_then(Json::as_str);
-        let options = Self::options(args, stored_name).map_err(|e| TaskError::msg(e.message))?;
-        if let Some(chunks) = &options.chunks
-            && chunks.len() != array.shape().len()
-        {
-            return Err(TaskError::msg(format!(
-                "`chunks` {chunks:?} gives {} sizes for an array of {} dims (shape {:?})",
-                chunks.len(),
-                array.shape().len(),
-                array.shape()
-            )));
+        let stored_name =
+            |a: &runner_plugin::Array| a.attrs().get(attrs::VARIABLE).and_then(Json::as_str).map(str::to_string);
+        let options = Self::options(args, arrays.first().and_then(|a| stored_name(a)).as_deref())
+            .map_err(|e| TaskError::msg(e.message))?;
+        // One array is named by `variable`; each of a gathered list by its own `variable` attribute.
+        let names: Vec<String> = if input.is_gathered() {
+            arrays
+                .iter()
+                .enumerate()
+                .map(|(i, a)| {
+                    stored_name(a).ok_or_else(|| {
+                        TaskError::msg(format!(
+                            "array {i} of input `{}` has no `variable` attribute to name it by",
+                            input.name()
+                        ))
+                    })
+                })
+                .collect::<Result<_, _>>()?
+        } else {
+            vec![options.variable.clone()]
+        };
+        for (i, name) in names.iter().enumerate() {
+            if names[..i].contains(name) {
+                return Err(TaskError::msg(format!(
+                    "two arrays of input `{}` are both variable `{name}`",
+                    input.name()
+                )));
+            }
         }
-        ctx.will_allocate(array.nbytes() * 2);
-        let bytes = write::encode(array, &options).map_err(|e| {
-            TaskError::msg(format!("writing {} (variable `{}`): {e}", path.display(), options.variable))
-        })?;
+        for array in &arrays {
+            if let Some(chunks) = &options.chunks
+                && chunks.len() != array.shape().len()
+            {
+                return Err(TaskError::msg(format!(
+                    "`chunks` {chunks:?} gives {} sizes for an array of {} dims (shape {:?})",
+                    chunks.len(),
+                    array.shape().len(),
+                    array.shape()
+                )));
+            }
+        }
+        ctx.will_allocate(arrays.iter().map(|a| a.nbytes()).sum::<u64>() * 2);
+        let bytes = write::encode(&arrays, &names, &options)
+            .map_err(|e| TaskError::msg(format!("writing {}: {e}", path.display())))?;
         write::write_atomically(&path, &bytes).map_err(TaskError::msg)?;
         Ok(Value::Path(path))
     }

@@ -25,48 +25,70 @@ pub struct WriteOptions {
     pub pack: bool,
 }
 
-/// The file's bytes for `array`.
-pub fn encode(array: &Array, options: &WriteOptions) -> Result<Vec<u8>, String> {
-    let meta = Meta::of(array)?;
+/// The file's bytes for `arrays`, each a variable named as in `names` (dims of one name must
+/// have one size; coordinates and global attributes are taken from the first array that has them).
+pub fn encode(arrays: &[&Array], names: &[String], options: &WriteOptions) -> Result<Vec<u8>, String> {
     let mut file = NcFileBuilder::new();
     let nc = |e: netcdf_writer::Error| e.to_string();
-    let mut dim_ids = Vec::with_capacity(array.shape().len());
-    for (name, &size) in meta.dims.iter().zip(array.shape()) {
-        dim_ids.push(file.add_dimension(name.clone(), size as u64).map_err(nc)?);
-    }
-    for (name, coord) in meta.coords {
-        add_coordinate(&mut file, &meta.dims, &dim_ids, name, coord)
-            .map_err(|e| format!("coordinate `{name}`: {e}"))?;
-    }
-    let packing = Packing::of(array.dtype(), meta.encoding, options.pack)?;
-    let var = add_data(&mut file, &options.variable, &dim_ids, array, &packing)?;
-    for (name, value) in meta.var_attrs {
-        if matches!(name.as_str(), "_FillValue" | "scale_factor" | "add_offset") {
-            continue;
+    let mut dims: Vec<(String, usize, DimensionId)> = Vec::new();
+    let mut coords_written: Vec<String> = Vec::new();
+    let mut globals_written = false;
+    for (array, name) in arrays.iter().zip(names) {
+        let fail = |e: String| format!("variable `{name}`: {e}");
+        let meta = Meta::of(array).map_err(fail)?;
+        let mut dim_ids = Vec::with_capacity(array.shape().len());
+        for (dim, &size) in meta.dims.iter().zip(array.shape()) {
+            match dims.iter().find(|(n, _, _)| n == dim) {
+                Some((_, known, id)) if *known == size => dim_ids.push(*id),
+                Some((_, known, _)) => {
+                    return Err(fail(format!("dim `{dim}` has {size} values, but {known} in an earlier variable")));
+                }
+                None => {
+                    let id = file.add_dimension(dim.clone(), size as u64).map_err(nc)?;
+                    dims.push((dim.clone(), size, id));
+                    dim_ids.push(id);
+                }
+            }
         }
-        let value = attrs::from_json(name, value, type_of(meta.var_attr_types, name))?;
-        file.add_variable_attribute(var, name.clone(), value).map_err(nc)?;
-    }
-    for (name, value) in meta.extra_attrs {
-        let value = attrs::from_json(name, value, None)?;
-        file.add_variable_attribute(var, name.clone(), value).map_err(nc)?;
-    }
-    if let Some(globals) = meta.globals {
-        for (name, value) in globals {
-            let value = attrs::from_json(name, value, type_of(meta.global_types, name))?;
-            file.add_attribute(name.clone(), value).map_err(nc)?;
+        for (coord_name, coord) in &meta.coords {
+            if coords_written.contains(coord_name) || names.contains(coord_name) {
+                continue;
+            }
+            add_coordinate(&mut file, &meta.dims, &dim_ids, coord_name, coord)
+                .map_err(|e| fail(format!("coordinate `{coord_name}`: {e}")))?;
+            coords_written.push((*coord_name).clone());
         }
-    }
-    if !array.shape().is_empty() {
-        let chunks = match &options.chunks {
-            Some(chunks) => chunks.clone(),
-            None => default_chunks(array.shape()),
-        };
-        file.set_variable_chunking(var, chunks).map_err(nc)?;
-        if options.deflate > 0 {
-            file.set_variable_deflate(var, Some(options.deflate), options.shuffle).map_err(nc)?;
-        } else if options.shuffle {
-            file.set_variable_shuffle(var, true).map_err(nc)?;
+        let packing = Packing::of(array.dtype(), meta.encoding, options.pack).map_err(fail)?;
+        let var = add_data(&mut file, name, &dim_ids, array, &packing).map_err(fail)?;
+        for (attr, value) in meta.var_attrs {
+            if matches!(attr.as_str(), "_FillValue" | "scale_factor" | "add_offset") {
+                continue;
+            }
+            let value = attrs::from_json(attr, value, type_of(meta.var_attr_types, attr)).map_err(fail)?;
+            file.add_variable_attribute(var, attr.clone(), value).map_err(nc)?;
+        }
+        for (attr, value) in meta.extra_attrs {
+            let value = attrs::from_json(attr, value, None).map_err(fail)?;
+            file.add_variable_attribute(var, attr.clone(), value).map_err(nc)?;
+        }
+        if let Some(globals) = meta.globals.filter(|_| !globals_written) {
+            for (attr, value) in globals {
+                let value = attrs::from_json(attr, value, type_of(meta.global_types, attr)).map_err(fail)?;
+                file.add_attribute(attr.clone(), value).map_err(nc)?;
+            }
+            globals_written = true;
+        }
+        if !array.shape().is_empty() {
+            let chunks = match &options.chunks {
+                Some(chunks) => chunks.clone(),
+                None => default_chunks(array.shape()),
+            };
+            file.set_variable_chunking(var, chunks).map_err(nc)?;
+            if options.deflate > 0 {
+                file.set_variable_deflate(var, Some(options.deflate), options.shuffle).map_err(nc)?;
+            } else if options.shuffle {
+                file.set_variable_shuffle(var, true).map_err(nc)?;
+            }
         }
     }
     let (_, bytes) = file.to_vec(NcWriteOptions { format: NcWriteFormat::Nc4 }).map_err(nc)?;
