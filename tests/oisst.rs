@@ -23,7 +23,13 @@ fn text(bytes: &[u8]) -> String {
 }
 
 fn ok(output: &Output, what: &str) {
-    assert!(output.status.success(), "{what} failed ({}):\n{}\n{}", output.status, text(&output.stdout), text(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        text(&output.stdout),
+        text(&output.stderr)
+    );
 }
 
 /// Runs `tests/python/oisst_check.py`, failing clearly when the Python stack is missing.
