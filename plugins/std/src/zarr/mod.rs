@@ -21,7 +21,8 @@
 //!   the file system, so the finished store survives a crash.
 //!
 //! Every key is written to a temporary file and renamed into place ([`store::AtomicStore`]): a
-//! run killed at any point leaves no torn chunk, and running it again gives the same bytes.
+//! run killed at any point leaves no torn chunk, and running it again gives the same bytes. A
+//! store an earlier build left is moved aside by `zarr_create` and deleted by `zarr_finalize`.
 
 mod meta;
 pub mod store;
@@ -54,7 +55,7 @@ const STORE_KEY: &str = "zarr_store";
 const WRITTEN_KEY: &str = "zarr_written";
 
 const CREATE_ARGS: &[ArgSpec] = &[
-    ArgSpec::required("store", "the store's directory (an existing Zarr store there is replaced)").output_path(),
+    ArgSpec::required("store", "the store's directory (an existing Zarr store there is moved aside, and deleted once the new one is finished)").output_path(),
     ArgSpec::optional("array", "the input's `variable` attribute", "the data array's name in the store"),
     ArgSpec::optional(
         "concat_dim",
@@ -253,21 +254,48 @@ fn variable_attrs(array: &Array) -> Map<String, Json> {
     out
 }
 
-/// Removes what a previous build left at `path`, refusing anything that is not a Zarr store.
-fn clear_store(path: &Path) -> Result<(), String> {
+/// Moves what a previous build left at `path` aside (a rename: instant, however many chunks it
+/// holds, so the build's first writes are not held up behind a deletion), refusing anything
+/// that is not a Zarr store. Returns where it went; `zarr_finalize` deletes it.
+fn clear_store(path: &Path) -> Result<Option<PathBuf>, String> {
     let Ok(mut entries) = std::fs::read_dir(path) else {
         return match path.exists() {
             true => Err(format!("{} exists and is not a directory", path.display())),
-            false => Ok(()),
+            false => Ok(None),
         };
     };
     if entries.next().is_none() {
-        return Ok(());
+        return Ok(None);
     }
     if !(path.join("zarr.json").exists() || path.join(".zgroup").exists()) {
         return Err(format!("{} is a directory that holds no Zarr store; refusing to replace it", path.display()));
     }
-    std::fs::remove_dir_all(path).map_err(|e| format!("cannot remove the old store {}: {e}", path.display()))
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let aside = path.with_file_name(format!(".{name}.{REPLACED}-{}-{nanos}", std::process::id()));
+    std::fs::rename(path, &aside).map_err(|e| format!("cannot move the old store {} aside: {e}", path.display()))?;
+    Ok(Some(aside))
+}
+
+/// Marks the name of an old store moved aside by [`clear_store`].
+const REPLACED: &str = "replaced";
+
+/// Deletes old stores that `zarr_create` moved aside for `store` (this build's, and any a
+/// killed build left).
+fn remove_replaced(store: &Path) -> Result<(), String> {
+    let Some(dir) = store.parent().map(|p| if p.as_os_str().is_empty() { Path::new(".") } else { p }) else {
+        return Ok(());
+    };
+    let name = store.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let prefix = format!(".{name}.{REPLACED}-");
+    let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            std::fs::remove_dir_all(entry.path())
+                .map_err(|e| format!("cannot remove the old store {}: {e}", entry.path().display()))?;
+        }
+    }
+    Ok(())
 }
 
 const DATA_DTYPES: &[DType] = &[DType::F32, DType::F64, DType::I32, DType::U8];
@@ -793,6 +821,7 @@ impl Plugin for ZarrFinalize {
         sync(&spec.store).map_err(fail)?;
         meta::consolidate(&store, spec.format, &names).map_err(fail)?;
         sync(&spec.store).map_err(fail)?;
+        remove_replaced(&spec.store).map_err(fail)?;
         Ok(Value::Path(spec.store.clone()))
     }
 }

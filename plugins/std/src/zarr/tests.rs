@@ -205,4 +205,10 @@ fn a_field_outside_its_block_or_of_another_shape_is_an_error() {
     std::fs::write(other.join("notes.txt"), "keep").unwrap();
     assert!(clear_store(&other).unwrap_err().contains("holds no Zarr store; refusing to replace it"));
     assert!(other.join("notes.txt").exists());
+    // An old store is moved aside, and deleted once the new one is finished.
+    let store = dir.path().join("s.zarr");
+    let aside = clear_store(&store).unwrap().expect("the store was moved");
+    assert!(!store.exists() && aside.join("zarr.json").exists());
+    remove_replaced(&store).unwrap();
+    assert!(!aside.exists() && other.exists());
 }
