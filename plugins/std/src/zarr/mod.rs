@@ -55,7 +55,11 @@ const STORE_KEY: &str = "zarr_store";
 const WRITTEN_KEY: &str = "zarr_written";
 
 const CREATE_ARGS: &[ArgSpec] = &[
-    ArgSpec::required("store", "the store's directory (an existing Zarr store there is moved aside, and deleted once the new one is finished)").output_path(),
+    ArgSpec::required(
+        "store",
+        "the store's directory (an existing Zarr store there is moved aside, and deleted once the new one is finished)",
+    )
+    .output_path(),
     ArgSpec::optional("array", "the input's `variable` attribute", "the data array's name in the store"),
     ArgSpec::optional(
         "concat_dim",
@@ -393,7 +397,7 @@ impl Plugin for ZarrCreate {
             coord_step: args.f64_or("coord_step", 1.0).map_err(arg)?,
             level: level_arg(args).map_err(arg)?,
         };
-        if store_dims.iter().any(|d| *d == array_name) {
+        if store_dims.contains(&array_name) {
             return Err(fail(format!("the data array `{array_name}` would have the name of one of its dims")));
         }
         clear_store(&store_path).map_err(fail)?;
