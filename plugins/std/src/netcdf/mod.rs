@@ -69,7 +69,7 @@ const READ_ARGS: &[ArgSpec] = &[
 ];
 
 const WRITE_ARGS: &[ArgSpec] = &[
-    ArgSpec::required("path", "the netCDF-4 file to write (parent dirs are created; written atomically); a gathered input writes one variable per array, named by its `variable` attribute").output_path(),
+    ArgSpec::required("path", "the netCDF-4 file to write (parent dirs are created; written atomically)").output_path(),
     ArgSpec::optional("variable", "the input's `variable` attribute", "the variable's name in the file"),
     ArgSpec::optional("deflate", "4", "deflate level, 0 (none) to 9"),
     ArgSpec::optional("shuffle", "true", "the HDF5 shuffle filter before deflate"),
@@ -209,7 +209,7 @@ impl Plugin for WriteNetcdf {
     }
 
     fn about(&self) -> &'static str {
-        "writes one array as a variable of a netCDF-4 file (chunked, deflated), with the dims, coordinates, attributes and packing its array attributes describe; returns the path"
+        "writes one array (or each of a gathered list, named by its `variable` attribute) as a variable of a netCDF-4 file (chunked, deflated), with the dims, coordinates, attributes and packing its array attributes describe; returns the path"
     }
 
     fn args(&self) -> &'static [ArgSpec] {
