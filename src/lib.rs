@@ -12,6 +12,7 @@ pub mod command;
 pub mod estimate;
 pub mod executor;
 pub mod graph;
+pub mod layout;
 pub mod measure;
 pub mod memory;
 mod panics;

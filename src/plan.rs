@@ -106,6 +106,18 @@ impl Plan {
                 })
                 .collect();
             let args = sample_args(recipe, id);
+            // The plugin's check of the step's index layout (e.g. no two tasks writing one chunk).
+            if let Err(e) = step.plugin.check_layout(&args, &crate::layout::step_layout(recipe, graph, id)) {
+                diagnostics.push(Diagnostic::new(
+                    step.arg_loc(e.arg.as_deref()),
+                    format!(
+                        "plugin `{}` rejects the layout of step `{}`: {}",
+                        step.plugin.name(),
+                        step.name,
+                        e.message
+                    ),
+                ));
+            }
             let output = match crate::panics::catch(|| step.plugin.output(&args, &inputs)) {
                 Err(panic) => {
                     diagnostics.push(Diagnostic::new(

@@ -27,6 +27,7 @@ pub mod command;
 mod context;
 mod error;
 mod inputs;
+pub mod layout;
 pub mod npy;
 mod plugin;
 pub mod size;
@@ -38,6 +39,7 @@ pub use command::{CommandExit, CommandOutcome, CommandPeakSource, CommandSpec};
 pub use context::{Host, TaskContext};
 pub use error::{ArgError, FailureKind, TaskError};
 pub use inputs::{Input, InputMeta, Inputs, InputsForEstimate};
+pub use layout::{DimRead, GroupOf, InputLayout, LayoutDim, ProducerDim, StepLayout};
 pub use plugin::Plugin;
 pub use value::{Array, Attrs, DType, DimValue, Element, ExternalBytes, Storage, Value, ValueMeta};
 

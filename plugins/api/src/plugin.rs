@@ -4,6 +4,7 @@ use crate::args::{ArgSpec, Args};
 use crate::context::TaskContext;
 use crate::error::{ArgError, TaskError};
 use crate::inputs::{InputMeta, Inputs, InputsForEstimate};
+use crate::layout::StepLayout;
 use crate::value::{Value, ValueMeta};
 
 /// A kind of step. One instance serves every task of every step that names it, from several
@@ -23,6 +24,15 @@ pub trait Plugin: Send + Sync + 'static {
     /// dims are checked with each dim's first value filled in.
     fn check(&self, args: &Args) -> Result<(), ArgError> {
         let _ = args;
+        Ok(())
+    }
+
+    /// Checks the step's index layout when the recipe is compiled: the dims it runs over, what
+    /// each input gathers, and which plugins produce the inputs. A plugin whose tasks share
+    /// something besides their values (a store they all write) refuses layouts under which two
+    /// tasks would collide. `args` are as for [`Plugin::check`].
+    fn check_layout(&self, args: &Args, layout: &StepLayout) -> Result<(), ArgError> {
+        let _ = (args, layout);
         Ok(())
     }
 

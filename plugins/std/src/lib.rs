@@ -5,11 +5,14 @@
 //! | `noop` | [`noop`] |
 //! | `alloc` | [`alloc`] |
 //! | `synth` | [`synth`] |
+//! | `synth_sst` | [`synth_sst`] |
 //! | `threshold` | [`threshold`] |
 //! | `nbhood` | [`nbhood`] |
 //! | `mean` | [`mean`] |
 //! | `read_npy`, `write_npy` | [`npy`] |
 //! | `exec` | [`exec`] |
+//! | `read_netcdf`, `write_netcdf` | [`netcdf`] |
+//! | `zarr_create`, `write_zarr`, `zarr_finalize` | [`zarr`] |
 
 use std::sync::Arc;
 
@@ -19,13 +22,16 @@ pub mod alloc;
 pub mod exec;
 pub mod mean;
 pub mod nbhood;
+pub mod netcdf;
 pub mod noop;
 pub mod npy;
 mod support;
 pub mod synth;
+pub mod synth_sst;
 #[cfg(test)]
 mod testing;
 pub mod threshold;
+pub mod zarr;
 
 pub use support::fnv1a64;
 
@@ -35,11 +41,17 @@ pub fn all() -> Vec<Arc<dyn Plugin>> {
         Arc::new(noop::Noop),
         Arc::new(alloc::Alloc),
         Arc::new(synth::Synth),
+        Arc::new(synth_sst::SynthSst),
         Arc::new(threshold::Threshold),
         Arc::new(nbhood::Nbhood),
         Arc::new(mean::Mean),
         Arc::new(npy::ReadNpy),
         Arc::new(npy::WriteNpy),
         Arc::new(exec::Exec),
+        Arc::new(netcdf::ReadNetcdf),
+        Arc::new(netcdf::WriteNetcdf),
+        Arc::new(zarr::ZarrCreate),
+        Arc::new(zarr::WriteZarr),
+        Arc::new(zarr::ZarrFinalize),
     ]
 }

@@ -85,12 +85,48 @@ fn registry_holds_the_contracted_plugins_and_arguments() {
             ],
         ),
         ("synth".into(), vec![required("ny"), required("nx"), required("wet_fraction"), optional("seed", "0")]),
+        (
+            "synth_sst".into(),
+            vec![
+                required("variable"),
+                required("day"),
+                optional("ny", "720"),
+                optional("nx", "1440"),
+                optional("seed", "0"),
+            ],
+        ),
         ("threshold".into(), vec![required("thresholds"), optional("fuzzy_factor", "none")]),
         ("nbhood".into(), vec![required("radius"), optional("shape", "square")]),
         ("mean".into(), vec![]),
         ("read_npy".into(), vec![required("path")]),
         ("write_npy".into(), vec![required("path")]),
         ("exec".into(), vec![required("command"), optional("output", "none"), optional("env", "{}")]),
+        ("read_netcdf".into(), vec![required("path"), required("variable"), optional("mask_and_scale", "true")]),
+        (
+            "write_netcdf".into(),
+            vec![
+                required("path"),
+                optional("variable", "the input's `variable` attribute"),
+                optional("deflate", "4"),
+                optional("shuffle", "true"),
+                optional("chunks", "1 per leading dim, whole last two dims"),
+                optional("pack", "true"),
+            ],
+        ),
+        (
+            "zarr_create".into(),
+            vec![
+                required("store"),
+                optional("array", "the input's `variable` attribute"),
+                optional("concat_dim", "the input's first dim"),
+                required("chunk"),
+                optional("zarr_format", "3"),
+                optional("level", "1"),
+                optional("coord_step", "1"),
+            ],
+        ),
+        ("write_zarr".into(), vec![optional("block", "the step's only dim")]),
+        ("zarr_finalize".into(), vec![]),
     ];
     assert_eq!(described, expected);
 }
