@@ -197,7 +197,6 @@ fn a_missing_input_fails_its_read_and_names_the_file() {
 /// Needs the engine's `on_missing: ignore` (SPEC, "Step keys"): the read plugin already reports
 /// `FailureKind::MissingInput`.
 #[test]
-#[ignore = "needs on_missing: ignore wired in the scheduler"]
 fn a_build_with_three_missing_inputs_finishes_with_the_gaps_as_nan() {
     let dir = tempfile::tempdir().unwrap();
     let days = 14_006;

@@ -716,13 +716,16 @@ impl<'g> State<'g> {
             }
             self.notify_consumers(task, poison, outcome == Outcome::Dropped, &mut ready);
             for newly_ready in ready.drain(..) {
-                let reason = self.poisoned.remove(&newly_ready).or_else(|| self.gathers_nothing(newly_ready));
-                match reason {
-                    Some(reason) => {
-                        self.skipped.push((newly_ready, reason));
-                        work.push((newly_ready, Outcome::Skipped, Value::None, Some(reason)));
-                    }
-                    None => self.steps[newly_ready.step].ready.push_back(newly_ready.index),
+                if let Some(reason) = self.poisoned.remove(&newly_ready) {
+                    self.skipped.push((newly_ready, reason));
+                    work.push((newly_ready, Outcome::Skipped, Value::None, Some(reason)));
+                } else if let Some(reason) = self.gathers_nothing(newly_ready) {
+                    // A gather that `ignore` left empty is skipped, and dropped in turn from
+                    // the gathers downstream (a store's finalize still runs without the chunk).
+                    self.skipped.push((newly_ready, reason));
+                    work.push((newly_ready, Outcome::Dropped, Value::None, None));
+                } else {
+                    self.steps[newly_ready.step].ready.push_back(newly_ready.index);
                 }
             }
         }
