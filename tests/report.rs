@@ -70,6 +70,16 @@ struct Rendered {
 
 /// Renders `page` headless: its DOM after scripts ran (with its net log) and a screenshot.
 fn render(page: &Path, screenshot: &Path) -> Rendered {
+    let rendered = render_dom(page);
+    let work = tempfile::tempdir().unwrap();
+    chromium_run(work.path(), page, &[format!("--screenshot={}", screenshot.display()), "--hide-scrollbars".into()]);
+    let size = std::fs::metadata(screenshot).map_or(0, |m| m.len());
+    assert!(size > 10_000, "no screenshot at {}", screenshot.display());
+    rendered
+}
+
+/// Renders `page` headless: its DOM after scripts ran, and the requests it made.
+fn render_dom(page: &Path) -> Rendered {
     let work = tempfile::tempdir().unwrap();
     let netlog = work.path().join("netlog.json");
     let dom = chromium_run(
@@ -80,12 +90,6 @@ fn render(page: &Path, screenshot: &Path) -> Rendered {
             format!("--log-net-log={}", netlog.display()),
             "--net-log-capture-mode=Everything".into(),
         ],
-    );
-    chromium_run(work.path(), page, &[format!("--screenshot={}", screenshot.display()), "--hide-scrollbars".into()]);
-    assert!(
-        std::fs::metadata(screenshot).map(|m| m.len() > 10_000).unwrap_or(false),
-        "no screenshot at {}",
-        screenshot.display()
     );
     let log: Json = serde_json::from_str(&std::fs::read_to_string(&netlog).unwrap()).expect("Chromium's net log");
     Rendered { dom, page_requests: page_requests(&log) }
@@ -216,6 +220,55 @@ fn assert_self_contained(rendered: &Rendered) {
     }
 }
 
+/// A copy of `page` with `script` run after the page's own (the page's policy allows inline
+/// scripts), which drives the charts as a person would and writes what it saw into the DOM.
+fn with_script(page: &Path, script: &str) -> PathBuf {
+    let html = std::fs::read_to_string(page).unwrap();
+    let at = html.rfind("</body>").unwrap();
+    let copy = page.with_extension("driven.html");
+    std::fs::write(&copy, format!("{}<script>{script}</script>{}", &html[..at], &html[at..])).unwrap();
+    copy
+}
+
+/// The value of attribute `name` of the body.
+fn body_attribute(dom: &str, name: &str) -> String {
+    let body = &dom[dom.find("<body").unwrap()..];
+    let body = &body[..body.find('>').unwrap()];
+    let at = body.find(&format!("{name}=\"")).unwrap_or_else(|| panic!("no {name} on the body: {body}"));
+    let value = &body[at + name.len() + 2..];
+    value[..value.find('"').unwrap()].to_string()
+}
+
+/// Drags across the timeline from 25% to 50% of its width and reads both charts' ranges, hovers
+/// the first bar and reads the tooltip, then double-clicks and reads the ranges again.
+const DRIVE_RUN_PAGE: &str = "setTimeout(function () {
+  var report = window.runnerReport;
+  var plot = document.querySelector('svg.timeline svg.plot');
+  var box = plot.getBoundingClientRect();
+  var at = function (f) { return { clientX: box.left + box.width * f, clientY: box.top + 5, button: 0, bubbles: true }; };
+  var ranges = function () {
+    var t = report.timeline.range(), x = report.memory.scales.x;
+    return [t[0], t[1], x.min * 1000, x.max * 1000].map(function (v) { return v.toFixed(1); }).join(' ');
+  };
+  document.body.setAttribute('data-before', ranges());
+  plot.dispatchEvent(new MouseEvent('mousedown', at(0.25)));
+  window.dispatchEvent(new MouseEvent('mousemove', at(0.4)));
+  window.dispatchEvent(new MouseEvent('mouseup', at(0.5)));
+  // uPlot applies a new scale when it next draws.
+  setTimeout(function () {
+    document.body.setAttribute('data-zoomed', ranges());
+    var bar = document.querySelector('rect.bar');
+    bar.dispatchEvent(new MouseEvent('mousemove', { clientX: box.left + 20, clientY: box.top + 5, bubbles: true }));
+    document.body.setAttribute('data-tip', document.querySelector('#timeline-chart .tip').textContent);
+    plot.dispatchEvent(new MouseEvent('dblclick', at(0.3)));
+    setTimeout(function () { document.body.setAttribute('data-reset', ranges()); }, 100);
+  }, 100);
+}, 300);";
+
+fn ranges(text: &str) -> Vec<f64> {
+    text.split(' ').map(|v| v.parse().unwrap()).collect()
+}
+
 const RECIPE: &str = "recipe: report-test
 dims:
   member: 4
@@ -295,6 +348,28 @@ fn the_run_page_of_a_real_run_draws_every_task_and_series_and_fetches_nothing() 
     assert!(steps.contains(&runner::plugin::size::format_size(peak_max as u64)), "{steps}");
     assert!(dom.contains("64.0 MiB"));
 
+    // Zoom and hover as a person would: the memory chart follows the timeline's zoom.
+    let driven = render_dom(&with_script(&page, DRIVE_RUN_PAGE)).dom;
+    let before = ranges(&body_attribute(&driven, "data-before"));
+    let end = before[1];
+    assert!(end >= 100.0, "the run took a while: {before:?}");
+    assert_eq!(before, [0.0, end, 0.0, end], "both charts start on the whole run");
+    let zoomed = ranges(&body_attribute(&driven, "data-zoomed"));
+    let close = |a: f64, b: f64| (a - b).abs() <= end * 0.01;
+    assert!(close(zoomed[0], end * 0.25) && close(zoomed[1], end * 0.5), "{zoomed:?} of {end}");
+    assert!(close(zoomed[2], zoomed[0]) && close(zoomed[3], zoomed[1]), "the memory chart follows: {zoomed:?}");
+    assert_eq!(ranges(&body_attribute(&driven, "data-reset")), before, "a double-click zooms out");
+    let tip = body_attribute(&driven, "data-tip");
+    let first: String = conn
+        .query_row("SELECT step || ' ' || key FROM tasks WHERE status != 'skipped' ORDER BY task_id LIMIT 1", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(tip.starts_with(&first), "{tip} (expected {first})");
+    for part in ["worker ", "start ", "wall ", "estimate ", "peak "] {
+        assert!(tip.contains(part), "no {part} in the tooltip: {tip}");
+    }
+
     // `--run ID` reports the same run.
     ok(&runner(dir.path(), &["report", "--db", "r.db", "--run", "1", "-o", "again.html"]));
     let again = std::fs::read_to_string(dir.path().join("again.html")).unwrap();
@@ -364,6 +439,23 @@ cycles:
     for label in ["peak, earlier runs", "peak, last run", "estimate, last run"] {
         assert!(smooth.contains(&format!(">{label}</div>")), "no {label} in the scatter's legend");
     }
+
+    // The scatter's x can be switched to input bytes.
+    let driven = render_dom(&with_script(
+        &page,
+        "setTimeout(function () {
+           var pick = document.querySelector('#step-1-scatter select.basis');
+           pick.value = 'input';
+           pick.dispatchEvent(new Event('change'));
+           setTimeout(function () {
+             var title = document.querySelector('#step-1-scatter .u-title').textContent;
+             document.body.setAttribute('data-title', title);
+           }, 100);
+         }, 300);",
+    ))
+    .dom;
+    assert_eq!(body_attribute(&driven, "data-title"), "peak against input bytes (24 tasks)");
+    assert!(dom.contains("<div class=\"u-title\">peak against the plugin's estimate (24 tasks)</div>"));
 
     // `runner report --recipe` shows the last N runs, the one before the replay included.
     ok(&runner(

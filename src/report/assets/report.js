@@ -1,7 +1,8 @@
 /* runner report: draws a report page's charts from its JSON block (#report-data). The timeline
  * is SVG made here; series and scatters are uPlot (inlined before this script). Nothing is
  * fetched: the page's Content-Security-Policy forbids it. When everything is drawn the body
- * gets data-rendered="yes"; an error is shown in #report-error instead. */
+ * gets data-rendered="yes"; an error is shown in #report-error instead. The charts are left in
+ * window.runnerReport for scripts (the tests drive zoom and hover through them). */
 (function () {
   "use strict";
 
@@ -301,7 +302,7 @@
       redraw();
     });
     redraw();
-    return { setRange };
+    return { setRange, range: () => view.slice() };
   }
 
   // ----- uPlot helpers ------------------------------------------------------------------------
@@ -325,6 +326,7 @@
     opts.width = widthOf(host, 900);
     opts.height = heightPx || 260;
     const plot = new uPlot(opts, data, host);
+    if (window.runnerReport && window.runnerReport.charts) window.runnerReport.charts.push(plot);
     resizers.push(() => plot.setSize({ width: widthOf(host, 900), height: opts.height }));
     return plot;
   }
@@ -379,6 +381,7 @@
       memoryPlot.setScale("x", { min: 0, max: data.memory.end_ms / 1000 });
       syncing = false;
     }
+    window.runnerReport = { timeline: tl, memory: memoryPlot };
   }
 
   function memoryChart(host, data, onRange) {
@@ -446,6 +449,7 @@
   // ----- the recipe page ----------------------------------------------------------------------
 
   function recipePage(data) {
+    window.runnerReport = { charts: [] };
     const runs = data.runs;
     const x = runs.cycle.map((_, i) => i);
     const ord = ordinalX(runs.cycle, runs.run_id);
