@@ -23,7 +23,7 @@ const REPORT_CSS: &str = include_str!("assets/report.css");
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'unsafe-inline'; \
      style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'";
 
-/// Spill events listed in the run page's table (all are marked on the chart).
+/// Spill events listed in the run page's table (all those kept are marked on the chart).
 const EVENT_ROWS: usize = 100;
 
 /// Step colours, in step order (then again): distinct on white and for most colour blindness.
@@ -193,9 +193,9 @@ impl Table {
         self.rows += 1;
     }
 
-    fn finish(mut self) -> String {
-        self.html.push_str("</tbody></table>");
-        self.html
+    /// The table, in a box that scrolls sideways on a narrow window.
+    fn finish(self) -> String {
+        format!("<div class=\"scroll\">{}</tbody></table></div>", self.html)
     }
 }
 
@@ -370,14 +370,13 @@ fn memory_section(page: &RunPage) -> String {
             ]);
         }
         let shown = table.rows;
-        let _ = write!(out, "<h3>Spill events ({})</h3>{}", count(page.events_total as u64), table.finish());
-        if page.events_total > shown {
-            let _ = write!(
-                out,
-                "<p class=\"note\">The first {shown} of {} are listed.</p>",
-                count(page.events_total as u64)
-            );
-        }
+        let more = if page.events_total > shown { format!(", the first {shown} listed") } else { String::new() };
+        let _ = write!(
+            out,
+            "<details><summary>Spill events ({}{more})</summary>{}</details>",
+            count(page.events_total as u64),
+            table.finish()
+        );
     }
     out.push_str("</section>\n");
     out
@@ -581,7 +580,8 @@ fn runs_section(page: &RecipePage) -> String {
     format!(
         "<section id=\"runs\"><h2>Runs</h2><p class=\"note\">Wall time and peak RSS cycle by cycle, against the \
          budget; the under-estimate rate and slack of all tasks. Drag to zoom, double-click to zoom out.</p>\
-         <div id=\"runs-chart\" class=\"chart\"></div><div id=\"runs-learning-chart\" class=\"chart\"></div>{}</section>\n",
+         <div id=\"runs-chart\" class=\"chart\"></div><div id=\"runs-learning-chart\" class=\"chart\"></div>\
+         <details><summary>the runs, one by one</summary>{}</details></section>\n",
         table.finish()
     )
 }

@@ -35,7 +35,7 @@ pub struct Limits {
     pub memory_points: usize,
     /// Failed tasks listed at most (the count says how many there are).
     pub failures: usize,
-    /// Spill events listed at most (all are marked on the chart).
+    /// Spill events kept at most: marked on the chart, the first of them listed.
     pub events: usize,
     /// Points of a step's scatter across all runs of a recipe page.
     pub scatter_points: usize,
@@ -48,7 +48,7 @@ impl Default for Limits {
             band_bins: 2_000,
             memory_points: 20_000,
             failures: 500,
-            events: 200,
+            events: 10_000,
             scatter_points: 6_000,
         }
     }

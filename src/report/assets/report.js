@@ -331,31 +331,41 @@
     return plot;
   }
 
-  /** Categories 0..n-1 on x, labelled by `labels`. */
+  /**
+   * Categories 0..n-1 on x, labelled by `labels`: the x scale, series and axis of a chart, new
+   * objects at each call (uPlot keeps its state in the options it is given).
+   */
   function ordinalX(labels, ids) {
     return {
-      scale: { time: false, distr: 2 },
-      series: {
-        label: "cycle",
-        value: (u, v) => (v == null || labels[v] == null ? "-" : labels[v] + (ids ? " (run " + ids[v] + ")" : "")),
+      get scale() {
+        return { time: false, distr: 2 };
       },
-      axis: { space: 90, values: (u, splits) => splits.map((i) => (labels[i] == null ? "" : labels[i])) },
+      get series() {
+        return {
+          label: "cycle",
+          value: (u, v) => (v == null || labels[v] == null ? "-" : labels[v] + (ids ? " (run " + ids[v] + ")" : "")),
+        };
+      },
+      get axis() {
+        return { space: 120, values: (u, splits) => splits.map((i) => (labels[i] == null ? "" : labels[i])) };
+      },
     };
   }
 
   /**
-   * Whether a chart shows its budget line from the start: not when the budget is more than 4×
-   * every other figure, which it would flatten to nothing; a note before `host` says so then.
+   * Whether a chart shows the line `name` (of `values`) from the start: not when it is more than
+   * 4× every one of `figures`, which it would flatten to nothing; a note before `host` says so.
    */
-  function showBudget(host, budgets, figures) {
+  function startsShown(host, name, values, figures) {
     let highest = 0;
     for (const series of figures) for (const v of series) if (v > highest) highest = v;
-    const budget = Math.max.apply(null, budgets.concat([0]));
-    if (budget <= 4 * highest) return true;
+    let top = 0;
+    for (const v of values) if (v > top) top = v;
+    if (top <= 4 * highest) return true;
     const note = document.createElement("p");
-    note.className = "note budget-hidden";
-    note.textContent = "The budget line (" + fmtBytes(budget) + ") starts hidden: it is " +
-      Math.round(budget / Math.max(1, highest)) + "× the highest figure. Click “budget” in the legend to show it.";
+    note.className = "note starts-hidden";
+    note.textContent = "The " + name + " line (" + fmtBytes(top) + " at most) starts hidden: it is " +
+      Math.round(top / Math.max(1, highest)) + "× the highest figure. Click “" + name + "” in the legend to show it.";
     host.parentNode.insertBefore(note, host);
     return false;
   }
@@ -390,7 +400,10 @@
     const budget = t.map(() => m.budget);
     const ratio = window.devicePixelRatio || 1;
     const spills = data.events;
-    const budgetShown = showBudget(host, [m.budget], [m.reserved, m.live, m.rss, m.resident, m.spilled, m.external]);
+    // Spilled bytes add up over the run (they are not in memory): they may dwarf the rest.
+    const inMemory = [m.reserved, m.live, m.rss, m.resident, m.external];
+    const budgetShown = startsShown(host, "budget", [m.budget], inMemory);
+    const spilledShown = startsShown(host, "spilled", m.spilled, inMemory.concat([budgetShown ? [m.budget] : []]));
     // A sample is written when a figure moved: until the next one it stayed where it was.
     const held = { paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } };
     const opts = {
@@ -402,9 +415,9 @@
         line("live heap", "#2e7d32", held),
         line("RSS", "#7b1fa2", held),
         line("resident buffers", "#ef6c00", held),
-        line("spilled", "#6d4c41", Object.assign({ dash: [3, 3] }, held)),
+        line("spilled", "#6d4c41", Object.assign({ dash: [3, 3], show: spilledShown }, held)),
         line("external", "#00838f", held),
-        Object.assign({ label: "running tasks", scale: "tasks", stroke: "#9e9e9e", width: 1 }, held),
+        Object.assign({ label: "running tasks", scale: "tasks", stroke: "#b0b0b0", width: 1, fill: "rgba(0,0,0,0.035)" }, held),
       ],
       axes: [
         { values: (u, splits) => splits.map((s) => tickLabel(s * 1000, (splits[1] - splits[0]) * 1000 || 1000)) },
@@ -454,7 +467,7 @@
     const x = runs.cycle.map((_, i) => i);
     const ord = ordinalX(runs.cycle, runs.run_id);
     const runsHost = document.getElementById("runs-chart");
-    const budgetShown = showBudget(runsHost, runs.budget, [runs.peak_rss, runs.peak_reserved]);
+    const budgetShown = startsShown(runsHost, "budget", runs.budget, [runs.peak_rss, runs.peak_reserved]);
     chart(runsHost, {
       title: "wall time and peak memory",
       scales: { x: ord.scale, s: { range: (u, min, max) => [0, Math.max(0.001, max) * 1.1] }, bytes: { range: (u, min, max) => [0, Math.max(1, max) * 1.05] } },
