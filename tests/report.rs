@@ -106,6 +106,7 @@ fn chromium_run(work: &Path, page: &Path, extra: &[String]) -> String {
             "--headless",
             "--no-sandbox",
             "--disable-gpu",
+            "--disable-dev-shm-usage",
             "--disable-background-networking",
             "--disable-component-update",
             "--disable-sync",

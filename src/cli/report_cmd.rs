@@ -28,7 +28,7 @@ pub fn report(args: ReportArgs) -> anyhow::Result<u8> {
                 );
             }
             let page = RecipePage::load(&store, recipe, &runs, &limits)?;
-            let what = format!("recipe {recipe}, {} runs", page.runs.len());
+            let what = format!("recipe {recipe}, {}", crate::report::runs_count(page.runs.len()));
             (page.to_html(), what)
         }
         None => {

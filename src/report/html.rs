@@ -521,10 +521,11 @@ pub(super) fn recipe_page(page: &RecipePage) -> String {
     let (first, last) = (page.runs.first(), page.runs.last());
     let _ = writeln!(
         body,
-        "<header><h1>{} <span class=\"cycle\">{} runs</span></h1><p class=\"sub\">{}</p></header>",
+        "<header><h1>{} <span class=\"cycle\">{}</span></h1><p class=\"sub\">{}</p></header>",
         escape(&page.recipe),
-        page.runs.len(),
+        runs_count(page.runs.len()),
         match (first, last) {
+            (Some(a), Some(b)) if a.run_id == b.run_id => format!("cycle {} (run {})", escape(&a.cycle), a.run_id),
             (Some(a), Some(b)) =>
                 format!("cycles {} (run {}) … {} (run {})", escape(&a.cycle), a.run_id, escape(&b.cycle), b.run_id),
             _ => "no runs".into(),
@@ -532,8 +533,13 @@ pub(super) fn recipe_page(page: &RecipePage) -> String {
     );
     body.push_str(&runs_section(page));
     body.push_str(&recipe_steps_section(page));
-    let title = format!("{} · {} runs · runner report", page.recipe, page.runs.len());
+    let title = format!("{} · {} · runner report", page.recipe, runs_count(page.runs.len()));
     document(&title, &body, &recipe_data(page))
+}
+
+/// `1 run`, `24 runs`.
+pub fn runs_count(n: usize) -> String {
+    format!("{n} run{}", if n == 1 { "" } else { "s" })
 }
 
 fn runs_section(page: &RecipePage) -> String {

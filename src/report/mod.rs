@@ -18,6 +18,7 @@ mod timeline;
 
 use std::path::{Path, PathBuf};
 
+pub use html::{CONTENT_SECURITY_POLICY, runs_count};
 pub use recipe_page::{RecipePage, RecipeStep, ScatterPoint};
 pub use run_page::{Memory, RunPage, StepRow};
 pub use timeline::{Bands, StepBand, Timeline, TimelineBar};
@@ -290,6 +291,24 @@ mod tests {
         let data = data_of(&page.to_html());
         assert_eq!(data["timeline"]["kind"], "bands");
         assert_eq!(data["timeline"]["bands"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn tasks_without_a_recorded_start_are_counted_not_placed() {
+        let (dir, store) = store();
+        let run_id = record_run(&store, "r", "c1", 1);
+        drop(store);
+        // As rows migrated from schema 2 are: no worker, no start.
+        let conn = Connection::open(dir.path().join("runner.db")).unwrap();
+        let changed = conn
+            .execute("UPDATE task_rows SET worker = NULL, start_ms = NULL WHERE task_index < 2 AND key IS NULL", [])
+            .unwrap();
+        assert_eq!(changed, 2);
+        let store = Store::open_read_only(dir.path().join("runner.db")).unwrap().unwrap();
+        let page = RunPage::load(&store, run_id, &Limits::default()).unwrap();
+        assert_eq!((page.unplaced, page.timeline.tasks()), (2, 13));
+        assert_eq!(page.steps[0].tasks, 12, "the step's figures still count them");
+        assert!(page.to_html().contains("2 tasks that ran have no recorded worker or start time"));
     }
 
     #[test]

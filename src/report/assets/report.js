@@ -307,11 +307,18 @@
 
   // ----- uPlot helpers ------------------------------------------------------------------------
 
+  /** Room for an axis's longest label (uPlot asks with the labels it is about to draw). */
+  function labelRoom(u, values) {
+    let longest = 0;
+    for (const v of values || []) longest = Math.max(longest, String(v).length);
+    return Math.max(50, longest * 8 + 20);
+  }
+
   function bytesAxis(scale, side, size) {
     return {
       scale: scale,
       side: side,
-      size: size || 70,
+      size: size || labelRoom,
       grid: { show: side !== 1 },
       values: (u, splits) => splits.map(fmtBytes),
     };
@@ -478,7 +485,7 @@
         line("peak reserved", "#1f5fa8", { points: { show: true } }),
         line("budget", "#c62828", { dash: [8, 4], show: budgetShown }),
       ],
-      axes: [ord.axis, { scale: "s", values: (u, splits) => splits.map((s) => fmtMs(s * 1000)), size: 70 }, bytesAxis("bytes", 1)],
+      axes: [ord.axis, { scale: "s", values: (u, splits) => splits.map((s) => fmtMs(s * 1000)), size: labelRoom }, bytesAxis("bytes", 1)],
     }, [x, runs.wall_ms.map((ms) => (ms == null ? null : ms / 1000)), runs.peak_rss, runs.peak_reserved, runs.budget]);
     chart(document.getElementById("runs-learning-chart"), learningOpts("all tasks: slack and under-estimates", ord),
       [x, runs.slack, runs.under_rate], 220);
@@ -513,7 +520,7 @@
         { label: "slack", scale: "pct", stroke: "#1f5fa8", width: 2, points: { show: true }, value: (u, v) => fmtPct(v, true) },
         { label: "under-estimated", scale: "pct", stroke: "#e15759", width: 2, points: { show: true }, value: (u, v) => fmtPct(v) },
       ],
-      axes: [ord.axis, { scale: "pct", size: 60, values: (u, splits) => splits.map((v) => fmtPct(v, true)) }],
+      axes: [ord.axis, { scale: "pct", size: labelRoom, values: (u, splits) => splits.map((v) => fmtPct(v, true)) }],
     };
   }
 
