@@ -3,7 +3,7 @@
 //!
 //! The path of a task: [`recipe`] (YAML → validated steps) → [`graph`] (steps → DAG with lazy
 //! index arithmetic) → [`plan`] (output shapes, estimates) → [`scheduler`] (dispatch under the
-//! [`budget`], measurement by [`measure`]) → report. [`cli`] is the command line on top;
+//! [`budget`], measurement by [`measure`]) → [`store`] → [`report`]. [`cli`] is the command line on top;
 //! [`registry`] holds the plugins a binary offers. See ARCHITECTURE.md for the map.
 
 pub mod budget;
@@ -20,6 +20,7 @@ pub mod plan;
 pub mod process_identity;
 pub mod recipe;
 pub mod registry;
+pub mod report;
 pub mod scheduler;
 pub mod slurm;
 pub mod store;

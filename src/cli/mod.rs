@@ -1,4 +1,4 @@
-//! The command line: `runner run | plan | history | replay | prune | plugins`. Parses
+//! The command line: `runner run | plan | history | report | replay | prune | plugins`. Parses
 //! arguments, loads the recipe, hands it to the engine and reports. Library errors are typed;
 //! here they become messages and exit codes (0 ok, 1 task failures, 2 invalid recipe or usage).
 
@@ -12,6 +12,7 @@ mod progress;
 mod prune_cmd;
 pub mod record;
 mod replay_cmd;
+mod report_cmd;
 mod run_cmd;
 mod sampler;
 mod summary;
@@ -81,6 +82,16 @@ enum Command {
         runner history --failed\n  \
         runner history --format json > history.json")]
     History(HistoryArgs),
+    /// Write one self-contained HTML page of a run (timeline, memory, steps, failures) or of a
+    /// recipe's last runs (estimate against actual across cycles), from the feedback store.
+    #[command(after_help = "Examples:\n  \
+        runner report -o report.html                       # the last run in the store\n  \
+        runner report --run 42 -o run42.html\n  \
+        runner report --recipe precip-probability --last 48 -o precip.html\n  \
+        runner report --db /data/runner.db --recipe many-inputs -o many.html\n\n\
+        The page opens offline in any browser: its charts and data are inside it, nothing is fetched. \
+        The store is only read.")]
+    Report(ReportArgs),
     /// Run a recipe over a list of cycles in order against one store, a row per cycle.
     #[command(after_help = "Examples:\n  \
         runner replay recipes/cycles/weather.yaml --budget 2GiB\n  \
@@ -204,6 +215,26 @@ struct HistoryArgs {
 }
 
 #[derive(Args, Debug)]
+struct ReportArgs {
+    /// The feedback store (read only) [default: runner.db in the working directory; env RUNNER_DB].
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// The run to report (its id, as `runner history` shows it) [default: the last run in the store].
+    #[arg(long, value_name = "ID", conflicts_with = "recipe")]
+    run: Option<i64>,
+    /// Report a recipe's recent runs instead of one run (its `recipe:` name, not the file name).
+    #[arg(long, value_name = "NAME")]
+    recipe: Option<String>,
+    /// How many of the recipe's most recent runs the recipe page shows (with --recipe; at least 1).
+    #[arg(long, value_name = "N", default_value_t = 24, requires = "recipe",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    last: usize,
+    /// The HTML file to write.
+    #[arg(short = 'o', long = "output", value_name = "FILE.html")]
+    output: PathBuf,
+}
+
+#[derive(Args, Debug)]
 struct ReplayArgs {
     /// The cycles file (YAML): `recipe:` and `cycles:` with `id` and `vars` each.
     cycles: PathBuf,
@@ -227,6 +258,9 @@ struct ReplayArgs {
     /// cycles; 0 judges every cycle).
     #[arg(long, value_name = "N", default_value_t = 3)]
     warmup: usize,
+    /// Write the recipe page of `runner report` for the replayed cycles (HTML).
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -340,6 +374,7 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
         Command::Run(args) => run_cmd::run(&registry, args),
         Command::Plan(args) => plan_cmd::plan(&registry, args),
         Command::History(args) => history_cmd::history(args),
+        Command::Report(args) => report_cmd::report(args),
         Command::Prune(args) => prune_cmd::prune(args),
         Command::Replay(args) => replay_cmd::replay(&registry, args),
         Command::Plugins => plugins_cmd::list(&registry),

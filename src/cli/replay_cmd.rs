@@ -9,7 +9,8 @@ use runner_plugin::size::format_size;
 use serde::{Deserialize, Serialize};
 
 use super::record;
-use super::run_cmd::{execute, run_options};
+use super::report_cmd;
+use super::run_cmd::{check_writable, execute, run_options};
 use super::summary::RunSummary;
 use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ReplayArgs};
 use crate::Compiled;
@@ -44,6 +45,9 @@ struct CycleSummary {
 
 pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     let Some(file) = read_cycles(&args.cycles) else { return Ok(EXIT_USAGE) };
+    if let Some(path) = &args.report {
+        check_writable(path).with_context(|| format!("the report cannot be written to {}", path.display()))?;
+    }
     let recipe_path = args.cycles.parent().unwrap_or(Path::new(".")).join(&file.recipe);
     let options = run_options(&args.resources)?;
     let db = args.db.clone().unwrap_or_else(record::default_db);
@@ -54,10 +58,20 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     );
     let Some(compiled) = compile_every_cycle(&file, &recipe_path, registry) else { return Ok(EXIT_USAGE) };
     let mut cycles = Vec::new();
+    // This replay's runs, for --report: the last run of each cycle, made by this process.
+    let mut run_ids = Vec::new();
+    let mut recipe_name = String::new();
     for (cycle, mut compiled) in file.cycles.iter().zip(compiled) {
         let run = execute(&mut compiled, &options, store.as_ref(), true)?;
         if let Some(error) = run.store_error {
             return Err(error.context(format!("cycle {}", cycle.id)));
+        }
+        if let Some(store) = &store
+            && let Some(row) = store.last_run_of(&compiled.recipe.name, &cycle.id)?
+            && row.pid == std::process::id()
+        {
+            run_ids.push(row.run_id);
+            recipe_name.clone_from(&compiled.recipe.name);
         }
         let summary = cycle_summary(run.summary);
         print_row(&summary);
@@ -66,6 +80,10 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     if let Some(path) = &args.summary {
         let text = serde_json::to_string_pretty(&serde_json::json!({ "cycles": cycles }))? + "\n";
         std::fs::write(path, text).with_context(|| format!("writing the replay summary to {}", path.display()))?;
+    }
+    if let (Some(path), Some(store)) = (&args.report, &store) {
+        report_cmd::write_recipe_report(store, &recipe_name, &run_ids, path)
+            .with_context(|| format!("writing the replay's report to {}", path.display()))?;
     }
     let problems = judge(&cycles, &args);
     for problem in &problems {

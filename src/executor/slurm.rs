@@ -295,7 +295,7 @@ impl SlurmExecutor {
 
     /// Settles the units whose results are all there, or whose job element has ended.
     fn poll(&self) {
-        let jobs: Vec<Job> = self.lock().in_flight.iter().map(|f| f.job.clone()).collect();
+        let jobs: Vec<Job> = self.lock().in_flight.iter().map(|f| f.job).collect();
         let report = self.slurm.poll(&jobs);
         let mut queue = self.lock();
         let Queue { in_flight, units, settled, broken, .. } = &mut *queue;

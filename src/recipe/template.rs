@@ -423,6 +423,15 @@ fn parse_reference(body: &str) -> Result<Segment, String> {
     Ok(Segment::Ref { name: name.to_string(), format, has_spec: spec_text.is_some() })
 }
 
+/// `{output}` and `{input.NAME}`: references to a task's files that a plugin renders at run time
+/// (as `exec` does), not names the recipe fills in.
+pub fn is_plugin_reference(body: &str) -> bool {
+    body == "output"
+        || body
+            .strip_prefix("input.")
+            .is_some_and(|name| !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -504,13 +513,4 @@ mod tests {
         let e = render("{cycle:d}", &lookup).unwrap_err();
         assert!(e.contains("needs an integer"), "{e}");
     }
-}
-
-/// `{output}` and `{input.NAME}`: references to a task's files that a plugin renders at run time
-/// (as `exec` does), not names the recipe fills in.
-pub fn is_plugin_reference(body: &str) -> bool {
-    body == "output"
-        || body
-            .strip_prefix("input.")
-            .is_some_and(|name| !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
 }

@@ -858,8 +858,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         for (at, mut outcome) in outcomes.into_iter().enumerate() {
             let mut picked = self.claimed[at].picked;
             let mut attempts = 1;
-            loop {
-                let Err(error) = &outcome.result else { break };
+            while let Err(error) = &outcome.result {
                 let kind = error.kind();
                 let allowed = if kind == FailureKind::OutOfMemory { retries.max(1) } else { retries };
                 if kind == FailureKind::MissingInput || attempts > allowed {

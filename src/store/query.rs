@@ -31,6 +31,18 @@ pub struct HistoryRun {
     pub status: RunStatus,
 }
 
+impl From<&super::RunRow> for HistoryRun {
+    fn from(run: &super::RunRow) -> HistoryRun {
+        HistoryRun {
+            run_id: run.run_id,
+            recipe: run.recipe.clone(),
+            cycle: run.cycle.clone(),
+            started_at: run.started_at.clone(),
+            status: run.status,
+        }
+    }
+}
+
 /// Which runs a history reads besides the finished and killed ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct RunFilter {
@@ -117,14 +129,17 @@ pub struct FailedTask {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimelineTask<'a> {
     pub step: &'a str,
+    pub plugin: &'a str,
     pub task_index: Option<u64>,
     /// The stored key (`None` where it is spelled from the index).
     pub key: Option<&'a str>,
     pub status: TaskStatus,
+    pub attempts: u32,
     pub worker: Option<u32>,
     pub start_ms: Option<u64>,
     pub wall_ms: u64,
     pub estimate_bytes: u64,
+    pub estimate_source: Option<EstimateSource>,
     pub peak_bytes: u64,
 }
 
@@ -254,6 +269,33 @@ impl Store {
         Ok(runs)
     }
 
+    /// Up to `limit` task rows of `step` in run `run_id` (the first recorded), streamed to
+    /// `each` in recording order as [`HistoryTask`]s of run index 0: what a report plots of a
+    /// step's peaks against its tasks' input bytes and plugin estimates. Returns how many.
+    pub fn step_tasks(
+        &self,
+        run_id: i64,
+        step: &str,
+        limit: u64,
+        mut each: impl FnMut(HistoryTask),
+    ) -> Result<u64, StoreError> {
+        let what = "reading a step's tasks";
+        let mut stmt = self
+            .conn()
+            .prepare_cached(&format!(
+                "SELECT {TASK_COLUMNS} FROM {STEP_ROWS} WHERE b.run_id = ?1 AND b.step = ?2 \
+                 ORDER BY b.first_task_id, t.task_id LIMIT ?3"
+            ))
+            .map_err(|e| self.err(what, e))?;
+        let mut rows = stmt.query(params![run_id, step, to_sql_int(limit)]).map_err(|e| self.err(what, e))?;
+        let mut count = 0;
+        while let Some(row) = rows.next().map_err(|e| self.err(what, e))? {
+            each(history_task(row, 0).map_err(|e| self.err(what, e))?);
+            count += 1;
+        }
+        Ok(count)
+    }
+
     /// Estimate against actual per step, for `runner history`: for each of the last `last_runs`
     /// runs (of `recipe`, or of any; with rows for `step` if given; running ones included,
     /// interrupted ones as `filter` says), oldest first, one entry per step (or just `step`) in
@@ -266,6 +308,16 @@ impl Store {
         filter: RunFilter,
     ) -> Result<Vec<StepHistory>, StoreError> {
         let runs = self.history_runs(recipe, step, last_runs, RunFilter { running: true, ..filter })?;
+        let mut out = Vec::new();
+        for run in &runs {
+            out.extend(self.run_step_history(run, step)?);
+        }
+        Ok(out)
+    }
+
+    /// [`Store::step_history`] of one run: an entry per step (or just `step`) in the order the
+    /// run first recorded them.
+    pub fn run_step_history(&self, run: &HistoryRun, step: Option<&str>) -> Result<Vec<StepHistory>, StoreError> {
         let what = "aggregating the task history";
         let mut aggregate = self
             .conn()
@@ -281,47 +333,45 @@ impl Store {
                  FROM {STEP_ROWS} WHERE b.run_id = ?1 AND (?2 IS NULL OR b.step = ?2) GROUP BY b.step ORDER BY first",
             ))
             .map_err(|e| self.err(what, e))?;
-        let mut out = Vec::new();
-        for run in &runs {
-            let steps = aggregate
-                .query_map(params![run.run_id, step], |row| {
-                    let int = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map_or(0, from_sql_int));
-                    let sources: Option<String> = row.get(2)?;
-                    let mut sources: Vec<&str> = sources.as_deref().unwrap_or("").split(',').collect();
-                    sources.sort();
-                    let (estimate_total, peak_total): (f64, f64) = (row.get(10)?, row.get(11)?);
-                    Ok(StepHistory {
-                        run_id: run.run_id,
-                        recipe: run.recipe.clone(),
-                        cycle: run.cycle.clone(),
-                        started_at: run.started_at.clone(),
-                        run_status: run.status,
-                        step: row.get(0)?,
-                        plugin: row.get(1)?,
-                        estimate_sources: sources.join(","),
-                        tasks: int(3)?,
-                        ok: int(4)?,
-                        failed: int(5)?,
-                        skipped: int(6)?,
-                        estimate_p50: 0,
-                        estimate_max: int(7)?,
-                        peak_p50: 0,
-                        peak_max: int(8)?,
-                        underestimates: int(9)?,
-                        slack: (peak_total > 0.0).then(|| estimate_total / peak_total - 1.0),
-                        wall_ms_total: row.get::<_, f64>(12)? as u64,
-                    })
+        let steps = aggregate
+            .query_map(params![run.run_id, step], |row| {
+                let int = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map_or(0, from_sql_int));
+                let sources: Option<String> = row.get(2)?;
+                let mut sources: Vec<&str> = sources.as_deref().unwrap_or("").split(',').collect();
+                sources.sort();
+                let (estimate_total, peak_total): (f64, f64) = (row.get(10)?, row.get(11)?);
+                Ok(StepHistory {
+                    run_id: run.run_id,
+                    recipe: run.recipe.clone(),
+                    cycle: run.cycle.clone(),
+                    started_at: run.started_at.clone(),
+                    run_status: run.status,
+                    step: row.get(0)?,
+                    plugin: row.get(1)?,
+                    estimate_sources: sources.join(","),
+                    tasks: int(3)?,
+                    ok: int(4)?,
+                    failed: int(5)?,
+                    skipped: int(6)?,
+                    estimate_p50: 0,
+                    estimate_max: int(7)?,
+                    peak_p50: 0,
+                    peak_max: int(8)?,
+                    underestimates: int(9)?,
+                    slack: (peak_total > 0.0).then(|| estimate_total / peak_total - 1.0),
+                    wall_ms_total: row.get::<_, f64>(12)? as u64,
                 })
-                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                .map_err(|e| self.err(what, e))?;
-            for mut entry in steps {
-                let ran = entry.ok + entry.failed;
-                if ran > 0 {
-                    entry.estimate_p50 = self.lower_median(run.run_id, &entry.step, ESTIMATE, ran)?;
-                    entry.peak_p50 = self.lower_median(run.run_id, &entry.step, "t.peak_bytes", ran)?;
-                }
-                out.push(entry);
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| self.err(what, e))?;
+        let mut out = Vec::with_capacity(steps.len());
+        for mut entry in steps {
+            let ran = entry.ok + entry.failed;
+            if ran > 0 {
+                entry.estimate_p50 = self.lower_median(run.run_id, &entry.step, ESTIMATE, ran)?;
+                entry.peak_p50 = self.lower_median(run.run_id, &entry.step, "t.peak_bytes", ran)?;
             }
+            out.push(entry);
         }
         Ok(out)
     }
@@ -349,7 +399,8 @@ impl Store {
         let mut stmt = self
             .conn()
             .prepare_cached(&format!(
-                "SELECT b.step, t.task_index, t.key, t.status, t.worker, t.start_ms, t.wall_ms, {ESTIMATE}, t.peak_bytes \
+                "SELECT b.step, t.task_index, t.key, t.status, t.worker, t.start_ms, t.wall_ms, {ESTIMATE}, t.peak_bytes, \
+                 t.attempts, coalesce(t.estimate_source, b.estimate_source), b.plugin \
                  FROM {STEP_ROWS} WHERE b.run_id = ?1 ORDER BY b.first_task_id, t.task_id"
             ))
             .map_err(|e| self.err(what, e))?;
@@ -360,13 +411,16 @@ impl Store {
                 let opt = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map(from_sql_int));
                 Ok(TimelineTask {
                     step: row.get_ref(0)?.as_str()?,
+                    plugin: row.get_ref(11)?.as_str()?,
                     task_index: opt(1)?,
                     key: row.get_ref(2)?.as_str_or_null()?,
                     status: TaskStatus::from_code(row.get(3)?),
+                    attempts: row.get(9)?,
                     worker: row.get(4)?,
                     start_ms: opt(5)?,
                     wall_ms: opt(6)?.unwrap_or(0),
                     estimate_bytes: opt(7)?.unwrap_or(0),
+                    estimate_source: row.get_ref(10)?.as_str_or_null()?.and_then(parse_estimate_source),
                     peak_bytes: opt(8)?.unwrap_or(0),
                 })
             };
