@@ -21,6 +21,7 @@ pub mod process_identity;
 pub mod recipe;
 pub mod registry;
 pub mod report;
+pub mod resume;
 pub mod scheduler;
 pub mod slurm;
 pub mod store;

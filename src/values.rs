@@ -13,7 +13,6 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use runner_plugin::{Array, Storage, Value, npy};
 
@@ -182,15 +181,10 @@ pub fn read_file(path: &Path) -> Result<Value, ValueFileError> {
     })
 }
 
-/// Writes `bytes` to `path` through a temporary file in the same folder and a rename.
+/// Writes `bytes` to `path` through a hidden temporary file in the same folder and a rename
+/// ([`runner_plugin::files`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut temp = path.as_os_str().to_owned();
-    temp.push(format!(".{}-{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
-    let temp = PathBuf::from(temp);
-    std::fs::write(&temp, bytes).and_then(|()| std::fs::rename(&temp, path)).inspect_err(|_| {
-        let _ = std::fs::remove_file(&temp);
-    })
+    runner_plugin::files::write_bytes_atomically(path, bytes).map_err(io::Error::other)
 }
 
 #[cfg(test)]

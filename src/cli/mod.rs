@@ -261,6 +261,10 @@ struct ReplayArgs {
     /// Write the recipe page of `runner report` for the replayed cycles (HTML).
     #[arg(long, value_name = "FILE.html")]
     report: Option<PathBuf>,
+    /// Pick up where an interrupted replay stopped: the cycles whose last run finished ok are
+    /// skipped, the first that did not is resumed as `run --resume` would, the rest run.
+    #[arg(long)]
+    resume: bool,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -325,6 +329,12 @@ struct RunArgs {
     /// Record nothing (estimates still come from an existing store's history).
     #[arg(long)]
     no_record: bool,
+    /// After a failed, killed or interrupted run of this recipe and cycle, run only what did not
+    /// finish (and what depends on it): a task whose plugin, args and inputs are unchanged and
+    /// whose output still exists (a path, or a value its step keeps with `cache: true`) is
+    /// taken over as it is.
+    #[arg(long, conflicts_with = "no_record")]
+    resume: bool,
     #[command(flatten)]
     executor: ExecutorArgs,
 }

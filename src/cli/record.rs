@@ -62,7 +62,8 @@ pub fn step_observations(store: &Store, recipe: &str, step: &str) -> Result<Vec<
     // (run index, observation with age still unknown).
     let mut rows: Vec<(usize, Observation)> = Vec::new();
     let runs = store.task_history(recipe, step, HISTORY_RUNS, Some(HISTORY_TASKS_PER_RUN), |_, task| {
-        if task.status != TaskStatus::Skipped {
+        // Reused tasks were measured by the run they come from, which is learned from already.
+        if !matches!(task.status, TaskStatus::Skipped | TaskStatus::Reused) {
             let observation = Observation {
                 age: 0,
                 peak: task.peak_bytes,
@@ -209,6 +210,7 @@ impl StoreSink {
                 Outcome::Ok => TaskStatus::Ok,
                 Outcome::Failed => TaskStatus::Failed,
                 Outcome::Skipped | Outcome::Dropped => TaskStatus::Skipped,
+                Outcome::Reused => TaskStatus::Reused,
             },
             attempts: task.attempts,
             input_bytes: task.input_bytes,
@@ -222,10 +224,10 @@ impl StoreSink {
             worker: task.worker as u32,
             start_ms: task.started.as_millis() as u64,
             log_path: task.log_path.map(|p| p.display().to_string()),
-            args_hash: None,
-            inputs_hash: None,
-            output_hash: None,
-            output_path: None,
+            args_hash: task.hashes.map(|h| h.args),
+            inputs_hash: task.hashes.map(|h| h.inputs),
+            output_hash: task.hashes.map(|h| h.output),
+            output_path: task.output_path.map(|p| p.display().to_string()),
             error: task.error.map(str::to_string),
         }
     }

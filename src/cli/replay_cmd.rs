@@ -10,12 +10,13 @@ use serde::{Deserialize, Serialize};
 
 use super::record;
 use super::report_cmd;
-use super::run_cmd::{check_writable, execute, run_options};
+use super::run_cmd::{check_writable, execute, plan_resume, run_options};
 use super::summary::RunSummary;
 use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ReplayArgs};
 use crate::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
+use crate::store::RunStatus;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -38,6 +39,9 @@ struct Cycle {
 struct CycleSummary {
     #[serde(flatten)]
     run: RunSummary,
+    /// Its place in the cycles file (the warm-up counts cycles a resumed replay skipped).
+    #[serde(skip)]
+    position: usize,
     underestimate_rate: f64,
     slack: Option<f64>,
     over_budget: bool,
@@ -61,8 +65,24 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     // This replay's runs, for --report: the last run of each cycle, made by this process.
     let mut run_ids = Vec::new();
     let mut recipe_name = String::new();
-    for (cycle, mut compiled) in file.cycles.iter().zip(compiled) {
-        let run = execute(&mut compiled, &options, store.as_ref(), true)?;
+    // With --resume, the cycles whose last run finished ok are skipped until the first that did
+    // not, which is resumed; the cycles after it run.
+    let mut picking_up = args.resume;
+    for (position, (cycle, mut compiled)) in file.cycles.iter().zip(compiled).enumerate() {
+        let mut reuse = None;
+        if picking_up && let Some(store) = &store {
+            match store.last_run_of(&compiled.recipe.name, &cycle.id)? {
+                Some(row) if row.status == RunStatus::Ok => {
+                    println!("{:<20} done in run {}: skipped (--resume)", cycle.id, row.run_id);
+                    continue;
+                }
+                _ => {
+                    picking_up = false;
+                    reuse = plan_resume(store, &compiled)?;
+                }
+            }
+        }
+        let run = execute(&mut compiled, &options, store.as_ref(), true, None, reuse.as_ref())?;
         if let Some(error) = run.store_error {
             return Err(error.context(format!("cycle {}", cycle.id)));
         }
@@ -73,7 +93,7 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
             run_ids.push(row.run_id);
             recipe_name.clone_from(&compiled.recipe.name);
         }
-        let summary = cycle_summary(run.summary);
+        let summary = cycle_summary(run.summary, position);
         print_row(&summary);
         cycles.push(summary);
     }
@@ -148,13 +168,13 @@ fn read_cycles(path: &Path) -> Option<CyclesFile> {
     }
 }
 
-fn cycle_summary(run: RunSummary) -> CycleSummary {
+fn cycle_summary(run: RunSummary, position: usize) -> CycleSummary {
     let ran = run.tasks_ok + run.tasks_failed;
     let underestimate_rate = if ran == 0 { 0.0 } else { run.underestimates as f64 / ran as f64 };
     let slack = (run.peak_bytes_sum > 0).then(|| run.estimate_bytes_sum as f64 / run.peak_bytes_sum as f64 - 1.0);
     let allowed = run.budget_bytes + run.budget_bytes / 20 + (64 << 20);
     let over_budget = run.peak_rss_bytes > allowed;
-    CycleSummary { run, underestimate_rate, slack, over_budget }
+    CycleSummary { run, position, underestimate_rate, slack, over_budget }
 }
 
 fn print_row(c: &CycleSummary) {
@@ -191,7 +211,7 @@ fn judge(cycles: &[CycleSummary], args: &ReplayArgs) -> Vec<String> {
             ));
         }
     }
-    let judged = cycles.get(args.warmup..).unwrap_or_default();
+    let judged: Vec<&CycleSummary> = cycles.iter().filter(|c| c.position >= args.warmup).collect();
     if let Some(max) = args.max_underestimate_rate {
         for c in judged.iter().filter(|c| c.underestimate_rate > max) {
             problems.push(format!(

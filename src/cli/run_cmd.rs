@@ -14,9 +14,10 @@ use crate::executor::RemoteExecutor;
 use crate::executor::slurm::{Invocation, SlurmExecutor, SlurmOptions};
 use crate::measure;
 use crate::registry::Registry;
-use crate::scheduler::{self, Progress, RunOptions, TaskSink};
+use crate::resume::Reuse;
+use crate::scheduler::{self, Progress, RunExtras, RunOptions, TaskSink};
 use crate::slurm::Slurm;
-use crate::store::{RunOutcome, RunStatus, Store};
+use crate::store::{RunOutcome, RunStatus, Store, TaskStatus};
 
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
@@ -25,16 +26,28 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
         check_writable(path).with_context(|| format!("the summary cannot be written to {}", path.display()))?;
     }
     let slurm = args.executor.executor == super::ExecutorKind::Slurm;
+    if slurm && args.resume {
+        // Jobs hand values back as files in a run folder that the run removes when it ends, and
+        // they record no content hashes yet: nothing of such a run could be taken over.
+        return Err(super::UsageError(
+            "--resume works for runs in this process; it cannot yet resume runs with --executor slurm".into(),
+        )
+        .into());
+    }
     let mut options = if slurm { remote_options(&args.resources)? } else { run_options(&args.resources)? };
     let db = args.db.clone().unwrap_or_else(record::default_db);
     let store = if args.no_record { record::open_history(&db)? } else { Some(record::open_for_recording(&db)?) };
     let remote = if slurm { Some(slurm_executor(&compiled, &args)?) } else { None };
+    let reuse = match (&store, args.resume) {
+        (Some(store), true) => plan_resume(store, &compiled)?,
+        _ => None,
+    };
     if remote.is_some() {
         // Jobs run on the cluster's nodes: this machine's memory limits them in nothing.
         options.memory_limit = None;
     }
     let Executed { summary, store_error } =
-        execute_with(&mut compiled, &options, store.as_ref(), !args.no_record, remote.as_ref())?;
+        execute(&mut compiled, &options, store.as_ref(), !args.no_record, remote.as_ref(), reuse.as_ref())?;
     summary.print();
     let mut code = if summary.status == "ok" { 0 } else { EXIT_TASKS_FAILED };
     if let Some(path) = &args.summary
@@ -48,6 +61,43 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
         code = EXIT_RUNTIME;
     }
     Ok(code)
+}
+
+/// `--resume`: what the last run of this recipe and cycle leaves to take over, or `None` (with
+/// a word why) when there is nothing to resume.
+pub fn plan_resume(store: &Store, compiled: &Compiled) -> anyhow::Result<Option<Reuse>> {
+    let recipe = &compiled.recipe;
+    let Some(previous) = store.last_run_of(&recipe.name, &recipe.cycle)? else {
+        eprintln!("--resume: no earlier run of {} for cycle {}: running everything", recipe.name, recipe.cycle);
+        return Ok(None);
+    };
+    if previous.status == RunStatus::Running {
+        return Err(super::UsageError(format!(
+            "--resume: run {} of {} for cycle {} is still running (pid {}); wait for it or stop it first",
+            previous.run_id, recipe.name, recipe.cycle, previous.pid
+        ))
+        .into());
+    }
+    let mut tasks = Vec::new();
+    store.recorded_tasks(previous.run_id, |task| tasks.push(task))?;
+    if previous.status != RunStatus::Ok {
+        let removed = crate::resume::remove_temp_files_of(previous.pid, &tasks);
+        if removed > 0 {
+            let files = if removed == 1 { "file" } else { "files" };
+            eprintln!("--resume: removed {removed} half-written temporary {files} run {} left", previous.run_id);
+        }
+    }
+    let finished = tasks.iter().filter(|t| matches!(t.status, TaskStatus::Ok | TaskStatus::Reused)).count();
+    let reuse = Reuse::plan(compiled, previous.run_id, tasks);
+    eprintln!(
+        "--resume: run {} ({}) of cycle {} recorded {finished} finished tasks: {} of {} tasks taken over",
+        previous.run_id,
+        previous.status,
+        recipe.cycle,
+        reuse.count(),
+        compiled.graph.total_tasks()
+    );
+    Ok(Some(reuse))
 }
 
 /// Jobs in flight at once with `--executor slurm` unless `--workers` says.
@@ -146,23 +196,16 @@ pub struct Executed {
 }
 
 /// Runs a compiled recipe: estimates from `store`'s history, every task recorded into it when
-/// `record`, a progress bar on a terminal. The peak RSS is this run's alone.
+/// `record`, a progress bar on a terminal; the tasks run as Slurm jobs when `slurm` is given,
+/// and those `reuse` names are taken over from the run it resumes. The peak RSS is this run's
+/// alone.
 pub fn execute(
     compiled: &mut Compiled,
     options: &RunOptions,
     store: Option<&Store>,
     record: bool,
-) -> anyhow::Result<Executed> {
-    execute_with(compiled, options, store, record, None)
-}
-
-/// [`execute`], with the tasks run as Slurm jobs when `slurm` is given.
-pub fn execute_with(
-    compiled: &mut Compiled,
-    options: &RunOptions,
-    store: Option<&Store>,
-    record: bool,
     slurm: Option<&Arc<SlurmExecutor>>,
+    reuse: Option<&Reuse>,
 ) -> anyhow::Result<Executed> {
     if let Some(store) = store {
         record::learn(store, compiled);
@@ -176,6 +219,7 @@ pub fn execute_with(
             if slurm.is_some() {
                 start.executor = crate::store::Executor::Slurm;
             }
+            start.resumed_from = reuse.map(|r| r.from_run);
             let recorder = store.start_run(&start)?;
             Some(StoreSink::new(recorder, &start, compiled, options.workers.max(1)))
         }
@@ -195,8 +239,15 @@ pub fn execute_with(
             super::interrupt::on_interrupt(move || executor.cancel_all())
         });
         let remote = slurm.map(|e| &**e as &dyn RemoteExecutor);
-        let report =
-            scheduler::run_with(&compiled.recipe, &compiled.graph, &compiled.plan, options, &progress, sink, remote);
+        let report = scheduler::run_with(
+            &compiled.recipe,
+            &compiled.graph,
+            &compiled.plan,
+            options,
+            &progress,
+            sink,
+            RunExtras { remote, reuse },
+        );
         if let Some(executor) = slurm {
             executor.stop();
         }

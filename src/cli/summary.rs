@@ -19,6 +19,8 @@ pub struct StepSummary {
     pub tasks_ok: u64,
     pub tasks_failed: u64,
     pub tasks_skipped: u64,
+    /// Taken over by `--resume` from the run it resumes.
+    pub tasks_reused: u64,
     pub estimate_bytes_p50: u64,
     pub peak_bytes_p50: u64,
     pub peak_bytes_max: u64,
@@ -58,6 +60,8 @@ pub struct RunSummary {
     pub tasks_ok: u64,
     pub tasks_failed: u64,
     pub tasks_skipped: u64,
+    /// Taken over by `--resume` from the run it resumes (neither run nor counted as ok).
+    pub tasks_reused: u64,
     pub wall_s: f64,
     pub workers: usize,
     pub budget_bytes: u64,
@@ -95,6 +99,7 @@ impl RunSummary {
                 tasks_ok: s.ok,
                 tasks_failed: s.failed,
                 tasks_skipped: s.skipped,
+                tasks_reused: s.reused,
                 estimate_bytes_p50: s.estimate.quantile(0.5),
                 peak_bytes_p50: s.peak.quantile(0.5),
                 peak_bytes_max: s.peak.max(),
@@ -129,6 +134,7 @@ impl RunSummary {
             tasks_ok: report.total(|s| s.ok),
             tasks_failed: failed,
             tasks_skipped: report.total(|s| s.skipped),
+            tasks_reused: report.total(|s| s.reused),
             wall_s: report.wall.as_secs_f64(),
             workers: report.workers,
             budget_bytes: report.budget,
@@ -161,6 +167,7 @@ impl RunSummary {
     /// The closing lines for people: outcome, figures, and each failure.
     pub fn print(&self) {
         let outcome = if self.status == "ok" { "ok" } else { "FAILED" };
+        let reused = if self.tasks_reused > 0 { format!("{} reused, ", self.tasks_reused) } else { String::new() };
         let mut estimates = String::new();
         if self.underestimates > 0 {
             estimates.push_str(&format!(" · {} tasks over their estimate", self.underestimates));
@@ -169,7 +176,7 @@ impl RunSummary {
             estimates.push_str(&format!(" · {} oversized (ran alone, estimate above the budget)", self.oversized));
         }
         eprintln!(
-            "{} {}: {} — {} tasks ({} ok, {} failed, {} skipped) in {:.2} s · peak RSS {} · peak reserved {} of {} budget{estimates}",
+            "{} {}: {} — {} tasks ({} ok, {reused}{} failed, {} skipped) in {:.2} s · peak RSS {} · peak reserved {} of {} budget{estimates}",
             self.recipe,
             self.cycle,
             outcome,

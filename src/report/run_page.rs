@@ -121,6 +121,11 @@ impl StepTally {
                 row.skipped += 1;
                 return;
             }
+            // Taken over from the run it resumes: counted, not measured here.
+            TaskStatus::Reused => {
+                row.ok += 1;
+                return;
+            }
         }
         if let Some(source) = task.estimate_source
             && !row.sources.contains(&source)

@@ -33,6 +33,7 @@ use crate::memory::spill::{SpillDir, release_value_pages};
 use crate::memory::{Admission, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::{OnMissing, Recipe, StepId};
+use crate::resume::{Fingerprints, Reuse};
 pub use meter::RunMeter;
 use state::{Garbage, Pick, Picked, SpillDone, SpillJob, State};
 pub use state::{Outcome, SkipReason, TaskRef};
@@ -117,7 +118,19 @@ pub struct TaskReport<'a> {
     pub peak_source: PeakSource,
     /// The file holding what the task printed (external commands), if there is one.
     pub log_path: Option<&'a std::path::Path>,
+    /// Content hashes for `--resume` (what it was asked, what it read, what it made), when
+    /// the run records them, and the file its output is: a path output, or its kept value.
+    pub hashes: Option<TaskHashes>,
+    pub output_path: Option<&'a std::path::Path>,
     pub error: Option<&'a str>,
+}
+
+/// A task's content hashes (see [`crate::resume`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskHashes {
+    pub args: u64,
+    pub inputs: u64,
+    pub output: u64,
 }
 
 /// Where finished tasks are reported, by workers, outside the scheduler's lock.
@@ -200,6 +213,10 @@ struct Shared<'r> {
     started: Instant,
     /// Where tasks run when not in this process.
     remote: Option<&'r dyn RemoteExecutor>,
+    /// Tasks taken over from the resumed run.
+    reuse: Option<&'r Reuse>,
+    /// What each step is asked, when the run is recorded (for a later `--resume`).
+    fingerprints: Option<Fingerprints>,
 }
 
 impl<'r> Shared<'r> {
@@ -219,11 +236,20 @@ pub fn run(
     progress: &Progress,
     sink: Option<&dyn TaskSink>,
 ) -> RunReport {
-    run_with(recipe, graph, plan, options, progress, sink, None)
+    run_with(recipe, graph, plan, options, progress, sink, RunExtras::default())
 }
 
-/// [`run`], with the tasks run by `remote` (e.g. as Slurm jobs) instead of in this process when
-/// one is given: the order, the ledger and the recording are the same.
+/// What a run may do besides running every task here.
+#[derive(Default, Clone, Copy)]
+pub struct RunExtras<'a> {
+    /// Tasks run there (e.g. as Slurm jobs) instead of in this process: the order, the ledger
+    /// and the recording are the same.
+    pub remote: Option<&'a dyn RemoteExecutor>,
+    /// Tasks taken over from the run being resumed (`--resume`).
+    pub reuse: Option<&'a Reuse>,
+}
+
+/// [`run`], with [`RunExtras`].
 pub fn run_with(
     recipe: &Recipe,
     graph: &Graph,
@@ -231,8 +257,9 @@ pub fn run_with(
     options: &RunOptions,
     progress: &Progress,
     sink: Option<&dyn TaskSink>,
-    remote: Option<&dyn RemoteExecutor>,
+    extras: RunExtras<'_>,
 ) -> RunReport {
+    let RunExtras { remote, reuse } = extras;
     let workers = options.workers.clamp(1, measure::SLOTS);
     // Nested parallel work (TaskContext::join and friends) runs on rayon's global pool; size it
     // like the worker pool. It can only be set once per process, which is fine for the CLI.
@@ -259,7 +286,8 @@ pub fn run_with(
         );
     }
     let meter = RunMeter::new(workers * MAX_BATCH);
-    let state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, true);
+    let mut state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, true, reuse);
+    state.take_over_reused();
     let shared = Shared {
         recipe,
         graph,
@@ -273,6 +301,8 @@ pub fn run_with(
         spill: &spill,
         started,
         remote,
+        reuse,
+        fingerprints: sink.map(|_| Fingerprints::new(recipe)),
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
     progress.budget.store(options.budget, Ordering::Relaxed);
@@ -362,6 +392,8 @@ struct Worker<'s, 'r> {
     index: Vec<(&'r str, DimValue)>,
     /// Tasks skipped since the last report, to record outside the lock.
     skipped: Vec<(TaskRef, SkipReason)>,
+    /// Tasks `--resume` took over, to record outside the lock.
+    reused: Vec<TaskRef>,
     /// Reused by batch claims.
     batch: Vec<Picked>,
     /// Buffers to spill, chosen under the lock, and what writing them gave.
@@ -378,6 +410,8 @@ struct Claimed {
     picked: Picked,
     values: Range<usize>,
     counts: Range<usize>,
+    /// Its producers' output hashes, hashed (see [`crate::resume::ProducersHash`]).
+    producers_hash: u64,
 }
 
 /// What running one task produced.
@@ -386,6 +420,8 @@ struct Finished {
     output: Value,
     /// The size of the file a path output names (its consumers' input bytes).
     file_bytes: u64,
+    /// Its output's content hash, 0 when the run does not hash.
+    hash: u64,
     peak: u64,
     wall: Duration,
 }
@@ -409,6 +445,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             key: String::new(),
             index: Vec::new(),
             skipped: Vec::new(),
+            reused: Vec::new(),
             batch: Vec::with_capacity(MAX_BATCH),
             spill_jobs: Vec::new(),
             spilled: Vec::new(),
@@ -431,6 +468,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             }
         }
         self.report_skipped();
+        self.report_reused();
         self.flush_reports();
         WorkerResult {
             steps: self.stats,
@@ -450,6 +488,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             return false;
         }
         self.report_skipped();
+        self.report_reused();
         if !self.spill_jobs.is_empty() {
             self.write_spills();
             return true;
@@ -505,6 +544,49 @@ impl<'s, 'r> Worker<'s, 'r> {
         }
     }
 
+    /// Counts and records the tasks `--resume` took over, with what the run they come from
+    /// recorded of them (so that a later resume can take them over again).
+    fn report_reused(&mut self) {
+        let Some(reuse) = self.shared.reuse else { return };
+        let mut reused = std::mem::take(&mut self.reused);
+        for task in reused.drain(..) {
+            self.stats[task.step].reused += 1;
+            let Some(sink) = self.shared.sink else { continue };
+            let Some(recorded) = reuse.get(task.step, task.index) else { continue };
+            self.describe_task(task.step, task.index);
+            let step = &self.shared.recipe.steps[task.step];
+            let plan = &self.shared.plan.steps[task.step];
+            sink.record(&TaskReport {
+                worker: self.id,
+                step_id: task.step,
+                step: &step.name,
+                index: task.index,
+                key: &self.key,
+                plugin: step.plugin.name(),
+                outcome: Outcome::Reused,
+                input_bytes: 0,
+                estimate: plan.estimate,
+                source: plan.source,
+                plugin_estimate: plan.plugin_estimate,
+                peak: 0,
+                output_bytes: 0,
+                wall: Duration::ZERO,
+                started: Duration::ZERO,
+                attempts: 0,
+                peak_source: PeakSource::Allocator,
+                log_path: None,
+                hashes: Some(TaskHashes {
+                    args: recorded.args_hash,
+                    inputs: recorded.inputs_hash,
+                    output: recorded.output_hash,
+                }),
+                output_path: recorded.output_path.as_deref(),
+                error: None,
+            });
+        }
+        self.reused = reused;
+    }
+
     /// Counts and records the tasks skipped because an input failed.
     fn report_skipped(&mut self) {
         let mut skipped = std::mem::take(&mut self.skipped);
@@ -533,6 +615,8 @@ impl<'s, 'r> Worker<'s, 'r> {
                     attempts: 0,
                     peak_source: PeakSource::Allocator,
                     log_path: None,
+                    hashes: None,
+                    output_path: None,
                     error: Some(reason.as_str()),
                 });
             }
@@ -552,16 +636,17 @@ impl<'s, 'r> Worker<'s, 'r> {
             if result.peak > picked.estimate {
                 state.note_underestimate(&picked, result.peak);
             }
-            state.finish(&picked, result.outcome, result.output, result.file_bytes, result.wall);
+            state.finish(&picked, result.outcome, result.output, result.file_bytes, result.hash, result.wall);
         }
         state.finish_spills(&mut self.spilled);
         state.recycle(&mut self.shells);
         self.skipped.append(&mut state.skipped);
+        self.reused.append(&mut state.reused);
         let mut regrown = false;
         for (picked, plugin_estimate) in self.regrow.drain(..) {
             if let Some(picked) = state.reestimate(plan, picked, plugin_estimate) {
                 regrown = true;
-                self.claimed.push(Claimed { picked, values: 0..0, counts: 0..0 });
+                self.claimed.push(Claimed { picked, values: 0..0, counts: 0..0, producers_hash: 0 });
             }
         }
         if reported {
@@ -627,7 +712,7 @@ impl<'s, 'r> Worker<'s, 'r> {
                     return (true, state);
                 }
                 Pick::Estimate(task) => {
-                    let (values, counts) = self.collect_inputs(&state, task);
+                    let (values, counts, _) = self.collect_inputs(&state, task);
                     drop(state);
                     let plugin_estimate = self.estimate_at_dispatch(task, values, counts);
                     self.values.clear();
@@ -659,15 +744,15 @@ impl<'s, 'r> Worker<'s, 'r> {
 
     /// Adds `picked` to the claimed tasks, with its inputs.
     fn claim(&mut self, state: &State<'r>, picked: Picked) {
-        let (values, counts) = self.collect_inputs(state, picked.task);
-        self.claimed.push(Claimed { picked, values, counts });
+        let (values, counts, producers_hash) = self.collect_inputs(state, picked.task);
+        self.claimed.push(Claimed { picked, values, counts, producers_hash });
     }
 
-    /// Appends `task`'s inputs to the worker's buffers; returns where they are.
-    fn collect_inputs(&mut self, state: &State<'r>, task: TaskRef) -> (Range<usize>, Range<usize>) {
+    /// Appends `task`'s inputs to the worker's buffers; returns where they are, and their hash.
+    fn collect_inputs(&mut self, state: &State<'r>, task: TaskRef) -> (Range<usize>, Range<usize>, u64) {
         let (values_from, counts_from) = (self.values.len(), self.counts.len());
-        state.collect_inputs(task, &mut self.values, &mut self.counts);
-        (values_from..self.values.len(), counts_from..self.counts.len())
+        let hash = state.collect_inputs(task, &mut self.values, &mut self.counts);
+        (values_from..self.values.len(), counts_from..self.counts.len(), hash)
     }
 
     /// Asks the plugin what task `task` will need, given its inputs (at `values` and `counts` in
@@ -815,8 +900,14 @@ impl<'s, 'r> Worker<'s, 'r> {
             Value::Path(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
             _ => 0,
         };
+        let producers_hash = self.claimed[at].producers_hash;
+        let (hashes, output_path) = if outcome == Outcome::Ok {
+            self.hash_and_keep(picked.task, producers_hash, &output)
+        } else {
+            (None, None)
+        };
         // Reported first: should the sink fail, the task is counted once, as the failure it becomes.
-        let measured = Measured { output_bytes, wall, attempts, ..attempt };
+        let measured = Measured { output_bytes, wall, attempts, hashes, output_path, ..attempt };
         self.report(&picked, outcome, &measured, error.as_deref());
         self.count(&picked, measured.peak, wall);
         match outcome {
@@ -825,7 +916,7 @@ impl<'s, 'r> Worker<'s, 'r> {
                 self.stats[step].output_bytes += output_bytes;
             }
             Outcome::Failed => self.stats[step].failed += 1,
-            Outcome::Skipped | Outcome::Dropped => self.stats[step].skipped += 1,
+            Outcome::Skipped | Outcome::Dropped | Outcome::Reused => self.stats[step].skipped += 1,
         }
         match (error, outcome) {
             (Some(error), Outcome::Failed) => self.fail(picked.task, error),
@@ -833,7 +924,37 @@ impl<'s, 'r> Worker<'s, 'r> {
             (None, _) => {}
         }
         self.claimed[at].picked = picked;
-        Some(Finished { outcome, output, file_bytes, peak: measured.peak, wall })
+        let hash = hashes.map_or(0, |h| h.output);
+        Some(Finished { outcome, output, file_bytes, hash, peak: measured.peak, wall })
+    }
+
+    /// For `--resume`, when the run is recorded: the hashes of what the task (described in
+    /// `self.key`/`self.index`) was asked, read and made, and the file its output is — a path
+    /// output itself, or, for a `cache: true` step, its value written to `runner-cache/`.
+    fn hash_and_keep(&self, task: TaskRef, producers: u64, output: &Value) -> (Option<TaskHashes>, Option<PathBuf>) {
+        let Some(fingerprints) = &self.shared.fingerprints else { return (None, None) };
+        let recipe = self.shared.recipe;
+        let step = &recipe.steps[task.step];
+        let inputs = fingerprints.inputs_hash(recipe, task.step, producers, &self.index);
+        let path = match output {
+            Value::Path(path) => Some(path.clone()),
+            Value::None => None,
+            _ if step.cache => {
+                let dir = crate::resume::cache_dir(&recipe.name, &recipe.cycle, &step.name);
+                match crate::values::write(&dir, task.index, output) {
+                    Ok(path) => Some(path),
+                    Err(error) => {
+                        tracing::warn!("cannot keep the value of {}[{}] for --resume: {error}", step.name, self.key);
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        let kept = path.is_some();
+        let hashes =
+            TaskHashes { args: fingerprints.step(task.step), inputs, output: crate::resume::output_hash(output, kept) };
+        (Some(hashes), path)
     }
 
     /// Runs the claimed tasks (of one step) as one unit on the remote executor, then each task
@@ -921,6 +1042,8 @@ impl<'s, 'r> Worker<'s, 'r> {
             started,
             attempts,
             log_path: outcome.log_path,
+            hashes: None,
+            output_path: None,
         };
         self.report(&picked, outcome_kind, &measured, error.as_deref());
         self.count(&picked, measured.peak, measured.wall);
@@ -930,14 +1053,15 @@ impl<'s, 'r> Worker<'s, 'r> {
                 self.stats[step].output_bytes += measured.output_bytes;
             }
             Outcome::Failed => self.stats[step].failed += 1,
-            Outcome::Skipped | Outcome::Dropped => self.stats[step].skipped += 1,
+            Outcome::Skipped | Outcome::Dropped | Outcome::Reused => self.stats[step].skipped += 1,
         }
         match (error, outcome_kind) {
             (Some(error), Outcome::Failed) => self.fail(picked.task, error),
             (Some(error), _) => self.missing.push(self.failure(picked.task, error)),
             (None, _) => {}
         }
-        let finished = Finished { outcome: outcome_kind, output, file_bytes, peak: measured.peak, wall: measured.wall };
+        let finished =
+            Finished { outcome: outcome_kind, output, file_bytes, hash: 0, peak: measured.peak, wall: measured.wall };
         self.done.push((picked, finished));
     }
 
@@ -1050,6 +1174,8 @@ impl<'s, 'r> Worker<'s, 'r> {
             attempts: measured.attempts,
             peak_source: measured.peak_source,
             log_path: measured.log_path.as_deref(),
+            hashes: measured.hashes,
+            output_path: measured.output_path.as_deref(),
             error,
         });
     }
@@ -1134,10 +1260,10 @@ impl<'s, 'r> Worker<'s, 'r> {
         let mut state = self.shared.lock();
         state.finish_spills(&mut spilled);
         for (picked, finished) in done {
-            state.finish(&picked, finished.outcome, finished.output, finished.file_bytes, finished.wall);
+            state.finish(&picked, finished.outcome, finished.output, finished.file_bytes, finished.hash, finished.wall);
         }
         for picked in &unrun {
-            state.finish(picked, Outcome::Failed, Value::None, 0, Duration::ZERO);
+            state.finish(picked, Outcome::Failed, Value::None, 0, 0, Duration::ZERO);
         }
         self.skipped.append(&mut state.skipped);
         std::mem::swap(&mut state.garbage, &mut self.garbage);
@@ -1167,6 +1293,8 @@ struct Measured {
     started: Instant,
     attempts: u32,
     log_path: Option<PathBuf>,
+    hashes: Option<TaskHashes>,
+    output_path: Option<PathBuf>,
 }
 
 /// What one attempt at a task gave.
@@ -1188,6 +1316,8 @@ impl Attempt {
             started,
             attempts: 1,
             log_path: self.log_path.clone(),
+            hashes: None,
+            output_path: None,
         }
     }
 }

@@ -23,6 +23,7 @@ use crate::memory::spill::{MappedBuffer, swap_in};
 use crate::memory::{Admission, Ledger, Meter, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::StepId;
+use crate::resume::Reuse;
 
 /// A task: its step and linear index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -47,6 +48,8 @@ struct LiveOutput {
     resident_bytes: u64,
     /// A worker is writing it to a spill file: not a victim again until that is done.
     spilling: bool,
+    /// Its content hash, for its consumers' inputs hash (0 when not hashed).
+    hash: u64,
 }
 
 /// Per-step scheduling state.
@@ -80,6 +83,21 @@ pub enum Outcome {
     /// Found its input missing under `on_missing: ignore`: it is left out of its consumers'
     /// gathers (a gather left empty is skipped; a consumer reading it alone is skipped).
     Dropped,
+    /// Not run: `--resume` took its output over from the run it resumes.
+    Reused,
+}
+
+/// A task to count as finished, in [`State::complete`]'s work list.
+struct Completion {
+    task: TaskRef,
+    outcome: Outcome,
+    output: Value,
+    /// The size of the file a path output names.
+    file_bytes: u64,
+    /// Its output's content hash (for its consumers' inputs hash), 0 when unknown.
+    hash: u64,
+    /// Its consumers are skipped, for this reason.
+    poison: Option<SkipReason>,
 }
 
 /// Why a task was skipped without running.
@@ -196,9 +214,12 @@ pub struct State<'g> {
     /// Tasks skipped without running (an input failed or is missing), since the caller last
     /// drained them.
     pub skipped: Vec<(TaskRef, SkipReason)>,
+    /// Tasks `--resume` took over, since the caller last drained them.
+    pub reused: Vec<TaskRef>,
+    reuse: Option<&'g Reuse>,
     none: Arc<Value>,
     /// Reused buffers, so finishing a task allocates nothing in the steady state.
-    work: Vec<(TaskRef, Outcome, Value, Option<SkipReason>)>,
+    work: Vec<Completion>,
     newly_ready: Vec<TaskRef>,
     /// Each step's learned footprint, bumped within the run on under-estimates.
     models: Vec<Option<Model>>,
@@ -255,6 +276,7 @@ impl<'g> State<'g> {
         budget: u64,
         meter: &'g dyn Meter,
         can_spill: bool,
+        reuse: Option<&'g Reuse>,
     ) -> State<'g> {
         let steps = graph
             .steps
@@ -287,6 +309,8 @@ impl<'g> State<'g> {
             total: graph.total_tasks(),
             ledger: Ledger::new(budget, meter),
             skipped: Vec::new(),
+            reused: Vec::new(),
+            reuse,
             none: Arc::new(Value::None),
             work: Vec::new(),
             newly_ready: Vec::new(),
@@ -640,6 +664,7 @@ impl<'g> State<'g> {
         let s = &mut self.steps[step];
         if s.is_source {
             s.next_source += 1;
+            self.skip_reused_sources(step);
         } else {
             s.ready.pop_front();
         }
@@ -663,51 +688,70 @@ impl<'g> State<'g> {
 
     /// Appends `task`'s input values, edge by edge in gather order, to `out`, and the number
     /// of values per input to `counts`.
-    pub fn collect_inputs(&self, task: TaskRef, out: &mut Vec<Arc<Value>>, counts: &mut Vec<usize>) {
+    /// Returns the inputs' hash (their producers' output hashes in gather order).
+    pub fn collect_inputs(&self, task: TaskRef, out: &mut Vec<Arc<Value>>, counts: &mut Vec<usize>) -> u64 {
+        let mut hash = crate::resume::ProducersHash::default();
         for &edge in &self.graph.steps[task.step].inputs {
             let before = out.len();
             let producer = self.graph.edges[edge].producer;
             self.graph.for_each_producer(edge, task.index, |index| {
                 let key = TaskRef { step: producer, index };
-                match self.outputs.get(&key) {
-                    Some(live) => out.push(live.value.clone()),
+                let output_hash = match self.outputs.get(&key) {
+                    Some(live) => {
+                        out.push(live.value.clone());
+                        live.hash
+                    }
                     // Dropped (`on_missing: ignore`) producers are left out of gathers.
-                    None if self.dropped.contains(&key) => {}
-                    None => out.push(self.none.clone()),
-                }
+                    None if self.dropped.contains(&key) => return,
+                    None => {
+                        out.push(self.none.clone());
+                        crate::resume::NONE_HASH
+                    }
+                };
+                hash.add(output_hash);
             });
             counts.push(out.len() - before);
         }
+        hash.finish()
     }
 
     /// Records the end of a running task that took `wall`: frees its reservation and inputs,
     /// keeps its output for its consumers, and makes ready the consumers whose last input this was.
     /// `file_bytes`: the size of the file a path output names (0 otherwise), which its consumers
     /// count as input bytes.
-    pub fn finish(&mut self, picked: &Picked, outcome: Outcome, output: Value, file_bytes: u64, wall: Duration) {
+    /// `hash`: its output's content hash (0 when not hashed), for its consumers' inputs hash.
+    pub fn finish(
+        &mut self,
+        picked: &Picked,
+        outcome: Outcome,
+        output: Value,
+        file_bytes: u64,
+        hash: u64,
+        wall: Duration,
+    ) {
         self.ledger.finish(picked.slot);
         let step = &mut self.steps[picked.task.step];
         step.running -= 1;
         step.on_probation = false;
         step.timed += 1;
         step.wall_nanos = step.wall_nanos.saturating_add(wall.as_nanos().try_into().unwrap_or(u64::MAX));
-        self.complete(picked.task, outcome, output, file_bytes);
+        self.complete(picked.task, outcome, output, file_bytes, hash);
     }
 
-    fn complete(&mut self, task: TaskRef, outcome: Outcome, output: Value, file_bytes: u64) {
+    fn complete(&mut self, task: TaskRef, outcome: Outcome, output: Value, file_bytes: u64, hash: u64) {
         let mut work = std::mem::take(&mut self.work);
         let mut ready = std::mem::take(&mut self.newly_ready);
-        let reason = match outcome {
+        let poison = match outcome {
             Outcome::Failed => Some(SkipReason::InputFailed),
             Outcome::Skipped => Some(SkipReason::InputMissing),
-            Outcome::Ok | Outcome::Dropped => None,
+            Outcome::Ok | Outcome::Dropped | Outcome::Reused => None,
         };
-        work.push((task, outcome, output, reason));
-        while let Some((task, outcome, output, poison)) = work.pop() {
+        work.push(Completion { task, outcome, output, file_bytes, hash, poison });
+        while let Some(Completion { task, outcome, output, file_bytes, hash, poison }) = work.pop() {
             self.finished += 1;
             self.release_inputs(task);
             match outcome {
-                Outcome::Ok => self.keep_output(task, output, file_bytes),
+                Outcome::Ok | Outcome::Reused => self.keep_output(task, output, file_bytes, hash),
                 Outcome::Dropped => {
                     self.dropped.insert(task);
                     self.discard(output);
@@ -716,14 +760,26 @@ impl<'g> State<'g> {
             }
             self.notify_consumers(task, poison, outcome == Outcome::Dropped, &mut ready);
             for newly_ready in ready.drain(..) {
+                let skip = |outcome, poison| Completion {
+                    task: newly_ready,
+                    outcome,
+                    output: Value::None,
+                    file_bytes: 0,
+                    hash: 0,
+                    poison,
+                };
                 if let Some(reason) = self.poisoned.remove(&newly_ready) {
                     self.skipped.push((newly_ready, reason));
-                    work.push((newly_ready, Outcome::Skipped, Value::None, Some(reason)));
+                    work.push(skip(Outcome::Skipped, Some(reason)));
                 } else if let Some(reason) = self.gathers_nothing(newly_ready) {
                     // A gather that `ignore` left empty is skipped, and dropped in turn from
                     // the gathers downstream (a store's finalize still runs without the chunk).
                     self.skipped.push((newly_ready, reason));
-                    work.push((newly_ready, Outcome::Dropped, Value::None, None));
+                    work.push(skip(Outcome::Dropped, None));
+                } else if let Some(reused) = self.reuse.and_then(|r| r.get(newly_ready.step, newly_ready.index)) {
+                    // Taken over from the resumed run: finished at once, its output had again.
+                    self.reused.push(newly_ready);
+                    work.push(reused_completion(newly_ready, reused));
                 } else {
                     self.steps[newly_ready.step].ready.push_back(newly_ready.index);
                 }
@@ -731,6 +787,34 @@ impl<'g> State<'g> {
         }
         self.work = work;
         self.newly_ready = ready;
+    }
+
+    /// Completes the reused tasks of source steps (the others follow as their producers are
+    /// completed), before any task runs.
+    pub fn take_over_reused(&mut self) {
+        let Some(reuse) = self.reuse else { return };
+        for step in self.sources.clone() {
+            let mut indices: Vec<u64> = reuse.of_step(step).collect();
+            indices.sort_unstable();
+            for index in indices {
+                let task = TaskRef { step, index };
+                let reused = reuse.get(step, index).expect("listed");
+                self.reused.push(task);
+                let Completion { outcome, output, file_bytes, hash, .. } = reused_completion(task, reused);
+                self.complete(task, outcome, output, file_bytes, hash);
+            }
+            self.skip_reused_sources(step);
+        }
+    }
+
+    /// Moves `step`'s source cursor past tasks that were taken over.
+    fn skip_reused_sources(&mut self, step: StepId) {
+        let Some(reuse) = self.reuse else { return };
+        let shape = &self.graph.steps[step];
+        let state = &mut self.steps[step];
+        while state.next_source < shape.tasks && reuse.get(step, shape.nth_to_start(state.next_source)).is_some() {
+            state.next_source += 1;
+        }
     }
 
     /// `InputMissing` when every producer of one of `task`'s gathered inputs was dropped (a
@@ -758,7 +842,7 @@ impl<'g> State<'g> {
         }
     }
 
-    fn keep_output(&mut self, task: TaskRef, output: Value, file_bytes: u64) {
+    fn keep_output(&mut self, task: TaskRef, output: Value, file_bytes: u64, hash: u64) {
         if matches!(output, Value::None) {
             return; // consumers get the shared `None`; nothing to store or free.
         }
@@ -783,7 +867,15 @@ impl<'g> State<'g> {
         };
         self.outputs.insert(
             task,
-            LiveOutput { value, remaining_consumers: consumers, bytes, file_bytes, resident_bytes, spilling: false },
+            LiveOutput {
+                value,
+                remaining_consumers: consumers,
+                bytes,
+                file_bytes,
+                resident_bytes,
+                spilling: false,
+                hash,
+            },
         );
     }
 
@@ -864,6 +956,16 @@ impl<'g> State<'g> {
             self.stuck = Some(why);
         }
     }
+}
+
+/// How a task taken over by `--resume` counts as finished.
+fn reused_completion(task: TaskRef, reused: &crate::resume::ReusedTask) -> Completion {
+    let output = reused.value();
+    let file_bytes = match &output {
+        Value::Path(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
+        _ => 0,
+    };
+    Completion { task, outcome: Outcome::Reused, output, file_bytes, hash: reused.output_hash, poison: None }
 }
 
 /// Only the scheduler holds it (no task reads it now), it is in memory, and no one is writing it.

@@ -102,6 +102,8 @@ pub struct StepStats {
     pub ok: u64,
     pub failed: u64,
     pub skipped: u64,
+    /// Taken over by `--resume` from the run it resumes.
+    pub reused: u64,
     pub estimate: Histogram,
     pub peak: Histogram,
     pub output_bytes: u64,
@@ -120,6 +122,7 @@ impl StepStats {
         self.ok += other.ok;
         self.failed += other.failed;
         self.skipped += other.skipped;
+        self.reused += other.reused;
         self.estimate.merge(&other.estimate);
         self.peak.merge(&other.peak);
         self.output_bytes += other.output_bytes;
@@ -131,7 +134,7 @@ impl StepStats {
     }
 
     pub fn tasks(&self) -> u64 {
-        self.ok + self.failed + self.skipped
+        self.ok + self.failed + self.skipped + self.reused
     }
 }
 

@@ -148,18 +148,21 @@ impl fmt::Display for RunStatus {
 pub enum TaskStatus {
     Ok,
     Failed,
-    /// Not run because something it depends on failed.
+    /// Not run because something it depends on failed (or an input is missing).
     Skipped,
+    /// Not run: `--resume` took over its output from the run it resumes.
+    Reused,
 }
 
 impl TaskStatus {
-    pub const ALL: [TaskStatus; 3] = [TaskStatus::Ok, TaskStatus::Failed, TaskStatus::Skipped];
+    pub const ALL: [TaskStatus; 4] = [TaskStatus::Ok, TaskStatus::Failed, TaskStatus::Skipped, TaskStatus::Reused];
 
     pub fn as_str(self) -> &'static str {
         match self {
             TaskStatus::Ok => "ok",
             TaskStatus::Failed => "failed",
             TaskStatus::Skipped => "skipped",
+            TaskStatus::Reused => "reused",
         }
     }
 
@@ -174,6 +177,7 @@ impl TaskStatus {
             TaskStatus::Ok => 0,
             TaskStatus::Failed => 1,
             TaskStatus::Skipped => 2,
+            TaskStatus::Reused => 3,
         }
     }
 

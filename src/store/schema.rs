@@ -162,7 +162,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         task_id               INTEGER PRIMARY KEY,
         task_index            INTEGER,  -- linear index in the step (NULL for rows from before version 3)
         key                   TEXT,     -- e.g. member=3,lead=12; NULL: spelled from task_index (step_dims)
-        status                INTEGER NOT NULL,  -- 0 ok, 1 failed, 2 skipped (the view spells them)
+        status                INTEGER NOT NULL,  -- 0 ok, 1 failed, 2 skipped, 3 reused (the view spells them)
         attempts              INTEGER NOT NULL,
         input_bytes           INTEGER NOT NULL,
         estimate_bytes        INTEGER,  -- NULL: the block's
@@ -221,7 +221,7 @@ pub(crate) const MIGRATIONS: &[&str] = &[
         ), '') AS key,
         t.task_index AS task_index,
         b.plugin AS plugin,
-        CASE t.status WHEN 0 THEN 'ok' WHEN 1 THEN 'failed' WHEN 2 THEN 'skipped' ELSE 'unknown' END AS status,
+        CASE t.status WHEN 0 THEN 'ok' WHEN 1 THEN 'failed' WHEN 2 THEN 'skipped' WHEN 3 THEN 'reused' ELSE 'unknown' END AS status,
         t.attempts AS attempts,
         t.input_bytes AS input_bytes,
         coalesce(t.estimate_bytes, b.estimate_bytes) AS estimate_bytes,

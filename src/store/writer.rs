@@ -323,11 +323,12 @@ struct Counts {
 impl Counts {
     fn add(&mut self, task: &TaskRecord) {
         match task.status {
-            TaskStatus::Ok => self.ok += 1,
+            // A reused task's output is the run's as much as a task that ran.
+            TaskStatus::Ok | TaskStatus::Reused => self.ok += 1,
             TaskStatus::Failed => self.failed += 1,
             TaskStatus::Skipped => self.skipped += 1,
         }
-        if task.status != TaskStatus::Skipped {
+        if !matches!(task.status, TaskStatus::Skipped | TaskStatus::Reused) {
             if task.peak_bytes > task.estimate_bytes {
                 self.underestimates += 1;
             }
@@ -472,9 +473,18 @@ impl Writer {
                     self.pending.events.push(event);
                 }
                 Ok(Message::Finish(outcome)) => return self.write(Some(outcome)),
-                Err(RecvTimeoutError::Timeout) => self.write(None)?,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.write(None)?;
+                    continue;
+                }
                 // The recorder was dropped without `finish`.
                 Err(RecvTimeoutError::Disconnected) => return self.write(Some(RunOutcome::new(RunStatus::Aborted))),
+            }
+            // A channel that is never empty never times out (a message waiting is taken even
+            // past the deadline): a writer kept busy by a stream of records, or starved of CPU
+            // by the workers, must still commit on time.
+            if self.deadline().is_some_and(|deadline| Instant::now() >= deadline) {
+                self.write(None)?;
             }
         }
     }

@@ -27,7 +27,6 @@
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use ndarray::{ArrayD, IxDyn, ShapeBuilder};
 
@@ -242,27 +241,10 @@ pub fn read_array(path: &Path) -> Result<Array, String> {
 
 /// Writes `array` to `path` atomically, creating parent directories. Errors name the file.
 pub fn write_array(path: &Path, array: &Array) -> Result<(), String> {
-    let fail = |what: String| format!("writing {}: {what}", path.display());
-    let file_name = path.file_name().ok_or_else(|| fail("the path does not name a file".into()))?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create directory {}: {e}", dir.display())))?;
-
-    // Unique per process and call, hidden, and in the same directory so the rename is atomic.
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(file_name);
-    temp_name.push(format!(".{}-{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
-    let temp = dir.join(temp_name);
-
-    let written = write_file(&temp, array).and_then(|()| std::fs::rename(&temp, path));
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&temp);
-        fail(e.to_string())
-    })
+    crate::files::write_atomically(path, |file| write_file(file, array))
 }
 
-fn write_file(path: &Path, array: &Array) -> std::io::Result<()> {
-    let mut file = File::create_new(path)?;
+fn write_file(file: &mut File, array: &Array) -> std::io::Result<()> {
     let header = header_bytes(array.dtype(), array.shape());
     let data = array.bytes();
     let size = array.dtype().size();

@@ -203,36 +203,6 @@ pub(crate) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a s
         .map(|(_, c)| c)
 }
 
-/// Writes a file at `path` through `write`, under a hidden temporary name in the same directory
-/// that is renamed into place once complete: readers, and a run killed half-way, never see part
-/// of a file. Creates parent directories. Errors name the file.
-///
-/// No fsync: the rename guards against failed and killed runs, not against power loss, which
-/// would cost a sync per file for nothing a run needs.
-pub(crate) fn write_atomically(
-    path: &std::path::Path,
-    write: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
-) -> Result<(), String> {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    let fail = |what: String| format!("writing {}: {what}", path.display());
-    let file_name = path.file_name().ok_or_else(|| fail("the path does not name a file".into()))?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create directory {}: {e}", dir.display())))?;
-    // Unique per process and call, so concurrent writers never share a temporary file.
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut temp_name = std::ffi::OsString::from(".");
-    temp_name.push(file_name);
-    temp_name.push(format!(".{}-{}.tmp", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
-    let temp = dir.join(temp_name);
-    let written = std::fs::File::create_new(&temp)
-        .and_then(|mut file| write(&mut file))
-        .and_then(|()| std::fs::rename(&temp, path));
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&temp);
-        fail(e.to_string())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -416,5 +416,5 @@ fn packed<T: Narrow>(
 /// Writes `bytes` to `path` under a temporary name in the same directory, then renames it, so a
 /// reader (or a crash) never sees half a file. Creates parent directories.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    crate::support::write_atomically(path, |file| std::io::Write::write_all(file, bytes))
+    runner_plugin::files::write_atomically(path, |file| std::io::Write::write_all(file, bytes))
 }

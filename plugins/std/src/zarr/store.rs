@@ -35,7 +35,7 @@ impl AtomicStore {
 
     /// Writes `bytes` at `key` atomically (metadata documents the plugins write themselves).
     pub fn put(&self, key: &str, bytes: &[u8]) -> Result<(), String> {
-        crate::support::write_atomically(&self.path_of(key), |file| std::io::Write::write_all(file, bytes))
+        runner_plugin::files::write_atomically(&self.path_of(key), |file| std::io::Write::write_all(file, bytes))
     }
 }
 

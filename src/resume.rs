@@ -1,0 +1,400 @@
+//! `--resume`: after a failed, killed or interrupted run of a recipe and cycle, only what did
+//! not finish — and what depends on it — runs again.
+//!
+//! Every recorded task carries three hashes (xxh3, 64 bits). `args_hash` is its step's
+//! fingerprint ([`Fingerprints`]: plugin, name, compiled args, inputs, dims, cycle — what every
+//! task of the step is asked to do). `inputs_hash` hashes what it read: its producers' output
+//! hashes, and the name, size and modification time of each file its args name as input.
+//! `output_hash` hashes what a later run can check of its output: a path's name, size and
+//! modification time (a file rewritten since is a changed output), or a value kept with
+//! `cache: true` by its content; an in-memory value that is not kept is not hashed (0).
+//! [`Reuse::plan`] compares them with what the recipe would do now:
+//! 1. a task is reusable when it finished ok last time, its step's fingerprint is unchanged,
+//!    every producer of it is reusable, the inputs hash it would have now is the recorded one,
+//!    and its output can be had again (a path output's file is unchanged);
+//! 2. a reusable task whose output some task that runs again must read has to give it back: a
+//!    path, nothing, or a value its step kept with `cache: true` (a value file in
+//!    `runner-cache/`, checked against its hash). Otherwise it runs again too, and then so must
+//!    what it reads from.
+//!
+//! The scheduler completes the reused tasks as if they had just finished (their values, where
+//! needed, mapped from their files), so the rest of the run is the uninterrupted run's.
+//! Plugins are taken to be deterministic: a task run again makes the bytes it made before.
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use runner_plugin::{ArgKind, DimValue, Value};
+use serde_json::Value as Json;
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::Compiled;
+use crate::recipe::{Recipe, StepId};
+use crate::store::{RecordedTask, TaskStatus};
+use crate::values;
+
+/// The output hash of nothing (a task that returns `Value::None`).
+pub const NONE_HASH: u64 = 0x6e6f_6e65_0000_0001;
+
+/// A streaming hash that serde_json can write into.
+struct Hasher(Xxh3);
+
+impl io::Write for Hasher {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.0.update(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// What each step is asked to do, fingerprinted once per run: its plugin, name, compiled args
+/// (fixed values and templates), inputs, the recipe's dims (whose values fill the templates in)
+/// and the cycle. Equal fingerprints mean every task of the step renders the same args as
+/// before, so no task's args are rendered, or allocated, to be hashed — and the store keeps one
+/// value per step, not one per task.
+pub struct Fingerprints {
+    steps: Vec<u64>,
+    /// The args naming files a step's tasks read (`ArgKind::InputPath`).
+    input_paths: Vec<Vec<&'static str>>,
+}
+
+impl Fingerprints {
+    pub fn new(recipe: &Recipe) -> Fingerprints {
+        let dims = format!("{:?}", recipe.dims);
+        let steps = recipe
+            .steps
+            .iter()
+            .map(|step| {
+                let mut hasher = Xxh3::new();
+                let (args, inputs) = (format!("{:?}", step.args), format!("{:?}", step.inputs));
+                for part in [step.plugin.name(), &step.name, &recipe.cycle, &args, &inputs, &dims] {
+                    hasher.update(part.as_bytes());
+                    hasher.update(&[0]);
+                }
+                nonzero(hasher.digest())
+            })
+            .collect();
+        let input_paths = recipe
+            .steps
+            .iter()
+            .map(|step| step.plugin.args().iter().filter(|a| a.kind == ArgKind::InputPath).map(|a| a.name).collect())
+            .collect();
+        Fingerprints { steps, input_paths }
+    }
+
+    /// The fingerprint of `step` (every task's `args_hash`).
+    pub fn step(&self, step: StepId) -> u64 {
+        self.steps[step]
+    }
+
+    /// The inputs hash of a task of `step` whose producers' hash is `producers` (see
+    /// [`producers_hash`]): with, when the step reads files named by its args, each file's
+    /// name, size and modification time — a file changed since is a changed input.
+    pub fn inputs_hash(&self, recipe: &Recipe, step: StepId, producers: u64, dims: &[(&str, DimValue)]) -> u64 {
+        let names = &self.input_paths[step];
+        if names.is_empty() {
+            return producers;
+        }
+        let lookup = |name: &str| dims.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+        let args = recipe.steps[step].args.for_task(&lookup);
+        let mut hasher = Xxh3::new();
+        hasher.update(&producers.to_le_bytes());
+        for name in names {
+            let mut add = |path: &str| hasher.update(&path_hash(Path::new(path)).to_le_bytes());
+            match args.get(name) {
+                Some(Json::String(path)) => add(path),
+                Some(Json::Array(paths)) => paths.iter().filter_map(Json::as_str).for_each(add),
+                _ => {}
+            }
+        }
+        nonzero(hasher.digest())
+    }
+}
+
+/// Hash of what a task read from its producers: their output hashes in gather order (an
+/// in-memory value not kept for resume hashes to 0: only files' contents are checked again).
+#[derive(Default)]
+pub struct ProducersHash(Xxh3);
+
+impl ProducersHash {
+    pub fn add(&mut self, output_hash: u64) {
+        self.0.update(&output_hash.to_le_bytes());
+    }
+    pub fn finish(&self) -> u64 {
+        nonzero(self.0.digest())
+    }
+}
+
+/// Hash of a task's output, as far as a later run can check it: nothing, a path (its file), or
+/// a value kept with `cache: true` (its content); 0 for an in-memory value not kept, which is
+/// not hashed at all.
+pub fn output_hash(value: &Value, kept: bool) -> u64 {
+    match value {
+        Value::None => NONE_HASH,
+        Value::Path(path) => path_hash(path),
+        _ if kept => content_hash(value),
+        _ => 0,
+    }
+}
+
+/// Hash of a value's content: an array's dtype, shape, attributes and bytes.
+fn content_hash(value: &Value) -> u64 {
+    let mut hasher = Hasher(Xxh3::new());
+    match value {
+        Value::None => return NONE_HASH,
+        Value::Array(array) => {
+            hasher.0.update(b"array");
+            hasher.0.update(array.dtype().name().as_bytes());
+            for &dim in array.shape() {
+                hasher.0.update(&(dim as u64).to_le_bytes());
+            }
+            let _ = serde_json::to_writer(&mut hasher, array.attrs());
+            hasher.0.update(array.bytes());
+        }
+        Value::Bytes(storage) => {
+            hasher.0.update(b"bytes");
+            hasher.0.update(storage.bytes());
+        }
+        Value::Json(json) => {
+            hasher.0.update(b"json");
+            let _ = serde_json::to_writer(&mut hasher, json);
+        }
+        Value::Path(path) => return path_hash(path),
+    }
+    nonzero(hasher.0.digest())
+}
+
+/// Hash of a path output: its name, and its file's size and modification time (0 when the file
+/// is gone, which no output hashes to).
+pub fn path_hash(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::metadata(path) else { return 0 };
+    let mut hasher = Xxh3::new();
+    hasher.update(b"path");
+    hasher.update(path.as_os_str().as_encoded_bytes());
+    hasher.update(&meta.len().to_le_bytes());
+    let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+    hasher.update(&modified.map_or(0, |d| d.as_nanos()).to_le_bytes());
+    nonzero(hasher.digest())
+}
+
+/// 0 means "no hash" in the store.
+fn nonzero(hash: u64) -> u64 {
+    if hash == 0 { 1 } else { hash }
+}
+
+/// Where `cache: true` keeps a step's values: `runner-cache/<recipe>/<cycle>/<step>/` in the
+/// directory the runner started in, like outputs.
+pub fn cache_dir(recipe: &str, cycle: &str, step: &str) -> PathBuf {
+    let safe = |s: &str| -> String {
+        s.chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+    };
+    PathBuf::from("runner-cache").join(safe(recipe)).join(safe(cycle)).join(safe(step))
+}
+
+/// How a reused task's output is had again.
+#[derive(Debug, Clone)]
+enum Recovered {
+    /// `Value::None`.
+    Nothing,
+    /// A path output, unchanged.
+    Path(PathBuf),
+    /// A value kept by `cache: true`.
+    Cached(PathBuf),
+    /// An in-memory value that was not kept: reusable only while nothing that runs reads it.
+    Lost,
+}
+
+/// What a reused task was, for its record in this run.
+#[derive(Debug, Clone)]
+pub struct ReusedTask {
+    pub args_hash: u64,
+    pub inputs_hash: u64,
+    pub output_hash: u64,
+    pub output_path: Option<PathBuf>,
+    recovered: Recovered,
+}
+
+/// Which tasks of the last run of this recipe and cycle this run takes over as they are.
+#[derive(Debug, Default)]
+pub struct Reuse {
+    /// The run they come from.
+    pub from_run: i64,
+    steps: Vec<HashMap<u64, ReusedTask>>,
+}
+
+impl Reuse {
+    /// The reuse plan of `compiled` against `previous`, the tasks recorded by run `from_run`.
+    pub fn plan(compiled: &Compiled, from_run: i64, previous: Vec<RecordedTask>) -> Reuse {
+        let recipe = &compiled.recipe;
+        let graph = &compiled.graph;
+        let mut recorded: Vec<HashMap<u64, RecordedTask>> = vec![HashMap::new(); recipe.steps.len()];
+        for task in previous {
+            let (Some(step), Some(index)) = (recipe.step_id(&task.step), task.task_index) else { continue };
+            let finished = matches!(task.status, TaskStatus::Ok | TaskStatus::Reused);
+            if finished && task.args_hash.is_some() {
+                recorded[step].insert(index, task);
+            }
+        }
+        let mut steps: Vec<HashMap<u64, ReusedTask>> = vec![HashMap::new(); recipe.steps.len()];
+        let (mut key, mut pairs) = (String::new(), Vec::new());
+        let fingerprints = Fingerprints::new(recipe);
+        for &step in &graph.topo {
+            for (&index, task) in &recorded[step] {
+                if task.args_hash != Some(fingerprints.step(step)) {
+                    continue;
+                }
+                let Some(producers) = producers_of(compiled, &steps, step, index) else { continue };
+                graph.describe_task(recipe, step, index, &mut key, &mut pairs);
+                let inputs = fingerprints.inputs_hash(recipe, step, producers, &pairs);
+                if Some(inputs) != task.inputs_hash {
+                    continue;
+                }
+                let output_hash = task.output_hash.unwrap_or(0);
+                let Some(recovered) = recover(output_hash, task.output_path.as_deref()) else { continue };
+                let reused = ReusedTask {
+                    args_hash: fingerprints.step(step),
+                    inputs_hash: inputs,
+                    output_hash,
+                    output_path: task.output_path.as_ref().map(PathBuf::from),
+                    recovered,
+                };
+                steps[step].insert(index, reused);
+            }
+        }
+        let mut reuse = Reuse { from_run, steps };
+        reuse.give_back_what_runs_again_reads(compiled);
+        reuse
+    }
+
+    /// Tasks that run again read their inputs: a reused producer whose value is lost runs
+    /// again as well (and then what it reads must be had), until nothing changes.
+    fn give_back_what_runs_again_reads(&mut self, compiled: &Compiled) {
+        let graph = &compiled.graph;
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for &step in &graph.topo {
+                for index in 0..graph.steps[step].tasks {
+                    if self.steps[step].contains_key(&index) {
+                        continue;
+                    }
+                    for &edge in &graph.steps[step].inputs {
+                        let producer = graph.edges[edge].producer;
+                        let mut lost = Vec::new();
+                        graph.for_each_producer(edge, index, |p| {
+                            if matches!(self.steps[producer].get(&p), Some(t) if matches!(t.recovered, Recovered::Lost))
+                            {
+                                lost.push(p);
+                            }
+                        });
+                        for p in lost {
+                            self.steps[producer].remove(&p);
+                            changed = true;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// How many tasks are reused.
+    pub fn count(&self) -> u64 {
+        self.steps.iter().map(|s| s.len() as u64).sum()
+    }
+
+    /// The reused task `index` of `step`, if it is one.
+    pub fn get(&self, step: StepId, index: u64) -> Option<&ReusedTask> {
+        self.steps.get(step)?.get(&index)
+    }
+
+    /// The reused tasks of `step`.
+    pub fn of_step(&self, step: StepId) -> impl Iterator<Item = u64> + '_ {
+        self.steps[step].keys().copied()
+    }
+}
+
+impl ReusedTask {
+    /// The task's output as its consumers read it: a path, nothing, or its cached value mapped
+    /// from its file. A lost value (nobody that runs reads it) is `Value::None`.
+    pub fn value(&self) -> Value {
+        match &self.recovered {
+            Recovered::Nothing | Recovered::Lost => Value::None,
+            Recovered::Path(path) => Value::Path(path.clone()),
+            // Checked when the plan was made; gone since, its consumers see nothing and fail.
+            Recovered::Cached(path) => kept_value(path).unwrap_or(Value::None),
+        }
+    }
+}
+
+/// Removes the temporary files that process `pid` (a run that was killed) left in the folders
+/// its recorded outputs are in: what it was writing when it died. Returns how many.
+pub fn remove_temp_files_of(pid: u32, previous: &[RecordedTask]) -> usize {
+    let mut folders: Vec<&Path> =
+        previous.iter().filter_map(|t| Path::new(t.output_path.as_deref()?).parent()).collect();
+    folders.sort_unstable();
+    folders.dedup();
+    let mut removed = 0;
+    for folder in folders {
+        let folder = if folder.as_os_str().is_empty() { Path::new(".") } else { folder };
+        let Ok(entries) = std::fs::read_dir(folder) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name.to_str().is_some_and(|n| runner_plugin::files::is_temp_of(n, pid))
+                && std::fs::remove_file(entry.path()).is_ok()
+            {
+                removed += 1;
+            }
+        }
+    }
+    removed
+}
+
+/// How the output a task recorded is had again, or `None` when it must run again: a path
+/// output whose file is gone or changed. A kept value whose file is gone or no longer holds
+/// what was recorded is as good as not kept.
+fn recover(output_hash: u64, output_path: Option<&str>) -> Option<Recovered> {
+    let Some(path) = output_path.map(Path::new) else {
+        return Some(if output_hash == NONE_HASH { Recovered::Nothing } else { Recovered::Lost });
+    };
+    if !is_value_file(path) {
+        return (path_hash(path) == output_hash).then(|| Recovered::Path(path.to_path_buf()));
+    }
+    let intact = kept_value(path).is_some_and(|value| content_hash(&value) == output_hash);
+    Some(if intact { Recovered::Cached(path.to_path_buf()) } else { Recovered::Lost })
+}
+
+/// The value `cache: true` kept in `path` (`<dir>/<index>.<kind>`), mapped from its file.
+fn kept_value(path: &Path) -> Option<Value> {
+    let dir = path.parent()?;
+    let index = path.file_stem()?.to_str()?.parse().ok()?;
+    values::map(dir, index).ok()
+}
+
+/// The producers' hash task `index` of `step` would have now, when every producer of it is
+/// reused (`None` otherwise: a producer that runs again may make something else).
+fn producers_of(compiled: &Compiled, steps: &[HashMap<u64, ReusedTask>], step: StepId, index: u64) -> Option<u64> {
+    let graph = &compiled.graph;
+    let mut hash = ProducersHash::default();
+    for &edge in &graph.steps[step].inputs {
+        let producer = graph.edges[edge].producer;
+        let mut all = true;
+        graph.for_each_producer(edge, index, |p| match steps[producer].get(&p) {
+            Some(task) => hash.add(task.output_hash),
+            None => all = false,
+        });
+        if !all {
+            return None;
+        }
+    }
+    Some(hash.finish())
+}
+
+/// A file `values::write` made (`<index>.<kind>` under `runner-cache/`), as `cache: true`
+/// keeps values.
+fn is_value_file(path: &Path) -> bool {
+    path.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s.parse::<u64>().is_ok())
+        && path.components().any(|c| c.as_os_str() == "runner-cache")
+}
