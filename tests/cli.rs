@@ -131,6 +131,49 @@ steps:
     assert_eq!(summary["failures"][0]["key"], "member=1");
 }
 
+/// Paths that coincide only across dims (`{a}{b}` for 1,11 and 11,1) or across steps pass the
+/// recipe check; the second task to claim one fails, naming the first, and the file holds the
+/// first task's array, whole.
+#[test]
+fn two_tasks_writing_one_file_fail_the_second_naming_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(
+        dir.path(),
+        "clash.yaml",
+        r#"recipe: clash
+dims:
+  a: [1, 11]
+  b: [11, 1]
+steps:
+  rain:
+    plugin: synth
+    args: {ny: 4, nx: 5, wet_fraction: 0.5, seed: a}
+  save:
+    plugin: write_npy
+    over: [a, b]
+    inputs: [rain]
+    args: {path: "out/{a}{b}.npy"}
+  again:
+    plugin: write_npy
+    inputs: [rain]
+    args: {path: "out/./x/../1111.npy"}
+"#,
+    );
+    let out = runner(dir.path(), &["run", path.to_str().unwrap(), "--workers", "1", "--summary", "s.json"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    assert_eq!((summary["tasks_ok"].as_u64(), summary["tasks_failed"].as_u64()), (Some(4), Some(2)), "{err}");
+    // Which of two clashing tasks comes second depends on the order; each clash fails one.
+    let clashes: Vec<&str> = err.lines().filter(|l| l.contains("is also written by")).collect();
+    assert_eq!(clashes.len(), 2, "{err}");
+    assert!(clashes.iter().any(|l| l.contains("out/111.npy") && l.contains("save[a=")), "{err}");
+    assert!(clashes.iter().any(|l| l.contains("1111.npy") && (l.contains("by again") || l.contains("by save[a=11,b=11]"))), "{err}");
+    assert!(err.contains("two tasks must not write one file (give the path a dim that tells them apart)"), "{err}");
+    let bytes = std::fs::read(dir.path().join("out/111.npy")).unwrap();
+    assert_eq!(bytes.len(), 128 + 4 * 5 * 4, "one whole array");
+}
+
 #[test]
 fn failures_are_listed_by_index_value_and_identical_errors_grouped() {
     let dir = tempfile::tempdir().unwrap();

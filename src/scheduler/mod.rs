@@ -9,6 +9,7 @@
 //! statistics are gathered per worker in [`stats`] and merged at the end.
 
 mod meter;
+mod output_claims;
 mod state;
 pub mod stats;
 
@@ -217,6 +218,8 @@ struct Shared<'r> {
     reuse: Option<&'r Reuse>,
     /// What each step is asked, when the run is recorded (for a later `--resume`).
     fingerprints: Option<Fingerprints>,
+    /// The output paths tasks have claimed: two tasks never write one file.
+    output_claims: output_claims::OutputClaims,
 }
 
 impl<'r> Shared<'r> {
@@ -303,6 +306,7 @@ pub fn run_with(
         remote,
         reuse,
         fingerprints: sink.map(|_| Fingerprints::new(recipe)),
+        output_claims: output_claims::OutputClaims::new(recipe),
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
     progress.budget.store(options.budget, Ordering::Relaxed);
@@ -1206,15 +1210,18 @@ impl<'s, 'r> Worker<'s, 'r> {
     ) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>, Option<CommandRecord>) {
         let shared = self.shared;
         let claimed = &self.claimed[at];
+        let step_id = claimed.picked.task.step;
+        let step = &shared.recipe.steps[step_id];
+        let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+        let args = step.args.for_task(&lookup);
+        if let Err(message) = shared.output_claims.claim(shared.recipe, shared.graph, claimed.picked.task, &args) {
+            return (Ok(Err(TaskError::msg(message))), None, None);
+        }
         let tag = match measure::begin_new_task() {
             Ok(tag) => tag,
             Err(error) => return (Ok(Err(TaskError::msg(format!("cannot measure the task: {error}")))), None, None),
         };
         shared.meter.attach(claimed.picked.slot, tag);
-        let step_id = claimed.picked.task.step;
-        let step = &shared.recipe.steps[step_id];
-        let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
-        let args = step.args.for_task(&lookup);
         let host = TaskHost {
             shared,
             slot: claimed.picked.slot,
