@@ -3,16 +3,27 @@
 //! caches) must not grow with the number of tasks a run dispatches. Runs of 20k and 200k `noop`
 //! tasks are compared, for a flat map, for map → group → reduce, and for a map whose every task
 //! returns a value that another task consumes (the plugin itself allocates nothing for it).
+//!
+//! The same holds for a run recorded as `runner run` records it (a `StoreSink` over a store in a
+//! temporary directory), for a flat map (keys spelled from task indices) and for a step over a
+//! list dim (keys stored as text). What is counted there is every Rust allocation of the process
+//! from the first task to the last row committed: the workers', and the store's writer thread's
+//! (the batches it receives and hands back, rusqlite's statement cache) — but not SQLite's own,
+//! which the bundled library makes with the C library's `malloc`, not jemalloc (only Rust's
+//! global allocator is jemalloc here). The writer's allocations per commit are a few; commits
+//! come at most every 20 ms, so a bound per task still fails if a row costs an allocation.
 
 use std::path::Path;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use runner::Compiled;
+use runner::cli::record::{self, StoreSink};
 use runner::plugin::{ArgSpec, Args, Inputs, Plugin, TaskContext, TaskError, Value};
 use runner::recipe::CompileOptions;
 use runner::registry::Registry;
-use runner::scheduler::{self, Progress, RunOptions};
+use runner::scheduler::{self, Progress, RunOptions, TaskSink};
+use runner::store::{RunOutcome, RunStatus, Store};
 use tikv_jemalloc_ctl::{epoch, raw};
 
 /// Returns a value that needs no allocation (JSON `true`), so that every allocation a run of it
@@ -51,16 +62,45 @@ fn allocation_requests() -> u64 {
     read(b"stats.arenas.4096.small.nrequests\0") + read(b"stats.arenas.4096.large.nrequests\0")
 }
 
+fn options(dir: &Path) -> RunOptions {
+    RunOptions { spill_dir: Some(dir.into()), ..RunOptions::new(2, 8 << 30, dir.join("work")) }
+}
+
 /// Allocation requests made by one run of `compiled` on 2 workers.
 fn requests_of_run(compiled: &Compiled) -> u64 {
     let dir = tempfile::tempdir().unwrap();
-    let options =
-        RunOptions { spill_dir: Some(dir.path().into()), ..RunOptions::new(2, 8 << 30, dir.path().join("work")) };
+    let options = options(dir.path());
     let before = allocation_requests();
     let report =
         scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);
     let after = allocation_requests();
     assert!(report.failures.is_empty());
+    after - before
+}
+
+/// Allocation requests made by one run of `compiled` on 2 workers recorded into a new store, as
+/// `runner run` records it, from its first task until its last row is committed (the writer
+/// thread has ended, so its thread cache's counts are in).
+fn requests_of_recorded_run(compiled: &Compiled) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let options = options(dir.path());
+    let store = Store::open(dir.path().join("runner.db")).expect("a new store");
+    let start = record::run_start(compiled, &options);
+    let recorder = store.start_run(&start).expect("the run row is inserted");
+    let sink = StoreSink::new(recorder, &start, compiled, options.workers);
+    let before = allocation_requests();
+    let report = scheduler::run(
+        &compiled.recipe,
+        &compiled.graph,
+        &compiled.plan,
+        &options,
+        &Progress::default(),
+        Some(&sink as &dyn TaskSink),
+    );
+    let written = sink.finish(RunOutcome::new(RunStatus::Ok)).expect("every row is written");
+    let after = allocation_requests();
+    assert!(report.failures.is_empty());
+    assert_eq!(written.rows, compiled.graph.total_tasks(), "every task is recorded");
     after - before
 }
 
@@ -84,24 +124,59 @@ fn passed_on(tasks: u64) -> Compiled {
     ))
 }
 
+/// A map over a list dim and a count: its keys (`model=b,i=17`) are stored as text.
+fn listed(tasks: u64) -> Compiled {
+    compile(&format!(
+        "recipe: listed\ndims:\n  model: [alpha, beta, gamma, delta]\n  i: {}\nsteps:\n  a:\n    plugin: noop\n    \
+         over: [model, i]\n",
+        tasks / 4
+    ))
+}
+
+/// Fails if a run of `large` makes 0.01 allocations or more per task it has beyond `small`'s.
+fn assert_no_allocation_per_task(shape: &str, small: &Compiled, large: &Compiled, requests: fn(&Compiled) -> u64) {
+    // A first run warms up what is allocated once per process (thread pools, caches).
+    requests(small);
+    let (few, many) = (requests(small), requests(large));
+    let extra_tasks = (large.graph.total_tasks() - small.graph.total_tasks()) as f64;
+    let per_task = (many as f64 - few as f64) / extra_tasks;
+    println!(
+        "{shape}: {few} allocations for {} tasks, {many} for {}",
+        small.graph.total_tasks(),
+        large.graph.total_tasks()
+    );
+    // Growing buffers (a ready queue, a step's pending counters) allocate O(log n) times.
+    assert!(per_task < 0.01, "{shape}: {per_task:.3} allocations per task ({few} → {many})");
+}
+
+/// The counters are the process's: the tests take turns, compiling included.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn take_turn() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 #[test]
 fn dispatching_more_tasks_allocates_no_more() {
+    let _turn = take_turn();
     for (shape, small, large) in [
         ("flat map", flat(20_000), flat(200_000)),
         ("map-group-reduce", reduce(20_000), reduce(200_000)),
         ("values passed on", passed_on(20_000), passed_on(200_000)),
     ] {
-        // A first run warms up what is allocated once per process (thread pools, caches).
-        requests_of_run(&small);
-        let (few, many) = (requests_of_run(&small), requests_of_run(&large));
-        let extra_tasks = (large.graph.total_tasks() - small.graph.total_tasks()) as f64;
-        let per_task = (many as f64 - few as f64) / extra_tasks;
-        println!(
-            "{shape}: {few} allocations for {} tasks, {many} for {}",
-            small.graph.total_tasks(),
-            large.graph.total_tasks()
-        );
-        // Growing buffers (a ready queue, a step's pending counters) allocate O(log n) times.
-        assert!(per_task < 0.01, "{shape}: {per_task:.3} allocations per task ({few} → {many})");
+        assert_no_allocation_per_task(shape, &small, &large, requests_of_run);
+    }
+}
+
+#[test]
+fn recording_more_tasks_allocates_no_more() {
+    let _turn = take_turn();
+    let (small, large) = (listed(20_000), listed(200_000));
+    assert!(
+        record::run_start(&large, &options(Path::new("."))).keys.is_empty(),
+        "a list dim's keys are stored as text"
+    );
+    for (shape, small, large) in [("recorded flat map", flat(20_000), flat(200_000)), ("recorded list dim", small, large)] {
+        assert_no_allocation_per_task(shape, &small, &large, requests_of_recorded_run);
     }
 }
