@@ -107,7 +107,7 @@ const SLURM_JOBS_IN_FLIGHT: usize = 64;
 /// `--budget` says otherwise no budget of this machine's binds them (each job has its `--mem`).
 fn remote_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
     let workers = resources.workers.map_or(SLURM_JOBS_IN_FLIGHT, usize::from);
-    let budget = resources.budget.unwrap_or(u64::MAX / 4);
+    let budget = resources.budget.unwrap_or(super::summary::NO_LOCAL_BUDGET);
     let work_dir = work_dir();
     super::interrupt::remove_on_interrupt(work_dir.clone());
     Ok(RunOptions { spill_dir: resources.spill_dir.clone(), ..RunOptions::new(workers, budget, work_dir) })
@@ -257,7 +257,10 @@ pub fn execute(
         report
     });
     let peak_rss = measure::process_memory().map_or(0, |m| m.peak_rss_bytes);
-    let summary = RunSummary::new(&compiled.recipe, &report, peak_rss);
+    let mut summary = RunSummary::new(&compiled.recipe, &report, peak_rss);
+    if slurm.is_some() {
+        summary.executor = crate::store::Executor::Slurm;
+    }
     let mut store_error = None;
     if let Some(sink) = sink {
         let status = if summary.status == "ok" { RunStatus::Ok } else { RunStatus::Failed };

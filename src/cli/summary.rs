@@ -10,6 +10,11 @@ use serde::Serialize;
 use super::failures;
 use crate::recipe::Recipe;
 use crate::scheduler::RunReport;
+use crate::store::Executor;
+
+/// The budget of a run that has none on this machine (`--executor slurm` without `--budget`):
+/// each job is bounded by its own `--mem` on its node instead.
+pub const NO_LOCAL_BUDGET: u64 = u64::MAX / 4;
 
 #[derive(Debug, Serialize)]
 pub struct StepSummary {
@@ -63,7 +68,10 @@ pub struct RunSummary {
     /// Taken over by `--resume` from the run it resumes (neither run nor counted as ok).
     pub tasks_reused: u64,
     pub wall_s: f64,
+    /// Where the tasks ran (`local`, `slurm`).
+    pub executor: Executor,
     pub workers: usize,
+    /// [`NO_LOCAL_BUDGET`] when nothing bounded the memory of the tasks in flight together.
     pub budget_bytes: u64,
     pub peak_rss_bytes: u64,
     pub peak_reserved_bytes: u64,
@@ -136,6 +144,7 @@ impl RunSummary {
             tasks_skipped: report.total(|s| s.skipped),
             tasks_reused: report.total(|s| s.reused),
             wall_s: report.wall.as_secs_f64(),
+            executor: Executor::Local,
             workers: report.workers,
             budget_bytes: report.budget,
             peak_rss_bytes,
@@ -164,6 +173,20 @@ impl RunSummary {
         std::fs::write(path, text).with_context(|| format!("writing the summary to {}", path.display()))
     }
 
+    /// What was reserved at most, against what: the budget, or for jobs their own `--mem`.
+    fn reserved_line(&self) -> String {
+        let reserved = format_size(self.peak_reserved_bytes);
+        match (self.executor, self.budget_bytes >= NO_LOCAL_BUDGET) {
+            (Executor::Slurm, true) => {
+                format!("peak reserved {reserved} by the jobs in flight · no local budget (jobs have their own --mem)")
+            }
+            (Executor::Slurm, false) => {
+                format!("peak reserved {reserved} by the jobs in flight, of {} budget", format_size(self.budget_bytes))
+            }
+            (_, _) => format!("peak reserved {reserved} of {} budget", format_size(self.budget_bytes)),
+        }
+    }
+
     /// The closing lines for people: outcome, figures, and each failure.
     pub fn print(&self) {
         let outcome = if self.status == "ok" { "ok" } else { "FAILED" };
@@ -176,7 +199,7 @@ impl RunSummary {
             estimates.push_str(&format!(" · {} oversized (ran alone, estimate above the budget)", self.oversized));
         }
         eprintln!(
-            "{} {}: {} — {} tasks ({} ok, {reused}{} failed, {} skipped) in {:.2} s · peak RSS {} · peak reserved {} of {} budget{estimates}",
+            "{} {}: {} — {} tasks ({} ok, {reused}{} failed, {} skipped) in {:.2} s · peak RSS {} · {}{estimates}",
             self.recipe,
             self.cycle,
             outcome,
@@ -186,8 +209,7 @@ impl RunSummary {
             self.tasks_skipped,
             self.wall_s,
             format_size(self.peak_rss_bytes),
-            format_size(self.peak_reserved_bytes),
-            format_size(self.budget_bytes),
+            self.reserved_line(),
         );
         if let Some(error) = &self.internal_error {
             eprintln!("  {error} ({} tasks not run)", self.tasks_not_run);

@@ -5,7 +5,9 @@
 //! Layout of a run folder (`--shared-dir`/`<run>`), every file written atomically:
 //! - `values/<step>/<index>.<kind>`: outputs ([`crate::values`]);
 //! - `results/<step>/<index>.json`: each task's [`TaskResult`];
-//! - `units/<unit>`: the task indices a job element runs, one per line;
+//! - `units/<unit>`: the task indices a job element runs, one per line; `units/array-<unit>`:
+//!   the units of an array's elements, from its first;
+//! - `jobs.tsv`: every job submitted (id, step, elements, `--mem`, `--time`);
 //! - `logs/`, `scratch/`: the jobs' logs and the tasks' scratch folders.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -84,6 +86,10 @@ impl RunFolder {
     }
     pub fn logs(&self) -> PathBuf {
         self.root.join("logs")
+    }
+    /// The jobs submitted, one a line ([`super::slurm::JOBS_HEADER`]).
+    pub fn jobs(&self) -> PathBuf {
+        self.root.join("jobs.tsv")
     }
 
     /// The result of task `index` of `step`, if it has one.

@@ -55,13 +55,33 @@ pub struct SlurmOptions {
 /// reservation plus this.
 pub const JOB_BASELINE: u64 = 96 << 20;
 
-/// How often jobs in flight are looked at.
-const POLL_EVERY: Duration = Duration::from_millis(500);
-/// Units that arrive within this of each other are submitted in one array.
-const GATHER: Duration = Duration::from_millis(100);
+/// What a job needs besides its tasks' timeouts (`--time`): starting `runner task`, compiling
+/// the recipe, mapping the inputs and writing the results. A task that outruns its own timeout
+/// fails as timed out inside the job, with its result; Slurm's limit is the backstop.
+pub const JOB_TIME_MARGIN: Duration = Duration::from_secs(60);
+
+/// How often the run folder is looked at for the result files of the units in flight: what
+/// ends a unit, so the latency of every task. One file is looked at per unit (its last task's).
+const RESULTS_EVERY: Duration = Duration::from_millis(200);
+/// How often `squeue` is asked about the jobs in flight, to find the ones that ended without
+/// their results (out of memory, killed, crashed). A controller serves every user of the
+/// cluster: it is asked far less often than the files are looked at.
+const QUEUE_EVERY: Duration = Duration::from_secs(2);
+/// Units that arrive within this of each other are submitted in one array (one `sbatch`).
+const GATHER: Duration = Duration::from_millis(50);
 /// A job element that has ended may have written its last result files just before: they are
 /// waited for this long (shared filesystems show files late) before its tasks count as lost.
 const RESULT_GRACE: Duration = Duration::from_secs(10);
+/// How long `squeue` may keep failing (a controller restarting, a network cut) before the
+/// units in flight fail with its error and their jobs are cancelled.
+const QUEUE_PATIENCE: Duration = Duration::from_secs(300);
+/// How long [`SlurmExecutor::cancel_all`] waits for an `sbatch` under way, so that the job it
+/// submits is cancelled too.
+const SUBMISSION_WAIT: Duration = Duration::from_secs(30);
+
+/// The header of a run folder's `jobs.tsv`, which lists every job submitted: its id, its step,
+/// its array elements (units), and `--mem` and `--time` as `sbatch` got them.
+pub const JOBS_HEADER: &str = "job\tstep\telements\tmem\ttime";
 
 /// A unit waiting to be submitted.
 struct Pending {
@@ -81,7 +101,7 @@ struct InFlight {
     /// Which of `units` are settled (their worker may have taken the result already).
     done: Vec<bool>,
     mem_bytes: u64,
-    /// When each element was first seen ended without all its results.
+    /// When each element was first seen ended without all its results, and how it ended.
     ended: HashMap<u32, (Instant, JobState)>,
 }
 
@@ -97,8 +117,19 @@ struct Queue {
     /// Units submitted, by id: their step and task indices, to read their results.
     units: HashMap<u64, (String, Vec<u64>)>,
     settled: HashMap<u64, Settled>,
-    /// Why submitting or polling failed, for the units it concerns.
-    broken: Option<String>,
+    /// Since when, and why, `squeue` has been failing.
+    queue_failing: Option<(Instant, String)>,
+    /// An `sbatch` is under way (outside the lock).
+    submitting: bool,
+    /// [`SlurmExecutor::cancel_all`] was called: nothing more is submitted.
+    cancelled: bool,
+}
+
+impl Queue {
+    /// Settles `unit`, each of its tasks failing with `error`.
+    fn fail_unit(&mut self, unit: u64, tasks: usize, error: &TaskError) {
+        self.settled.insert(unit, Settled { results: (0..tasks).map(|_| Err(error.clone())).collect() });
+    }
 }
 
 /// The Slurm executor of one run.
@@ -123,6 +154,7 @@ impl SlurmExecutor {
         for dir in ["values", "results", "units", "logs"] {
             std::fs::create_dir_all(folder.root.join(dir))?;
         }
+        std::fs::write(folder.jobs(), format!("{JOBS_HEADER}\n"))?;
         Ok(SlurmExecutor {
             slurm,
             folder,
@@ -155,6 +187,7 @@ impl SlurmExecutor {
                 crate::panics::message(&*panic)
             );
             *self.dead.lock().unwrap_or_else(|p| p.into_inner()) = Some(why.clone());
+            let error = TaskError::msg(why);
             let mut queue = self.lock();
             let waiting: Vec<(u64, usize)> = queue
                 .units
@@ -163,9 +196,7 @@ impl SlurmExecutor {
                 .chain(queue.pending.iter().map(|p| (p.unit, p.indices.len())))
                 .collect();
             for (unit, tasks) in waiting {
-                queue
-                    .settled
-                    .insert(unit, Settled { results: (0..tasks).map(|_| Err(TaskError::msg(why.clone()))).collect() });
+                queue.fail_unit(unit, tasks, &error);
             }
             queue.pending.clear();
             drop(queue);
@@ -175,26 +206,35 @@ impl SlurmExecutor {
     }
 
     fn serve_until_stopped(&self) {
-        let mut last_poll = Instant::now() - POLL_EVERY;
+        let mut last_results = Instant::now();
+        let mut last_queue = Instant::now();
         loop {
             let mut queue = self.lock();
             if self.stopping.load(Ordering::Relaxed) && queue.pending.is_empty() && queue.in_flight.is_empty() {
                 return;
             }
-            let ready = queue.pending.first().is_some_and(|p| p.since.elapsed() >= GATHER);
-            if ready {
+            let oldest = queue.pending.first().map(|p| p.since.elapsed());
+            if oldest.is_some_and(|waited| waited >= GATHER) {
                 let pending = std::mem::take(&mut queue.pending);
                 drop(queue);
                 self.submit(pending);
                 continue;
             }
-            if last_poll.elapsed() >= POLL_EVERY && !queue.in_flight.is_empty() {
+            if !queue.in_flight.is_empty() && last_results.elapsed() >= RESULTS_EVERY {
+                let ask_queue = last_queue.elapsed() >= QUEUE_EVERY;
                 drop(queue);
-                self.poll();
-                last_poll = Instant::now();
+                self.poll(ask_queue);
+                last_results = Instant::now();
+                if ask_queue {
+                    last_queue = last_results;
+                }
                 continue;
             }
-            let _ = self.changed.wait_timeout(queue, GATHER).unwrap_or_else(|p| p.into_inner());
+            let wait = match oldest {
+                Some(waited) => GATHER.saturating_sub(waited),
+                None => RESULTS_EVERY.saturating_sub(last_results.elapsed()),
+            };
+            let _ = self.changed.wait_timeout(queue, wait.max(Duration::from_millis(1))).unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -204,7 +244,8 @@ impl SlurmExecutor {
         self.changed.notify_all();
     }
 
-    /// Submits `pending` units as arrays: one per (step, memory, time).
+    /// Submits `pending` units as arrays: one per (step, memory, time), each at most the
+    /// cluster's `MaxArraySize` elements.
     fn submit(&self, pending: Vec<Pending>) {
         let mut groups: Vec<Vec<Pending>> = Vec::new();
         for unit in pending {
@@ -215,31 +256,64 @@ impl SlurmExecutor {
                 None => groups.push(vec![unit]),
             }
         }
-        for group in groups {
-            let units: Vec<u64> = group.iter().map(|u| u.unit).collect();
-            let (step, mem_bytes, time_limit) = (group[0].step.clone(), group[0].mem_bytes, group[0].time_limit);
-            let submitted = self.submit_array(&step, &units, mem_bytes, time_limit);
-            let mut queue = self.lock();
-            for unit in &group {
-                queue.units.insert(unit.unit, (unit.step.clone(), unit.indices.clone()));
+        let max_elements = match self.slurm.config() {
+            Ok(config) => config.max_array_size.max(1) as usize,
+            Err(error) => {
+                let error = TaskError::msg(format!("submitting to Slurm failed: {error}"));
+                let mut queue = self.lock();
+                for unit in groups.iter().flatten() {
+                    queue.fail_unit(unit.unit, unit.indices.len(), &error);
+                }
+                drop(queue);
+                self.changed.notify_all();
+                return;
             }
-            match submitted {
-                Ok(job) => {
-                    let done = vec![false; units.len()];
-                    queue.in_flight.push(InFlight { job, step, units, done, mem_bytes, ended: HashMap::new() })
-                }
-                Err(error) => {
-                    let why = format!("submitting to Slurm failed: {error}");
-                    for unit in &group {
-                        let results = unit.indices.iter().map(|_| Err(TaskError::msg(why.clone()))).collect();
-                        queue.settled.insert(unit.unit, Settled { results });
-                    }
-                    queue.broken = Some(why);
-                }
+        };
+        for mut group in groups {
+            while !group.is_empty() {
+                let rest = group.split_off(group.len().min(max_elements));
+                self.submit_group(group);
+                group = rest;
+            }
+        }
+    }
+
+    /// Submits one array of the units of `group` (one step, memory and time).
+    fn submit_group(&self, group: Vec<Pending>) {
+        let units: Vec<u64> = group.iter().map(|u| u.unit).collect();
+        let (step, mem_bytes, time_limit) = (group[0].step.clone(), group[0].mem_bytes, group[0].time_limit);
+        let mut queue = self.lock();
+        if queue.cancelled {
+            let error = TaskError::of_kind(FailureKind::Cancelled, "cancelled before it was submitted to Slurm");
+            for unit in &group {
+                queue.fail_unit(unit.unit, unit.indices.len(), &error);
             }
             drop(queue);
             self.changed.notify_all();
+            return;
         }
+        queue.submitting = true;
+        drop(queue);
+        let submitted = self.submit_array(&step, &units, mem_bytes, time_limit);
+        let mut queue = self.lock();
+        queue.submitting = false;
+        for unit in &group {
+            queue.units.insert(unit.unit, (unit.step.clone(), unit.indices.clone()));
+        }
+        match submitted {
+            Ok(job) => {
+                let done = vec![false; units.len()];
+                queue.in_flight.push(InFlight { job, step, units, done, mem_bytes, ended: HashMap::new() })
+            }
+            Err(error) => {
+                let error = TaskError::msg(format!("submitting to Slurm failed: {error}"));
+                for unit in &group {
+                    queue.fail_unit(unit.unit, unit.indices.len(), &error);
+                }
+            }
+        }
+        drop(queue);
+        self.changed.notify_all();
     }
 
     fn submit_array(
@@ -255,9 +329,9 @@ impl SlurmExecutor {
         let job = JobSpec {
             name: format!("{}/{step}", self.options.recipe),
             command: self.command(step),
-            mem_bytes: mem_bytes.saturating_add(JOB_BASELINE),
+            mem_bytes: job_mem(mem_bytes),
             cpus_per_task: self.options.cpus_per_task.max(1),
-            time_limit,
+            time_limit: time_limit.map(|limit| limit.saturating_add(JOB_TIME_MARGIN)),
             log_dir: self.folder.logs(),
             workdir: Some(self.invocation.workdir.clone()),
             partition: self.options.partition.clone(),
@@ -266,7 +340,26 @@ impl SlurmExecutor {
         };
         let array =
             ArraySpec { job, tasks: units.len() as u32, throttle: None, mapping: TaskMapping::IndexFile(index_file) };
-        self.slurm.submit_array(&array)
+        let submitted = self.slurm.submit_array(&array)?;
+        self.note_submitted(step, &array, submitted);
+        Ok(submitted)
+    }
+
+    /// Adds a submitted job to the run folder's `jobs.tsv` (for people, and for the tests that
+    /// check what each job asked for).
+    fn note_submitted(&self, step: &str, array: &ArraySpec, job: Job) {
+        let spec = &array.job;
+        let mem = crate::slurm::submit::mem_option(spec.mem_bytes);
+        let time = spec.time_limit.map_or("-".to_string(), crate::slurm::submit::time_option);
+        let line = format!("{}\t{step}\t{}\t{mem}\t{time}\n", job.id, array.tasks);
+        tracing::debug!(job = %job.id, step, elements = array.tasks, mem, time, "submitted a job array");
+        let appended = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.folder.jobs())
+            .and_then(|mut file| std::io::Write::write_all(&mut file, line.as_bytes()));
+        if let Err(error) = appended {
+            tracing::warn!("cannot note job {} in {}: {error}", job.id, self.folder.jobs().display());
+        }
     }
 
     /// The batch script's command: `runner task` for the element's unit.
@@ -293,12 +386,35 @@ impl SlurmExecutor {
         format!("exec {}", line.join(" "))
     }
 
-    /// Settles the units whose results are all there, or whose job element has ended.
-    fn poll(&self) {
-        let jobs: Vec<Job> = self.lock().in_flight.iter().map(|f| f.job).collect();
-        let report = self.slurm.poll(&jobs);
+    /// Settles the units whose results are all there and, with `ask_queue`, the ones whose job
+    /// element has ended without them (after [`RESULT_GRACE`], except out of memory).
+    fn poll(&self, ask_queue: bool) {
+        let report = if ask_queue {
+            let jobs: Vec<Job> = self.lock().in_flight.iter().map(|f| f.job).collect();
+            Some(self.slurm.poll(&jobs))
+        } else {
+            None
+        };
         let mut queue = self.lock();
-        let Queue { in_flight, units, settled, broken, .. } = &mut *queue;
+        let report = match report {
+            Some(Ok(report)) => {
+                queue.queue_failing = None;
+                Some(report)
+            }
+            Some(Err(error)) => {
+                let since = queue.queue_failing.as_ref().map_or_else(Instant::now, |(since, _)| *since);
+                queue.queue_failing = Some((since, error.to_string()));
+                None
+            }
+            None => None,
+        };
+        let gave_up = queue
+            .queue_failing
+            .as_ref()
+            .filter(|(since, _)| since.elapsed() >= QUEUE_PATIENCE)
+            .map(|(_, why)| TaskError::msg(format!("asking Slurm about its job failed for {} s: {why}", QUEUE_PATIENCE.as_secs())));
+        let mut abandoned = Vec::new();
+        let Queue { in_flight, units, settled, .. } = &mut *queue;
         for flight in in_flight.iter_mut() {
             for (element, &unit) in flight.units.iter().enumerate() {
                 if flight.done[element] {
@@ -308,41 +424,45 @@ impl SlurmExecutor {
                     flight.done[element] = true;
                     continue;
                 };
+                let element_id = Element { job: flight.job.id, index: Some(element as u32) };
+                if let Some(observed) = report.as_ref().map(|r| r.get(element_id)) {
+                    let ended = match observed {
+                        Observed::Known { state, .. } if state.is_finished() => Some(state.clone()),
+                        Observed::Vanished => Some(JobState::Unrecognised("gone from the queue".into())),
+                        Observed::Known { .. } => None,
+                    };
+                    if let Some(state) = ended {
+                        flight.ended.entry(element as u32).or_insert((Instant::now(), state));
+                    }
+                }
+                // Tasks run one after another, each writing its result: the last one's is there
+                // only when all are (or the job ended: then some may be missing).
+                let last = *indices.last().expect("a unit has tasks");
+                let ended = flight.ended.get(&(element as u32)).cloned();
+                if ended.is_none() && gave_up.is_none() && !self.folder.result(step, last).exists() {
+                    continue;
+                }
                 let results: Vec<Option<TaskResult>> =
                     indices.iter().map(|&index| self.folder.read_result(step, index)).collect();
                 if results.iter().all(Option::is_some) {
-                    settled.insert(
-                        unit,
-                        Settled { results: results.into_iter().map(|r| Ok(r.expect("all present"))).collect() },
-                    );
+                    let results = results.into_iter().map(|r| Ok(r.expect("all present"))).collect();
+                    settled.insert(unit, Settled { results });
                     flight.done[element] = true;
                     continue;
                 }
-                let observed = match &report {
-                    Ok(report) => report.get(Element { job: flight.job.id, index: Some(element as u32) }).clone(),
-                    Err(error) => {
-                        *broken = Some(format!("polling Slurm failed: {error}"));
-                        continue;
+                let error = match (&ended, &gave_up) {
+                    // An element that ran out of memory wrote all it will; others get a grace.
+                    (Some((since, state)), _) if *state == JobState::OutOfMemory || since.elapsed() >= RESULT_GRACE => {
+                        let log = crate::slurm::log_paths(&self.job_spec_for_logs(&flight.step), element_id).1;
+                        lost(state, flight.mem_bytes, &log)
                     }
+                    (_, Some(gave_up)) => {
+                        abandoned.push(flight.job.id);
+                        gave_up.clone()
+                    }
+                    _ => continue,
                 };
-                let ended = match observed {
-                    Observed::Known { state, .. } if state.is_finished() => Some(state),
-                    Observed::Vanished => Some(JobState::Unrecognised("gone from the queue".into())),
-                    Observed::Known { .. } => None,
-                };
-                let Some(state) = ended else { continue };
-                let (since, state) = flight.ended.entry(element as u32).or_insert((Instant::now(), state)).clone();
-                // An element that ran out of memory wrote all it will; others get a grace.
-                if state != JobState::OutOfMemory && since.elapsed() < RESULT_GRACE {
-                    continue;
-                }
-                let log = crate::slurm::log_paths(
-                    &self.job_spec_for_logs(&flight.step, flight.mem_bytes),
-                    Element { job: flight.job.id, index: Some(element as u32) },
-                )
-                .1;
-                let results =
-                    results.into_iter().map(|r| r.ok_or_else(|| lost(&state, flight.mem_bytes, &log))).collect();
+                let results = results.into_iter().map(|r| r.ok_or_else(|| error.clone())).collect();
                 settled.insert(unit, Settled { results });
                 flight.done[element] = true;
             }
@@ -350,14 +470,20 @@ impl SlurmExecutor {
         in_flight.retain(|f| f.done.iter().any(|done| !done));
         drop(queue);
         self.changed.notify_all();
+        abandoned.dedup();
+        if !abandoned.is_empty()
+            && let Err(error) = self.slurm.cancel(&abandoned)
+        {
+            tracing::warn!("cancelling the abandoned Slurm jobs failed: {error}");
+        }
     }
 
     /// The spec's fields that name its log files.
-    fn job_spec_for_logs(&self, step: &str, mem_bytes: u64) -> JobSpec {
+    fn job_spec_for_logs(&self, step: &str) -> JobSpec {
         JobSpec {
             name: format!("{}/{step}", self.options.recipe),
             command: String::new(),
-            mem_bytes,
+            mem_bytes: 1,
             cpus_per_task: 1,
             time_limit: None,
             log_dir: self.folder.logs(),
@@ -369,6 +495,11 @@ impl SlurmExecutor {
     }
 }
 
+/// `--mem` of a job whose tasks reserve `reserved`.
+fn job_mem(reserved: u64) -> u64 {
+    reserved.saturating_add(JOB_BASELINE)
+}
+
 /// The failure of a task whose job element ended (in `state`) without its result.
 fn lost(state: &JobState, mem_bytes: u64, log: &Path) -> TaskError {
     match state {
@@ -376,7 +507,7 @@ fn lost(state: &JobState, mem_bytes: u64, log: &Path) -> TaskError {
             FailureKind::OutOfMemory,
             format!(
                 "its Slurm job ran out of memory (--mem {}); the job's log: {}",
-                format_size(mem_bytes.saturating_add(JOB_BASELINE)),
+                format_size(job_mem(mem_bytes)),
                 log.display()
             ),
         ),
@@ -422,6 +553,9 @@ impl RemoteExecutor for SlurmExecutor {
             return failed_all(TaskError::msg(format!("cannot write the unit file: {error}")));
         }
         let mut queue = self.lock();
+        if queue.cancelled {
+            return failed_all(TaskError::of_kind(FailureKind::Cancelled, "the run's Slurm jobs were cancelled"));
+        }
         queue.pending.push(Pending {
             unit: id,
             step: unit.step_name.to_string(),
@@ -445,7 +579,7 @@ impl RemoteExecutor for SlurmExecutor {
             .map(|(&index, result)| match result {
                 // A job killed at its limit peaked there: what the retry must be larger than.
                 Err(error) if error.kind() == FailureKind::OutOfMemory => {
-                    RemoteOutcome { peak: unit.mem_bytes.saturating_add(JOB_BASELINE), ..remote_failure(index, error) }
+                    RemoteOutcome { peak: job_mem(unit.mem_bytes), ..remote_failure(index, error) }
                 }
                 Err(error) => remote_failure(index, error),
                 Ok(result) => self.outcome(index, result),
@@ -453,8 +587,19 @@ impl RemoteExecutor for SlurmExecutor {
             .collect()
     }
 
+    /// Stops submitting, waits (bounded) for an `sbatch` under way, then cancels every job in
+    /// flight with one `scancel`. Called on Ctrl-C just before the process exits: a job
+    /// submitted after it would run with nobody waiting for it.
     fn cancel_all(&self) {
-        let jobs: Vec<JobId> = self.lock().in_flight.iter().map(|f| f.job.id).collect();
+        let mut queue = self.lock();
+        queue.cancelled = true;
+        let deadline = Instant::now() + SUBMISSION_WAIT;
+        while queue.submitting && Instant::now() < deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            queue = self.changed.wait_timeout(queue, left).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        let jobs: Vec<JobId> = queue.in_flight.iter().map(|f| f.job.id).collect();
+        drop(queue);
         if let Err(error) = self.slurm.cancel(&jobs) {
             eprintln!("cancelling the run's Slurm jobs failed: {error}");
         }

@@ -699,15 +699,7 @@ impl<'s, 'r> Worker<'s, 'r> {
                         None if state.is_quick(picked.task.step) => MAX_BATCH,
                         None => 1,
                     };
-                    if picked.admission == Admission::Fits && chunk > 1 {
-                        let mut batch = std::mem::take(&mut self.batch);
-                        let slots = (1..chunk.min(MAX_BATCH)).map(|position| self.slot(position));
-                        state.pick_more(&picked, slots, &mut batch);
-                        for more in batch.drain(..) {
-                            self.claim(&state, more);
-                        }
-                        self.batch = batch;
-                    }
+                    self.claim_more(&mut state, &picked, chunk);
                     self.publish(&state);
                     return (true, state);
                 }
@@ -725,6 +717,14 @@ impl<'s, 'r> Worker<'s, 'r> {
                     state.estimated();
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, self.slot(0)) {
                         self.claim(&state, picked);
+                        // A remote job runs a chunk of its step's tasks even when the step's
+                        // estimate follows its data: the rest of the chunk shares this task's
+                        // reservation (the job's `--mem` is the largest of them anyway), or a
+                        // step of 10⁶ such tasks would become 10⁶ jobs.
+                        if let Some(remote) = shared.remote {
+                            let chunk = remote.tasks_per_job(shared.graph.steps[task.step].tasks, shared.options.workers);
+                            self.claim_more(&mut state, &picked, chunk);
+                        }
                         self.publish(&state);
                         return (true, state);
                     }
@@ -744,6 +744,21 @@ impl<'s, 'r> Worker<'s, 'r> {
                 }
             }
         }
+    }
+
+    /// Claims up to `chunk - 1` more ready tasks of `picked`'s step under its reservation, when
+    /// it was admitted without waiting.
+    fn claim_more(&mut self, state: &mut State<'r>, picked: &Picked, chunk: usize) {
+        if picked.admission != Admission::Fits || chunk <= 1 {
+            return;
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        let slots = (1..chunk.min(MAX_BATCH)).map(|position| self.slot(position));
+        state.pick_more(picked, slots, &mut batch);
+        for more in batch.drain(..) {
+            self.claim(state, more);
+        }
+        self.batch = batch;
     }
 
     /// Adds `picked` to the claimed tasks, with its inputs.

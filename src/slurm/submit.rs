@@ -110,7 +110,7 @@ pub(super) fn sbatch_args(spec: &JobSpec, array: Option<&ArraySpec>) -> Result<V
     let mut args = vec![
         "--parsable".to_string(),
         format!("--job-name={}", job_name(&spec.name)),
-        format!("--mem={}M", spec.mem_bytes.div_ceil(1 << 20).max(1)),
+        format!("--mem={}", mem_option(spec.mem_bytes)),
         format!("--cpus-per-task={}", spec.cpus_per_task),
         format!("--output={}", log("out")),
         format!("--error={}", log("err")),
@@ -122,7 +122,7 @@ pub(super) fn sbatch_args(spec: &JobSpec, array: Option<&ArraySpec>) -> Result<V
         });
     }
     if let Some(limit) = spec.time_limit {
-        args.push(format!("--time={}", limit.as_secs().div_ceil(60).max(1)));
+        args.push(format!("--time={}", time_option(limit)));
     }
     if let Some(dir) = &spec.workdir {
         args.push(format!("--chdir={}", dir.display()));
@@ -135,6 +135,16 @@ pub(super) fn sbatch_args(spec: &JobSpec, array: Option<&ArraySpec>) -> Result<V
     }
     args.extend(spec.extra_args.iter().cloned());
     Ok(args)
+}
+
+/// `--mem`'s value for `bytes`: whole MiB, rounded up (`301M`).
+pub fn mem_option(bytes: u64) -> String {
+    format!("{}M", bytes.div_ceil(1 << 20).max(1))
+}
+
+/// `--time`'s value for `limit`: whole minutes, rounded up.
+pub fn time_option(limit: Duration) -> String {
+    limit.as_millis().div_ceil(60_000).max(1).to_string()
 }
 
 /// Checks what Slurm would refuse late or silently change.

@@ -1,0 +1,500 @@
+//! `runner run --executor slurm` against a real cluster: the single-node one `.ci/slurm/up`
+//! starts (found through its env file under `$RUNNER_SLURM_DIR`, default `target/slurm`). Without
+//! a running cluster these tests fail and say to run `.ci/slurm/up`; they never skip.
+//!
+//! Each test runs the `runner` binary in a fresh directory with `SLURM_CONF` pointing at the
+//! cluster, and checks what a user would: the outputs (byte for byte against the local
+//! executor's), the store's rows, the `--mem` each job was submitted with (the run folder's
+//! `jobs.tsv`), and what `squeue` says of the jobs.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use runner::executor::slurm::JOB_BASELINE;
+
+const MIB: u64 = 1 << 20;
+
+fn cluster_dir() -> PathBuf {
+    std::env::var_os("RUNNER_SLURM_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("target/slurm"))
+}
+
+/// `SLURM_CONF` of the cluster `.ci/slurm/up` started; panics, saying how to start one, when
+/// there is none or it does not answer.
+fn slurm_conf() -> String {
+    let env_file = cluster_dir().join("env");
+    let text = std::fs::read_to_string(&env_file).unwrap_or_else(|_| {
+        panic!("no Slurm cluster is up ({} does not exist): run .ci/slurm/up first", env_file.display())
+    });
+    let conf = text
+        .lines()
+        .find_map(|l| l.strip_prefix("export SLURM_CONF="))
+        .unwrap_or_else(|| panic!("{} has no `export SLURM_CONF=` line: run .ci/slurm/up again", env_file.display()))
+        .to_string();
+    let ping = Command::new("scontrol").arg("ping").env("SLURM_CONF", &conf).output();
+    match ping {
+        Ok(out) if String::from_utf8_lossy(&out.stdout).contains("is UP") => conf,
+        Ok(out) => panic!(
+            "the Slurm cluster of {} does not answer ({}): run .ci/slurm/up",
+            env_file.display(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
+        Err(error) => panic!("cannot run scontrol ({error}): install Slurm's clients with .ci/slurm/up"),
+    }
+}
+
+fn runner_command(dir: &Path, conf: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+    command.args(args).current_dir(dir).env("SLURM_CONF", conf).env_remove("RUNNER_DB");
+    command
+}
+
+fn runner(dir: &Path, conf: &str, args: &[&str]) -> Output {
+    runner_command(dir, conf, args).output().expect("running runner")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(out.status.code(), Some(code), "stderr:\n{}", stderr(out));
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Every file under `dir`, by path relative to it, with its bytes.
+fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, dir: &Path, into: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(root, &path, into);
+            } else {
+                into.insert(path.strip_prefix(root).unwrap().to_path_buf(), std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut files = BTreeMap::new();
+    walk(dir, dir, &mut files);
+    files
+}
+
+/// Asserts the two folders hold the same files, byte for byte, and returns how many.
+fn assert_same_files(local: &Path, remote: &Path) -> usize {
+    let (a, b) = (files_under(local), files_under(remote));
+    assert_eq!(a.keys().collect::<Vec<_>>(), b.keys().collect::<Vec<_>>(), "the same files");
+    for (path, bytes) in &a {
+        assert!(bytes == &b[path], "{} differs between the local and the Slurm run", path.display());
+    }
+    a.len()
+}
+
+/// One `sbatch` of a run, as its run folder's `jobs.tsv` lists it.
+#[derive(Debug, Clone)]
+struct Submitted {
+    job: u64,
+    step: String,
+    elements: u32,
+    mem_bytes: u64,
+    time: Option<String>,
+}
+
+/// The run folders `--shared-dir shared` of the runs in `dir` left (one per run).
+fn run_folders(dir: &Path) -> Vec<PathBuf> {
+    let mut folders: Vec<PathBuf> = std::fs::read_dir(dir.join("shared"))
+        .unwrap_or_else(|e| panic!("{}/shared: {e}", dir.display()))
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    folders.sort();
+    folders
+}
+
+/// The jobs a run folder's `jobs.tsv` lists: `job step elements mem time`, `mem` as sbatch got it.
+fn submitted(run_folder: &Path) -> Vec<Submitted> {
+    let path = run_folder.join("jobs.tsv");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some("job\tstep\telements\tmem\ttime"), "{}", path.display());
+    lines
+        .map(|line| {
+            let f: Vec<&str> = line.split('\t').collect();
+            assert_eq!(f.len(), 5, "{line:?} in {}", path.display());
+            let mem_mib: u64 = f[3].strip_suffix('M').and_then(|m| m.parse().ok()).unwrap_or_else(|| panic!("{line:?}"));
+            Submitted {
+                job: f[0].parse().unwrap(),
+                step: f[1].to_string(),
+                elements: f[2].parse().unwrap(),
+                mem_bytes: mem_mib * MIB,
+                time: (f[4] != "-").then(|| f[4].to_string()),
+            }
+        })
+        .collect()
+}
+
+/// `squeue`'s state of every element of `job` still known to the controller (finished jobs
+/// stay listed for `MinJobAge`).
+fn queue_states(conf: &str, job: u64) -> Vec<String> {
+    let out = Command::new("squeue")
+        .args(["-h", "-r", "-t", "all", "-j", &job.to_string(), "-o", "%T"])
+        .env("SLURM_CONF", conf)
+        .output()
+        .expect("squeue");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
+
+/// `--mem` as sbatch gets it for a reservation of `reserved` bytes: plus the baseline, whole MiB.
+fn mem_for(reserved: u64) -> u64 {
+    (reserved + JOB_BASELINE).div_ceil(MIB) * MIB
+}
+
+fn store(dir: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(dir.join("r.db")).unwrap()
+}
+
+/// Per step: (rows, rows ok, rows with one attempt, least peak), from the store's one run.
+fn rows_per_step(db: &rusqlite::Connection) -> BTreeMap<String, (u64, u64, u64, u64)> {
+    let mut statement = db
+        .prepare(
+            "SELECT step, count(*), sum(status = 'ok' AND error IS NULL), sum(attempts = 1), min(peak_bytes) \
+             FROM tasks GROUP BY step",
+        )
+        .unwrap();
+    statement
+        .query_map([], |row| {
+            Ok((row.get::<_, String>(0)?, (row.get(1)?, row.get(2)?, row.get(3)?, row.get::<_, i64>(4)? as u64)))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+fn executors(db: &rusqlite::Connection) -> Vec<String> {
+    let mut statement = db.prepare("SELECT executor FROM runs ORDER BY run_id").unwrap();
+    statement.query_map([], |row| row.get(0)).unwrap().map(Result::unwrap).collect()
+}
+
+#[test]
+fn the_quickstart_on_slurm_writes_the_local_outputs_and_records_every_task() {
+    let conf = slurm_conf();
+    let recipe = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/quickstart.yaml")).unwrap();
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for dir in [local.path(), remote.path()] {
+        write(dir, "quickstart.yaml", &recipe);
+    }
+    let out = runner(local.path(), &conf, &["run", "quickstart.yaml", "--cycle", "C", "--workers", "2", "--no-record"]);
+    assert_exit(&out, 0);
+    let args = ["run", "quickstart.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "4"];
+    let out = runner(remote.path(), &conf, &[&args[..], &["--shared-dir", "shared", "--db", "r.db"]].concat());
+    assert_exit(&out, 0);
+    let said = stderr(&out);
+    assert!(said.contains("ok — 190 tasks (190 ok, 0 failed, 0 skipped)"), "{said}");
+    assert!(said.contains("no local budget (jobs have their own --mem)"), "{said}");
+    assert!(!said.contains("TiB"), "{said}");
+
+    assert_eq!(assert_same_files(&local.path().join("out"), &remote.path().join("out")), 5);
+    let db = store(remote.path());
+    assert_eq!(executors(&db), ["slurm"]);
+    let rows = rows_per_step(&db);
+    let expected = [("exceed", 60), ("field", 60), ("probability", 5), ("save", 5), ("smooth", 60)];
+    assert_eq!(rows.len(), expected.len(), "{rows:?}");
+    for (step, tasks) in expected {
+        let (count, ok, first_try, least_peak) = rows[step];
+        assert_eq!((count, ok, first_try), (tasks, tasks, tasks), "step {step}: {rows:?}");
+        // Every task but save's (it writes a file from a mapped input) allocates its output
+        // (a 970 × 1042 f32 field, 4 MB) at least: measured inside its job.
+        if step != "save" {
+            assert!(least_peak >= 970 * 1042 * 4, "step {step}'s least peak: {least_peak} bytes");
+        }
+    }
+    // Chunked: 60 tasks over --workers 4 are 4 jobs of 15 tasks, not 60 jobs.
+    let folders = run_folders(remote.path());
+    assert_eq!(folders.len(), 1);
+    let jobs = submitted(&folders[0]);
+    let field_elements: u32 = jobs.iter().filter(|j| j.step == "field").map(|j| j.elements).sum();
+    assert_eq!(field_elements, 4, "{jobs:?}");
+}
+
+/// Thresholds a field (argv: in.npy out.npy threshold), allocating argv[4] MiB besides.
+const THRESHOLD: &str = r#"
+import sys, numpy as np
+field = np.load(sys.argv[1])
+extra = np.ones(int(sys.argv[4]) << 20, dtype=np.uint8)
+np.save(sys.argv[2], (field > float(sys.argv[3])).astype(np.float32))
+"#;
+
+/// Mean of the member files (argv: out.npy in1.npy in2.npy ...).
+const MEAN: &str = r#"
+import sys, numpy as np
+members = [np.load(p) for p in sys.argv[2:]]
+np.save(sys.argv[1], np.mean(members, axis=0).astype(np.float32))
+"#;
+
+const COMMANDS: &str = r#"recipe: slurm-commands
+dims:
+  member: 3
+  lead: [1, 2]
+steps:
+  field:
+    plugin: synth
+    over: [member, lead]
+    args: {ny: 60, nx: 70, wet_fraction: 0.4, seed: "{member}/{lead}"}
+  exceed:
+    plugin: exec
+    over: [member, lead]
+    inputs: {field: field}
+    args:
+      command: [python3, tools/threshold.py, "{input.field}", "{output}", 0.5, 30]
+      output: "work/exceed_m{member}_T{lead}.npy"
+      env: {OMP_NUM_THREADS: "1"}
+  blend:
+    plugin: exec
+    over: [lead]
+    inputs: {members: exceed}
+    args:
+      command: [python3, tools/mean.py, "{output}", "{input.members}"]
+      output: "out/prob_T{lead}.npy"
+"#;
+
+#[test]
+fn a_recipe_of_commands_on_slurm_writes_the_local_outputs() {
+    let conf = slurm_conf();
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for dir in [local.path(), remote.path()] {
+        write(dir, "tools/threshold.py", THRESHOLD);
+        write(dir, "tools/mean.py", MEAN);
+        write(dir, "commands.yaml", COMMANDS);
+    }
+    let out = runner(local.path(), &conf, &["run", "commands.yaml", "--cycle", "C", "--workers", "2", "--no-record"]);
+    assert_exit(&out, 0);
+    let args = ["run", "commands.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "6", "--db", "r.db"];
+    let out = runner(remote.path(), &conf, &[&args[..], &["--shared-dir", "shared"]].concat());
+    assert_exit(&out, 0);
+
+    assert_eq!(assert_same_files(&local.path().join("out"), &remote.path().join("out")), 2);
+    assert_eq!(assert_same_files(&local.path().join("work"), &remote.path().join("work")), 6);
+    let db = store(remote.path());
+    assert_eq!(executors(&db), ["slurm"]);
+    let rows = rows_per_step(&db);
+    assert_eq!(rows["field"].0, 6);
+    assert_eq!(rows["blend"].0, 2);
+    let (count, ok, _, least_peak) = rows["exceed"];
+    assert_eq!((count, ok), (6, 6), "{rows:?}");
+    // Each threshold command held 30 MiB besides Python and NumPy: measured inside its job.
+    assert!(least_peak >= 30 * MIB, "an exceed task's peak: {} MiB", least_peak / MIB);
+    // The commands' logs are kept in the run folder, one per task.
+    let folder = &run_folders(remote.path())[0];
+    let log = folder.join("logs/blend/lead=1.log");
+    let text = std::fs::read_to_string(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+    assert!(text.contains("python3 tools/mean.py"), "{text}");
+}
+
+#[test]
+fn a_job_over_its_mem_is_retried_bigger_and_succeeds() {
+    let conf = slurm_conf();
+    let dir = tempfile::tempdir().unwrap();
+    // The plugin claims 1 MiB and allocates 150 MiB without telling the ledger: the first job's
+    // --mem (1 MiB + the baseline) cannot hold it.
+    write(
+        dir.path(),
+        "outgrows.yaml",
+        "recipe: outgrows\nsteps:\n  grow:\n    plugin: alloc\n    \
+         args: {bytes: 150MiB, estimate: 1MiB, announce: false, output_bytes: 1KiB}\n",
+    );
+    let args = ["run", "outgrows.yaml", "--cycle", "C", "--executor", "slurm", "--shared-dir", "shared"];
+    let out = runner(dir.path(), &conf, &[&args[..], &["--db", "r.db"]].concat());
+    assert_exit(&out, 0);
+
+    let db = store(dir.path());
+    let (attempts, status, error, peak, estimate): (i64, String, Option<String>, i64, i64) = db
+        .query_row(
+            "SELECT attempts, status, error, peak_bytes, estimate_bytes FROM tasks WHERE step = 'grow'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .unwrap();
+    assert_eq!((attempts, status.as_str(), error), (2, "ok", None));
+    assert!(peak as u64 >= 150 * MIB, "the retry's peak: {} MiB", peak / MIB as i64);
+    assert!((estimate as u64) < 2 * MIB, "the first estimate was the plugin's: {estimate}");
+
+    let jobs = submitted(&run_folders(dir.path())[0]);
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    assert_eq!(jobs[0].mem_bytes, mem_for(MIB), "{jobs:?}");
+    assert!(jobs[1].mem_bytes >= mem_for(150 * MIB), "the retry asks for more than the task took: {jobs:?}");
+    assert_eq!(queue_states(&conf, jobs[0].job), ["OUT_OF_MEMORY"], "the first job was killed at its --mem");
+    assert_eq!(queue_states(&conf, jobs[1].job), ["COMPLETED"]);
+}
+
+/// Four tasks of 40 MiB, of a plugin that guesses 400 MiB.
+const LEARNS: &str = "recipe: learns\ndims: {member: 4}\nsteps:\n  hold:\n    plugin: alloc\n    over: [member]\n    \
+                      args: {bytes: 40MiB, estimate: 400MiB, hold_ms: 100}\n";
+
+#[test]
+fn a_later_cycle_s_mem_is_learned_from_the_earlier_ones() {
+    let conf = slurm_conf();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "learns.yaml", LEARNS);
+    let mut runs = Vec::new();
+    for cycle in ["C1", "C2"] {
+        let shared = format!("shared/{cycle}");
+        let args = ["run", "learns.yaml", "--cycle", cycle, "--executor", "slurm", "--workers", "4"];
+        let out = runner(dir.path(), &conf, &[&args[..], &["--shared-dir", &shared, "--db", "r.db"]].concat());
+        assert_exit(&out, 0);
+        let folders: Vec<PathBuf> =
+            std::fs::read_dir(dir.path().join(&shared)).unwrap().flatten().map(|e| e.path()).collect();
+        assert_eq!(folders.len(), 1);
+        runs.push(submitted(&folders[0]));
+    }
+    let db = store(dir.path());
+    let estimates = |cycle: &str| -> Vec<(u64, String, u64, i64)> {
+        let mut statement = db
+            .prepare(
+                "SELECT t.estimate_bytes, t.estimate_source, t.peak_bytes, t.attempts FROM tasks t \
+                 JOIN runs r USING (run_id) WHERE r.cycle = ?1 ORDER BY t.task_index",
+            )
+            .unwrap();
+        statement
+            .query_map([cycle], |r| Ok((r.get::<_, i64>(0)? as u64, r.get(1)?, r.get::<_, i64>(2)? as u64, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let (first, second) = (estimates("C1"), estimates("C2"));
+    assert_eq!((first.len(), second.len()), (4, 4));
+    // Cycle 1 asks for the plugin's guess; cycle 2 for what cycle 1's tasks really took.
+    for (estimate, source, peak, attempts) in &first {
+        assert_eq!((*estimate, source.as_str(), *attempts), (400 * MIB, "plugin", 1));
+        assert!((40 * MIB..60 * MIB).contains(peak), "a 40 MiB task's peak: {peak}");
+    }
+    for job in &runs[0] {
+        assert_eq!(job.mem_bytes, mem_for(400 * MIB), "cycle 1's jobs: {:?}", runs[0]);
+    }
+    let peak_max = first.iter().map(|t| t.2).max().unwrap();
+    for (estimate, source, _, attempts) in &second {
+        assert_eq!((source.as_str(), *attempts), ("history", 1), "{second:?}");
+        assert!(
+            (peak_max..peak_max + peak_max / 2).contains(estimate),
+            "cycle 2's estimate {estimate} is cycle 1's peak {peak_max} plus a margin"
+        );
+    }
+    let learned = second.iter().map(|t| t.0).max().unwrap();
+    assert!(!runs[1].is_empty());
+    for job in &runs[1] {
+        assert!(job.mem_bytes <= mem_for(learned), "cycle 2's jobs ask for the learned estimate: {:?}", runs[1]);
+        assert!(job.mem_bytes >= mem_for(peak_max), "cycle 2's jobs: {:?}", runs[1]);
+    }
+}
+
+#[test]
+fn ctrl_c_cancels_the_run_s_jobs() {
+    let conf = slurm_conf();
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "sleepers.yaml",
+        "recipe: sleepers\ndims: {task: 2}\nsteps:\n  sleep:\n    plugin: exec\n    over: [task]\n    \
+         memory: 16MiB\n    args:\n      command: [sleep, \"300\"]\n",
+    );
+    let args = ["run", "sleepers.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "2", "--no-record"];
+    let mut child = runner_command(dir.path(), &conf, &[&args[..], &["--shared-dir", "shared"]].concat())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the jobs to be submitted and running.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let jobs = loop {
+        let jobs: Vec<Submitted> = std::fs::read_dir(dir.path().join("shared"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("jobs.tsv").exists())
+            .flat_map(|e| submitted(&e.path()))
+            .collect();
+        let elements: u32 = jobs.iter().map(|j| j.elements).sum();
+        if elements == 2 && jobs.iter().all(|j| queue_states(&conf, j.job).iter().all(|s| s == "RUNNING")) {
+            break jobs;
+        }
+        assert!(Instant::now() < deadline, "the two sleepers are not running after 60 s: {jobs:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGINT), "{said}");
+    // scancel has been called before the runner exited; the node takes a moment to clean up.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let states: Vec<String> = jobs.iter().flat_map(|j| queue_states(&conf, j.job)).collect();
+        if states.iter().all(|s| s == "CANCELLED") {
+            assert_eq!(states.len(), 2);
+            break;
+        }
+        assert!(
+            states.iter().all(|s| s == "CANCELLED" || s == "COMPLETING"),
+            "after Ctrl-C the jobs are cancelled, not {states:?}"
+        );
+        assert!(Instant::now() < deadline, "the jobs are still {states:?} 30 s after Ctrl-C");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_job_slurm_refuses_fails_its_tasks_with_slurm_s_error() {
+    let conf = slurm_conf();
+    let dir = tempfile::tempdir().unwrap();
+    // No node has 100 TiB: sbatch refuses the job at once.
+    write(
+        dir.path(),
+        "huge.yaml",
+        "recipe: huge\ndims: {task: 3}\nsteps:\n  huge:\n    plugin: alloc\n    over: [task]\n    \
+         memory: 100TiB\n    args: {bytes: 1MiB}\n  small:\n    plugin: alloc\n    args: {bytes: 1MiB}\n",
+    );
+    let started = Instant::now();
+    let args = ["run", "huge.yaml", "--cycle", "C", "--executor", "slurm", "--shared-dir", "shared", "--no-record"];
+    let out = runner(dir.path(), &conf, &[&args[..], &["--summary", "s.json"]].concat());
+    assert_exit(&out, 1);
+    assert!(started.elapsed() < Duration::from_secs(60), "the run ended, it did not hang");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    assert_eq!((summary["tasks_failed"].as_u64(), summary["tasks_ok"].as_u64()), (Some(3), Some(1)), "{summary}");
+    for failure in summary["failures"].as_array().unwrap() {
+        let error = failure["error"].as_str().unwrap();
+        assert!(error.contains("submitting to Slurm failed: `sbatch --parsable --job-name=huge/huge"), "{error}");
+        assert!(error.contains("Memory specification can not be satisfied"), "{error}");
+    }
+}
+
+#[test]
+fn a_job_whose_runner_dies_fails_its_task_with_the_job_s_state_and_log() {
+    let conf = slurm_conf();
+    let dir = tempfile::tempdir().unwrap();
+    // The command kills the `runner task` that started it: the job ends without a result file.
+    write(
+        dir.path(),
+        "dies.yaml",
+        "recipe: dies\nsteps:\n  dies:\n    plugin: exec\n    memory: 16MiB\n    \
+         args:\n      command: [sh, -c, \"kill -9 $PPID\"]\n",
+    );
+    let args = ["run", "dies.yaml", "--cycle", "C", "--executor", "slurm", "--shared-dir", "shared", "--no-record"];
+    let out = runner(dir.path(), &conf, &[&args[..], &["--summary", "s.json"]].concat());
+    assert_exit(&out, 1);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    let error = summary["failures"][0]["error"].as_str().unwrap_or_else(|| panic!("{summary}"));
+    assert!(error.contains("its Slurm job ended (FAILED) without the task's result"), "{error}");
+    let log = error.rsplit("the job's log: ").next().unwrap();
+    assert!(Path::new(log).is_file(), "the job's log {log} exists");
+}
