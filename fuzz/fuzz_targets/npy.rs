@@ -1,4 +1,4 @@
-//! Fuzzes the `.npy` reader of the standard plugins (`read_npy`) through its public functions:
+//! Fuzzes the `.npy` reader (`read_npy`, in the plugin API crate) through its public functions:
 //! the bytes are written to a file, whose header is peeked at and which is then read whole.
 //! Errors are fine; a panic, an abort or an allocation beyond libFuzzer's limit is a crash.
 #![no_main]
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use runner_std_plugins::npy;
+use runner_plugin::npy;
 
 /// One file per process, rewritten for every input (in memory when /dev/shm exists).
 static FILE: LazyLock<PathBuf> = LazyLock::new(|| {

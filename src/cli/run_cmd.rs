@@ -15,7 +15,7 @@ use crate::executor::slurm::{Invocation, SlurmExecutor, SlurmOptions};
 use crate::measure;
 use crate::registry::Registry;
 use crate::resume::Reuse;
-use crate::scheduler::{self, Progress, RunExtras, RunOptions, TaskSink};
+use crate::scheduler::{self, Progress, RunExtras, RunOptions, StepProgress, TaskSink};
 use crate::slurm::Slurm;
 use crate::store::{RunOutcome, RunStatus, Store, TaskStatus};
 
@@ -227,7 +227,9 @@ pub fn execute(
     };
     // Each run of a replay reports its own peak, not the process's.
     let _ = measure::reset_peak_rss();
-    let progress = Progress::default();
+    // Sized for the recipe's steps, so that the bar's ETA can use each step's task times.
+    let steps = compiled.graph.steps.iter().map(|s| StepProgress { tasks: s.tasks, ..StepProgress::default() });
+    let progress = Progress { steps: steps.collect(), ..Progress::default() };
     let report = std::thread::scope(|scope| {
         let bar = progress::spawn(scope, &progress);
         let sampler = sink.as_ref().and_then(|s| sampler::spawn(scope, &progress, s.recorder()).ok());

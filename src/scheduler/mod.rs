@@ -89,6 +89,27 @@ pub struct Progress {
     /// Spills so far (a sampler sees a spill event when it grows).
     pub spills: AtomicU64,
     pub done: AtomicBool,
+    /// Per step (by [`StepId`]), when whoever made the `Progress` sized it for the recipe (the
+    /// progress bar's ETA uses them); empty otherwise, and then nothing is published per step.
+    pub steps: Box<[StepProgress]>,
+}
+
+/// One step's tasks and, as they finish, how many ran and their summed wall time.
+#[derive(Debug, Default)]
+pub struct StepProgress {
+    /// The step's tasks in this run.
+    pub tasks: u64,
+    /// Tasks of the step that ran (succeeded or failed; not the skipped ones).
+    pub ran: AtomicU64,
+    pub wall_nanos: AtomicU64,
+}
+
+impl StepProgress {
+    /// Publishes one task of the step that ran for `wall`.
+    pub fn ran(&self, wall: Duration) {
+        self.wall_nanos.fetch_add(u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.ran.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// One finished (or skipped) task, as the store records it.
@@ -1158,6 +1179,9 @@ impl<'s, 'r> Worker<'s, 'r> {
     fn count(&mut self, picked: &Picked, peak: u64, wall: Duration) {
         let stats = &mut self.stats[picked.task.step];
         stats.wall += wall;
+        if let Some(step) = self.shared.progress.steps.get(picked.task.step) {
+            step.ran(wall);
+        }
         stats.estimate.record(picked.estimate);
         stats.peak.record(peak);
         stats.estimate_sum += picked.estimate;

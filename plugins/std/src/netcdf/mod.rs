@@ -145,8 +145,9 @@ impl Plugin for ReadNetcdf {
     fn estimate(&self, _args: &Args, _inputs: InputsForEstimate<'_>, output: &ValueMeta) -> u64 {
         match output {
             ValueMeta::Array { dtype, shape } => {
-                let len = shape.iter().product::<usize>() as u64;
-                len * (dtype.size() as u64 + 8).min(16) + (2 << 20)
+                // Saturating: a header may declare any shape (the read refuses what cannot fit).
+                let len = shape.iter().fold(1u64, |n, &d| n.saturating_mul(d as u64));
+                len.saturating_mul((dtype.size() as u64 + 8).min(16)).saturating_add(2 << 20)
             }
             _ => 64 << 20,
         }

@@ -4,8 +4,9 @@
 
 use std::path::Path;
 
-use netcdf_reader::{NcFile, NcOpenOptions, NcReadable, NcType, NcVariable};
+use netcdf_reader::{NcFile, NcFormat, NcOpenOptions, NcReadable, NcType, NcVariable};
 use runner_plugin::serde_json::{Map, Value as Json};
+use runner_plugin::size::format_size;
 use runner_plugin::{Array, Attrs, DType, TaskContext};
 
 use super::attrs;
@@ -139,24 +140,107 @@ fn numeric_size(t: &NcType) -> Option<usize> {
     }
 }
 
-/// The shape of `var`, as the array will have it.
+/// The shape of `var`, as the array will have it (a dim beyond `usize` saturates; [`read`]
+/// refuses such a variable).
 pub fn shape_of(var: &NcVariable) -> Vec<usize> {
-    var.dimensions().iter().map(|d| d.size as usize).collect()
+    var.dimensions().iter().map(|d| usize::try_from(d.size).unwrap_or(usize::MAX)).collect()
 }
 
-/// Reads variable `name` of the file at `path` with its metadata.
+/// The number of values of `var`; `None` when it does not fit in a `usize`.
+pub fn value_count(var: &NcVariable) -> Option<usize> {
+    var.dimensions().iter().try_fold(1usize, |n, d| n.checked_mul(usize::try_from(d.size).ok()?))
+}
+
+/// Reads variable `name` of the file at `path` with its metadata, refusing one that would not
+/// fit in this machine's memory (see [`read_within`]).
 pub fn read(ctx: &TaskContext, path: &Path, name: &str, mask_and_scale: bool) -> Result<Array, ReadError> {
+    read_within(ctx, path, name, mask_and_scale, physical_memory())
+}
+
+/// [`read`], refusing before anything is allocated a variable (or one of its coordinate
+/// variables) whose stored and decoded values together would take more than `max_bytes`, or, in
+/// a netCDF-3 file (where values are stored as they are), more than the file holds. A header
+/// may declare any size: without these checks a file of a few bytes makes the read allocate
+/// terabytes, which aborts the process rather than failing the task. The fuzz target passes a
+/// small `max_bytes` to stay within its memory limit.
+pub fn read_within(
+    ctx: &TaskContext,
+    path: &Path,
+    name: &str,
+    mask_and_scale: bool,
+    max_bytes: u64,
+) -> Result<Array, ReadError> {
     let file = open(path)?;
     let var = find(&file, path, name)?;
     let fail = |e: String| ReadError::Failed(format!("reading variable `{name}` of {}: {e}", path.display()));
     let decode = decode_of(var, mask_and_scale).map_err(fail)?;
-    let shape = shape_of(var);
-    let len: usize = shape.iter().product();
-    ctx.will_allocate((len * (decode.dtype.size() + var.dtype().size().unwrap_or(8))) as u64);
-    let array = read_values(&file, var, &decode, shape).map_err(fail)?;
+    let limits = Limits::of(&file, path, max_bytes).map_err(fail)?;
+    let bytes = limits.check(var, decode.dtype.size()).map_err(fail)?;
+    ctx.will_allocate(bytes);
+    let array = read_values(&file, var, &decode, shape_of(var)).map_err(fail)?;
     let mut array = array;
-    *array.attrs_mut() = metadata(&file, var, &decode).map_err(fail)?;
+    *array.attrs_mut() = metadata(&file, var, &decode, &limits).map_err(fail)?;
     Ok(array)
+}
+
+/// This machine's physical memory (`u64::MAX` when it cannot be read): no read may need more.
+fn physical_memory() -> u64 {
+    // SAFETY: sysconf only reads system constants.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    match (u64::try_from(pages), u64::try_from(page)) {
+        (Ok(pages), Ok(page)) if pages > 0 && page > 0 => pages.saturating_mul(page),
+        _ => u64::MAX,
+    }
+}
+
+/// What a read may allocate, checked before it does.
+pub struct Limits {
+    max_bytes: u64,
+    /// The file's length when its values are stored uncompressed (netCDF-3), so that none of its
+    /// variables can hold more.
+    stored_within: Option<u64>,
+}
+
+impl Limits {
+    fn of(file: &NcFile, path: &Path, max_bytes: u64) -> Result<Limits, String> {
+        let stored_within = match file.format() {
+            NcFormat::Classic | NcFormat::Offset64 | NcFormat::Cdf5 => {
+                Some(std::fs::metadata(path).map_err(|e| e.to_string())?.len())
+            }
+            NcFormat::Nc4 | NcFormat::Nc4Classic => None,
+        };
+        Ok(Limits { max_bytes, stored_within })
+    }
+
+    /// The bytes reading `var` into values of `decoded_size` bytes takes (its stored values and
+    /// the decoded ones), or why it cannot be read.
+    fn check(&self, var: &NcVariable, decoded_size: usize) -> Result<u64, String> {
+        let shape: Vec<u64> = var.dimensions().iter().map(|d| d.size).collect();
+        let stored_size = numeric_size(var.dtype()).unwrap_or(8) as u64;
+        let len = value_count(var).ok_or_else(|| format!("its shape {shape:?} has more values than memory can index"))?
+            as u64;
+        let stored = len.saturating_mul(stored_size);
+        if let Some(file_len) = self.stored_within
+            && stored > file_len
+        {
+            return Err(format!(
+                "its shape {shape:?} declares {len} values ({}), more than the whole file ({}): the header is wrong or \
+                 the file is cut short",
+                format_size(stored),
+                format_size(file_len)
+            ));
+        }
+        let bytes = len.saturating_mul(stored_size + decoded_size as u64);
+        if bytes > self.max_bytes {
+            return Err(format!(
+                "its shape {shape:?} holds {len} values, which take {} to read and decode, more than the {} of memory \
+                 a read may have",
+                format_size(bytes),
+                format_size(self.max_bytes)
+            ));
+        }
+        Ok(bytes)
+    }
 }
 
 /// Reads the stored values of `var` and decodes them.
@@ -183,9 +267,20 @@ fn read_values(file: &NcFile, var: &NcVariable, decode: &Decode, shape: Vec<usiz
 }
 
 fn read_raw<T: NcReadable + Copy + Default>(file: &NcFile, var: &NcVariable, len: usize) -> Result<Vec<T>, String> {
-    let mut raw = vec![T::default(); len];
+    let mut raw = vec_of(len)?;
+    raw.resize(len, T::default());
     file.read_variable_into::<T>(var.name(), &mut raw).map_err(|e| e.to_string())?;
     Ok(raw)
+}
+
+/// An empty vector with room for `len` values, or an error where the allocator has no such room
+/// (rather than the abort of a failed `Vec` allocation).
+fn vec_of<T>(len: usize) -> Result<Vec<T>, String> {
+    let mut values = Vec::new();
+    values.try_reserve_exact(len).map_err(|_| {
+        format!("no memory for {len} values ({})", format_size((len as u64).saturating_mul(size_of::<T>() as u64)))
+    })?;
+    Ok(values)
 }
 
 /// A stored number as each output type.
@@ -252,50 +347,52 @@ fn convert<T: Stored>(raw: Vec<T>, decode: &Decode, shape: Vec<usize>) -> Result
     match decode.dtype {
         DType::F32 => {
             let (scale, offset) = (decode.scale.map(|s| s as f32), decode.offset.map(|o| o as f32));
-            let values = raw
-                .into_iter()
-                .map(|v| {
-                    if is_fill(v) {
-                        return f32::NAN;
-                    }
-                    let mut x = v.f32();
-                    if let Some(s) = scale {
-                        x *= s;
-                    }
-                    if let Some(o) = offset {
-                        x += o;
-                    }
-                    x
-                })
-                .collect();
+            let mut values = vec_of(raw.len())?;
+            values.extend(raw.into_iter().map(|v| {
+                if is_fill(v) {
+                    return f32::NAN;
+                }
+                let mut x = v.f32();
+                if let Some(s) = scale {
+                    x *= s;
+                }
+                if let Some(o) = offset {
+                    x += o;
+                }
+                x
+            }));
             Array::from_vec(shape, values)
         }
         DType::F64 => {
-            let values = raw
-                .into_iter()
-                .map(|v| {
-                    if is_fill(v) {
-                        return f64::NAN;
-                    }
-                    let mut x = v.f64();
-                    if let Some(s) = decode.scale {
-                        x *= s;
-                    }
-                    if let Some(o) = decode.offset {
-                        x += o;
-                    }
-                    x
-                })
-                .collect();
+            let mut values = vec_of(raw.len())?;
+            values.extend(raw.into_iter().map(|v| {
+                if is_fill(v) {
+                    return f64::NAN;
+                }
+                let mut x = v.f64();
+                if let Some(s) = decode.scale {
+                    x *= s;
+                }
+                if let Some(o) = decode.offset {
+                    x += o;
+                }
+                x
+            }));
             Array::from_vec(shape, values)
         }
         DType::I32 => {
-            let values: Option<Vec<i32>> = raw.into_iter().map(Stored::i32).collect();
-            Array::from_vec(shape, values.ok_or("a value does not fit in i32")?)
+            let mut values = vec_of(raw.len())?;
+            for v in raw {
+                values.push(v.i32().ok_or("a value does not fit in i32")?);
+            }
+            Array::from_vec(shape, values)
         }
         DType::U8 => {
-            let values: Option<Vec<u8>> = raw.into_iter().map(Stored::u8).collect();
-            Array::from_vec(shape, values.ok_or("a value does not fit in u8")?)
+            let mut values = vec_of(raw.len())?;
+            for v in raw {
+                values.push(v.u8().ok_or("a value does not fit in u8")?);
+            }
+            Array::from_vec(shape, values)
         }
         // The decoding chooses only the four types above (as xarray does for netCDF's types).
         other => Err(format!("cannot decode a variable into {other}")),
@@ -304,7 +401,7 @@ fn convert<T: Stored>(raw: Vec<T>, decode: &Decode, shape: Vec<usize>) -> Result
 
 /// The array attributes of `var`: its name, dims, attributes, encoding, coordinate variables
 /// and the file's global attributes.
-fn metadata(file: &NcFile, var: &NcVariable, decode: &Decode) -> Result<Attrs, String> {
+fn metadata(file: &NcFile, var: &NcVariable, decode: &Decode, limits: &Limits) -> Result<Attrs, String> {
     let mut out = Attrs::new();
     out.insert(attrs::VARIABLE.into(), Json::String(var.name().into()));
     let dims: Vec<Json> = var.dimensions().iter().map(|d| Json::String(d.name.clone())).collect();
@@ -319,7 +416,7 @@ fn metadata(file: &NcFile, var: &NcVariable, decode: &Decode) -> Result<Attrs, S
     out.insert(attrs::ATTRS.into(), Json::Object(values));
     out.insert(attrs::ATTR_TYPES.into(), Json::Object(types));
     out.insert(attrs::ENCODING.into(), Json::Object(encoding(var, decoded)));
-    out.insert(attrs::COORDS.into(), Json::Object(coordinates(file, var)?));
+    out.insert(attrs::COORDS.into(), Json::Object(coordinates(file, var, limits)?));
     let globals = file.global_attributes().map_err(|e| e.to_string())?;
     let (values, types) = attrs::map_of(globals.iter().map(|a| (a.name.as_str(), &a.value)));
     out.insert(attrs::GLOBAL_ATTRS.into(), Json::Object(values));
@@ -365,13 +462,15 @@ pub fn dtype_name(t: &NcType) -> Option<&'static str> {
 }
 
 /// The coordinate variables of `var`'s dims (a 1-d variable named like its dim), values and
-/// attributes as stored.
-fn coordinates(file: &NcFile, var: &NcVariable) -> Result<Map<String, Json>, String> {
+/// attributes as stored. Each is checked against `limits` first: a variable with an empty dim
+/// has no values, but its other dims' coordinates may still declare any length.
+fn coordinates(file: &NcFile, var: &NcVariable, limits: &Limits) -> Result<Map<String, Json>, String> {
     let mut coords = Map::new();
     let variables = file.variables().map_err(|e| e.to_string())?;
     for dim in var.dimensions() {
         let Some(coord) = variables.iter().find(|v| v.is_coordinate_variable_for(&dim.name)) else { continue };
         let Some(dtype) = dtype_name(coord.dtype()) else { continue };
+        limits.check(coord, size_of::<f64>()).map_err(|e| format!("coordinate `{}`: {e}", coord.name()))?;
         let values =
             file.read_variable_as_f64(coord.name()).map_err(|e| format!("coordinate `{}`: {e}", coord.name()))?;
         let values: Vec<Json> = match coord.dtype() {

@@ -214,3 +214,102 @@ fn an_array_whose_dims_attribute_does_not_fit_is_refused() {
     let err = run(&WriteNetcdf, json!({"path": dir.path().join("b.nc")}), &[single("a", bad)]).unwrap_err();
     assert!(err.message().contains("does not name its 2 dims (shape [2, 2])"), "{err}");
 }
+
+/// A netCDF-3 (CDF-1) file: `dims` as (name, length; 0 is the record dim), no attributes, and
+/// `vars` as (name, dim ids, nc_type: 5 float, 6 double) with no data after the header: what a
+/// header may declare is not what the file holds.
+fn classic_header(numrecs: u32, dims: &[(&str, u32)], vars: &[(&str, &[u32], u32)]) -> Vec<u8> {
+    fn name(out: &mut Vec<u8>, name: &str) {
+        out.extend((name.len() as u32).to_be_bytes());
+        out.extend(name.as_bytes());
+        out.resize(out.len().next_multiple_of(4), 0);
+    }
+    let mut out = b"CDF\x01".to_vec();
+    out.extend(numrecs.to_be_bytes());
+    out.extend([0, 0, 0, 0x0A]);
+    out.extend((dims.len() as u32).to_be_bytes());
+    for (dim, len) in dims {
+        name(&mut out, dim);
+        out.extend(len.to_be_bytes());
+    }
+    out.extend([0u8; 8]); // no global attributes
+    out.extend([0, 0, 0, 0x0B]);
+    out.extend((vars.len() as u32).to_be_bytes());
+    for (var, dim_ids, nc_type) in vars {
+        name(&mut out, var);
+        out.extend((dim_ids.len() as u32).to_be_bytes());
+        for id in *dim_ids {
+            out.extend(id.to_be_bytes());
+        }
+        out.extend([0u8; 8]); // no attributes
+        out.extend(nc_type.to_be_bytes());
+        out.extend(u32::MAX.to_be_bytes()); // vsize: "too large for the field", as the format allows
+        out.extend(256u32.to_be_bytes()); // begin
+    }
+    out
+}
+
+fn read_bytes(bytes: &[u8], variable: &str) -> Result<Value, runner_plugin::TaskError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.nc");
+    std::fs::write(&path, bytes).unwrap();
+    run(&ReadNetcdf, json!({"path": path, "variable": variable}), &[])
+}
+
+#[test]
+fn a_header_declaring_more_values_than_the_file_holds_is_refused_before_allocating() {
+    // 65536 × 65536 floats (16 GiB) declared in a file of a hundred bytes.
+    let bytes = classic_header(0, &[("y", 65536), ("x", 65536)], &[("big", &[0, 1], 5)]);
+    let err = read_bytes(&bytes, "big").unwrap_err();
+    assert!(err.message().contains("its shape [65536, 65536] declares 4294967296 values (16.0 GiB)"), "{err}");
+    assert!(err.message().contains("more than the whole file"), "{err}");
+    // Its plan-time estimate says how big it is, without overflowing.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.nc");
+    std::fs::write(&path, &bytes).unwrap();
+    let (meta, estimate) = crate::testing::plan(&ReadNetcdf, json!({"path": path, "variable": "big"}), &[]).unwrap();
+    assert_eq!(meta, ValueMeta::Array { dtype: DType::F32, shape: vec![65536, 65536] });
+    assert_eq!(estimate, (65536u64 * 65536) * 12 + (2 << 20));
+}
+
+#[test]
+fn a_shape_whose_values_overflow_is_refused_and_its_estimate_saturates() {
+    let dims = [("a", u32::MAX), ("b", u32::MAX), ("c", u32::MAX)];
+    let bytes = classic_header(0, &dims, &[("v", &[0, 1, 2], 6)]);
+    let err = read_bytes(&bytes, "v").unwrap_err();
+    assert!(
+        err.message().contains("its shape [4294967295, 4294967295, 4294967295] has more values than memory can index"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hostile.nc");
+    std::fs::write(&path, &bytes).unwrap();
+    let (_, estimate) = crate::testing::plan(&ReadNetcdf, json!({"path": path, "variable": "v"}), &[]).unwrap();
+    assert_eq!(estimate, u64::MAX);
+}
+
+#[test]
+fn an_empty_variable_whose_coordinate_declares_too_much_is_refused() {
+    // `v` is (time, x) with no records: no values. Its coordinate `x` declares 2^31 doubles.
+    let dims = [("time", 0), ("x", 1 << 31)];
+    let bytes = classic_header(0, &dims, &[("v", &[0, 1], 5), ("x", &[1], 6)]);
+    let err = read_bytes(&bytes, "v").unwrap_err();
+    assert!(err.message().contains("coordinate `x`: its shape [2147483648] declares 2147483648 values (16.0 GiB)"), "{err}");
+}
+
+#[test]
+fn a_read_within_a_limit_refuses_a_variable_that_needs_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.nc");
+    let written = run(
+        &WriteNetcdf,
+        json!({"path": path, "variable": "v"}),
+        &[single("a", array(&[2, 3], vec![1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0]))],
+    );
+    written.unwrap();
+    let read = |max_bytes| crate::testing::with_context(|ctx| read::read_within(ctx, &path, "v", true, max_bytes));
+    // 6 f32 values, stored and decoded: 48 bytes.
+    assert_eq!(read(48).unwrap().shape(), &[2, 3]);
+    let Err(read::ReadError::Failed(message)) = read(47) else { panic!("47 bytes are too few") };
+    assert!(message.contains("its shape [2, 3] holds 6 values, which take 48 B to read and decode, more than the 47 B"), "{message}");
+}
