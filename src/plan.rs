@@ -3,6 +3,7 @@
 //! scheduler admits tasks by it.
 
 use std::fmt;
+use std::time::Duration;
 
 use runner_plugin::{Args, InputMeta, InputsForEstimate, ValueMeta};
 
@@ -54,6 +55,8 @@ pub struct StepPlan {
     /// The estimate admission uses for a typical task, and its source.
     pub estimate: u64,
     pub source: EstimateSource,
+    /// The longest wall time of the step's recorded tasks (their recent runs), if any.
+    pub longest_task: Option<Duration>,
 }
 
 impl StepPlan {
@@ -173,6 +176,7 @@ impl Plan {
                 model: None,
                 estimate: 0,
                 source: EstimateSource::Plugin,
+                longest_task: None,
             };
             (plan.estimate, plan.source) = plan.estimate_for(None, plugin_estimate, input_bytes);
             outputs[id] = Some(output);

@@ -168,7 +168,10 @@ steps:
     let clashes: Vec<&str> = err.lines().filter(|l| l.contains("is also written by")).collect();
     assert_eq!(clashes.len(), 2, "{err}");
     assert!(clashes.iter().any(|l| l.contains("out/111.npy") && l.contains("save[a=")), "{err}");
-    assert!(clashes.iter().any(|l| l.contains("1111.npy") && (l.contains("by again") || l.contains("by save[a=11,b=11]"))), "{err}");
+    assert!(
+        clashes.iter().any(|l| l.contains("1111.npy") && (l.contains("by again") || l.contains("by save[a=11,b=11]"))),
+        "{err}"
+    );
     assert!(err.contains("two tasks must not write one file (give the path a dim that tells them apart)"), "{err}");
     let bytes = std::fs::read(dir.path().join("out/111.npy")).unwrap();
     assert_eq!(bytes.len(), 128 + 4 * 5 * 4, "one whole array");

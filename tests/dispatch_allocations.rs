@@ -171,12 +171,17 @@ fn dispatching_more_tasks_allocates_no_more() {
 #[test]
 fn recording_more_tasks_allocates_no_more() {
     let _turn = take_turn();
-    let (small, large) = (listed(20_000), listed(200_000));
+    // Larger runs than above: a recorded run's batches circulate between the workers and the
+    // writer, and the first ~400 (what the channel and one commit hold) are made new; the
+    // small run must get past those too for the difference to be per task.
+    let (small, large) = (listed(100_000), listed(400_000));
     assert!(
         record::run_start(&large, &options(Path::new("."))).keys.is_empty(),
         "a list dim's keys are stored as text"
     );
-    for (shape, small, large) in [("recorded flat map", flat(20_000), flat(200_000)), ("recorded list dim", small, large)] {
+    for (shape, small, large) in
+        [("recorded flat map", flat(100_000), flat(400_000)), ("recorded list dim", small, large)]
+    {
         assert_no_allocation_per_task(shape, &small, &large, requests_of_recorded_run);
     }
 }

@@ -338,9 +338,9 @@ mod tests {
     #[test]
     fn work_left_is_each_steps_unrun_tasks_at_its_mean_time() {
         assert_eq!(work_left(&[step(10, 0, 0), step(4, 0, 0)], 14), None, "no task time known yet");
-        // 990 quick tasks of 0.01 s done, 1 of 10 slow ones (30 s): 9 × 30 s + 10 × 0.01 s.
+        // 990 quick tasks done in 10 s, 1 of 10 slow ones (30 s): 9 × 30 s + 10 × 10/990 s.
         let steps = [step(1000, 990, 10), step(10, 1, 30)];
-        assert!((work_left(&steps, 19).unwrap() - (9.0 * 30.0 + 10.0 * 0.01)).abs() < 1e-9);
+        assert!((work_left(&steps, 19).unwrap() - (9.0 * 30.0 + 10.0 * 10.0 / 990.0)).abs() < 1e-9);
         // A step none of whose tasks ran yet goes at the run's mean: 40 s over 4 tasks.
         let steps = [step(4, 4, 40), step(3, 0, 0)];
         assert_eq!(work_left(&steps, 3), Some(30.0));

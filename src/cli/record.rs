@@ -8,7 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::interrupt::{self, InterruptGuard};
 use crate::Compiled;
@@ -59,11 +59,18 @@ pub fn default_db() -> PathBuf {
 /// (a sample of [`HISTORY_TASKS_PER_RUN`] of each), their ages counted back from the newest run.
 /// Interrupted runs are left out (see the [module](self) documentation).
 pub fn step_observations(store: &Store, recipe: &str, step: &str) -> Result<Vec<Observation>, StoreError> {
+    Ok(step_history(store, recipe, step)?.0)
+}
+
+/// [`step_observations`], and the longest wall time of those tasks (`None` without any).
+fn step_history(store: &Store, recipe: &str, step: &str) -> Result<(Vec<Observation>, Option<Duration>), StoreError> {
     // (run index, observation with age still unknown).
     let mut rows: Vec<(usize, Observation)> = Vec::new();
+    let mut longest_ms = 0;
     let runs = store.task_history(recipe, step, HISTORY_RUNS, Some(HISTORY_TASKS_PER_RUN), |_, task| {
         // Reused tasks were measured by the run they come from, which is learned from already.
         if !matches!(task.status, TaskStatus::Skipped | TaskStatus::Reused) {
+            longest_ms = longest_ms.max(task.wall_ms);
             let observation = Observation {
                 age: 0,
                 peak: task.peak_bytes,
@@ -76,20 +83,32 @@ pub fn step_observations(store: &Store, recipe: &str, step: &str) -> Result<Vec<
         }
     })?;
     let newest = runs.len().saturating_sub(1);
-    Ok(rows.into_iter().map(|(index, o)| Observation { age: (newest - index) as u32, ..o }).collect())
+    let observations = rows.into_iter().map(|(index, o)| Observation { age: (newest - index) as u32, ..o }).collect();
+    Ok((observations, (!runs.is_empty()).then(|| Duration::from_millis(longest_ms))))
 }
 
 /// Makes each step's history the source of its estimates, where there is history.
+/// Also notes each step's longest recorded task (what a Slurm job's `--time` is learned from).
 pub fn learn(store: &Store, compiled: &mut Compiled) {
-    let recipe = compiled.recipe.name.clone();
-    let history = |step: &str| -> Vec<Observation> {
-        step_observations(store, &recipe, step).unwrap_or_else(|e| {
-            tracing::warn!("cannot read the history of step `{step}`: {e}");
-            Vec::new()
+    let Compiled { recipe, plan, .. } = compiled;
+    let recipe = &*recipe;
+    let histories: Vec<(Vec<Observation>, Option<Duration>)> = recipe
+        .steps
+        .iter()
+        .map(|step| {
+            step_history(store, &recipe.name, &step.name).unwrap_or_else(|e| {
+                tracing::warn!("cannot read the history of step `{}`: {e}", step.name);
+                (Vec::new(), None)
+            })
         })
+        .collect();
+    let history = |name: &str| -> Vec<Observation> {
+        recipe.steps.iter().position(|s| s.name == name).map(|at| histories[at].0.clone()).unwrap_or_default()
     };
-    let Compiled { recipe: steps, plan, .. } = compiled;
-    plan.learn(steps, &history, Params::default());
+    plan.learn(recipe, &history, Params::default());
+    for (step, (_, longest)) in plan.steps.iter_mut().zip(&histories) {
+        step.longest_task = *longest;
+    }
 }
 
 /// The run row a run of `compiled` under `options` starts with, declaring the steps whose keys
@@ -140,6 +159,9 @@ fn key_spellings(compiled: &Compiled) -> Vec<Option<StepKeys>> {
 
 /// Records a worker buffers before sending them on, at most.
 const RECORDS_PER_MESSAGE: usize = 256;
+/// Room a new batch is made with: a worker sends what it reported in one turn, at most a
+/// claimed batch of quick tasks (64) but for runs of skipped tasks.
+const NEW_BATCH_ROWS: usize = 64;
 
 /// Records finished tasks through a store's writer thread, a batch of a worker's tasks at a
 /// time (one channel message per batch rather than per task). While it lives, Ctrl-C and
@@ -154,7 +176,16 @@ pub struct StoreSink {
     /// Per step: whether the store spells its keys from task indices (so none is stored).
     spelled: Vec<bool>,
     /// Each worker's records since its last flush; only that worker touches its own.
-    pending: Box<[Mutex<Vec<TaskRecord>>]>,
+    pending: Box<[Mutex<Filling>]>,
+}
+
+/// A worker's batch being filled: its first `used` rows are this batch's; the rest are rows of
+/// a committed batch the writer handed back, overwritten in place as tasks finish so that their
+/// strings' room is reused rather than allocated again.
+#[derive(Default)]
+struct Filling {
+    rows: Vec<TaskRecord>,
+    used: usize,
 }
 
 impl StoreSink {
@@ -179,7 +210,7 @@ impl StoreSink {
             recorder,
             steps: compiled.recipe.steps.iter().map(|s| Arc::from(s.name.as_str())).collect(),
             spelled,
-            pending: (0..workers).map(|_| Mutex::new(Vec::new())).collect(),
+            pending: (0..workers).map(|_| Mutex::new(Filling::default())).collect(),
         }
     }
 
@@ -195,65 +226,116 @@ impl StoreSink {
         self.recorder.finish(outcome)
     }
 
-    fn to_record(&self, task: &TaskReport<'_>) -> TaskRecord {
+    /// The record of `task` written over `row` (one of a handed-back batch, or a new one),
+    /// every field set; a string field that already has room keeps it.
+    fn fill(&self, row: &mut TaskRecord, task: &TaskReport<'_>) {
         // By index, not by comparing names: this runs for every task.
-        let (step, spelled) = match (self.steps.get(task.step_id), self.spelled.get(task.step_id)) {
-            (Some(name), Some(&spelled)) if &**name == task.step => (name.clone(), spelled),
-            _ => (Arc::from(task.step), false),
+        let spelled = match (self.steps.get(task.step_id), self.spelled.get(task.step_id)) {
+            (Some(name), Some(&spelled)) if &**name == task.step => {
+                if !Arc::ptr_eq(&row.step, name) {
+                    row.step = name.clone();
+                }
+                spelled
+            }
+            _ => {
+                row.step = Arc::from(task.step);
+                false
+            }
         };
-        TaskRecord {
-            step,
-            task_index: Some(task.index),
-            key: (!spelled).then(|| task.key.to_string()),
-            plugin: task.plugin,
-            status: match task.outcome {
-                Outcome::Ok => TaskStatus::Ok,
-                Outcome::Failed => TaskStatus::Failed,
-                Outcome::Skipped | Outcome::Dropped => TaskStatus::Skipped,
-                Outcome::Reused => TaskStatus::Reused,
-            },
-            attempts: task.attempts,
-            input_bytes: task.input_bytes,
-            estimate_bytes: task.estimate,
-            estimate_source: task.source,
-            plugin_estimate_bytes: task.plugin_estimate,
-            peak_bytes: task.peak,
-            peak_source: task.peak_source,
-            output_bytes: task.output_bytes,
-            wall_ms: task.wall.as_millis() as u64,
-            worker: task.worker as u32,
-            start_ms: task.started.as_millis() as u64,
-            log_path: task.log_path.map(|p| p.display().to_string()),
-            args_hash: task.hashes.map(|h| h.args),
-            inputs_hash: task.hashes.map(|h| h.inputs),
-            output_hash: task.hashes.map(|h| h.output),
-            output_path: task.output_path.map(|p| p.display().to_string()),
-            error: task.error.map(str::to_string),
+        set_text(&mut row.key, (!spelled).then_some(task.key));
+        row.task_index = Some(task.index);
+        row.plugin = task.plugin;
+        row.status = match task.outcome {
+            Outcome::Ok => TaskStatus::Ok,
+            Outcome::Failed => TaskStatus::Failed,
+            Outcome::Skipped | Outcome::Dropped => TaskStatus::Skipped,
+            Outcome::Reused => TaskStatus::Reused,
+        };
+        row.attempts = task.attempts;
+        row.input_bytes = task.input_bytes;
+        row.estimate_bytes = task.estimate;
+        row.estimate_source = task.source;
+        row.plugin_estimate_bytes = task.plugin_estimate;
+        row.peak_bytes = task.peak;
+        row.peak_source = task.peak_source;
+        row.output_bytes = task.output_bytes;
+        row.wall_ms = task.wall.as_millis() as u64;
+        row.worker = task.worker as u32;
+        row.start_ms = task.started.as_millis() as u64;
+        set_path(&mut row.log_path, task.log_path);
+        row.args_hash = task.hashes.map(|h| h.args);
+        row.inputs_hash = task.hashes.map(|h| h.inputs);
+        row.output_hash = task.hashes.map(|h| h.output);
+        set_path(&mut row.output_path, task.output_path);
+        set_text(&mut row.error, task.error);
+    }
+
+    /// Appends `task` to `filling`, overwriting a handed-back row where there is one.
+    fn append(&self, filling: &mut Filling, task: &TaskReport<'_>) {
+        if filling.used == filling.rows.len() {
+            let step = self.steps.get(task.step_id).cloned().unwrap_or_else(|| Arc::from(task.step));
+            filling.rows.push(TaskRecord::new(step, task.plugin, TaskStatus::Ok));
         }
+        self.fill(&mut filling.rows[filling.used], task);
+        filling.used += 1;
+    }
+
+    /// Sends the rows `filling` holds, taking a spare batch to fill next.
+    fn send(&self, filling: &mut Filling) {
+        let mut rows = std::mem::replace(&mut filling.rows, self.recorder.spare_batch(NEW_BATCH_ROWS));
+        rows.truncate(filling.used);
+        filling.used = 0;
+        self.recorder.record_all(rows);
+    }
+}
+
+/// Sets an optional text field, reusing the room of the string already there.
+fn set_text(field: &mut Option<String>, text: Option<&str>) {
+    match (field.as_mut(), text) {
+        (Some(old), Some(text)) => {
+            old.clear();
+            old.push_str(text);
+        }
+        (None, Some(text)) => *field = Some(text.to_owned()),
+        (_, None) => *field = None,
+    }
+}
+
+/// [`set_text`] for a path, as the store keeps it (lossily, when not UTF-8).
+fn set_path(field: &mut Option<String>, path: Option<&Path>) {
+    match path {
+        Some(path) => match path.to_str() {
+            Some(text) => set_text(field, Some(text)),
+            None => *field = Some(path.display().to_string()),
+        },
+        None => *field = None,
     }
 }
 
 impl TaskSink for StoreSink {
     fn record(&self, task: &TaskReport<'_>) {
-        let record = self.to_record(task);
         match self.pending.get(task.worker) {
             Some(pending) => {
-                let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
-                pending.push(record);
+                let mut filling = pending.lock().unwrap_or_else(|p| p.into_inner());
+                self.append(&mut filling, task);
                 // A long run of skipped tasks is reported before any flush: bound what waits here.
-                if pending.len() >= RECORDS_PER_MESSAGE {
-                    self.recorder.record_all(std::mem::take(&mut *pending));
+                if filling.used >= RECORDS_PER_MESSAGE {
+                    self.send(&mut filling);
                 }
             }
-            None => self.recorder.record(record),
+            None => {
+                let mut filling = Filling::default();
+                self.append(&mut filling, task);
+                self.send(&mut filling);
+            }
         }
     }
 
     fn flush(&self, worker: usize) {
         if let Some(pending) = self.pending.get(worker) {
-            let mut pending = pending.lock().unwrap_or_else(|p| p.into_inner());
-            if !pending.is_empty() {
-                self.recorder.record_all(std::mem::take(&mut *pending));
+            let mut filling = pending.lock().unwrap_or_else(|p| p.into_inner());
+            if filling.used > 0 {
+                self.send(&mut filling);
             }
         }
     }

@@ -234,7 +234,8 @@ impl SlurmExecutor {
                 Some(waited) => GATHER.saturating_sub(waited),
                 None => RESULTS_EVERY.saturating_sub(last_results.elapsed()),
             };
-            let _ = self.changed.wait_timeout(queue, wait.max(Duration::from_millis(1))).unwrap_or_else(|p| p.into_inner());
+            let _ =
+                self.changed.wait_timeout(queue, wait.max(Duration::from_millis(1))).unwrap_or_else(|p| p.into_inner());
         }
     }
 
@@ -408,11 +409,10 @@ impl SlurmExecutor {
             }
             None => None,
         };
-        let gave_up = queue
-            .queue_failing
-            .as_ref()
-            .filter(|(since, _)| since.elapsed() >= QUEUE_PATIENCE)
-            .map(|(_, why)| TaskError::msg(format!("asking Slurm about its job failed for {} s: {why}", QUEUE_PATIENCE.as_secs())));
+        let gave_up =
+            queue.queue_failing.as_ref().filter(|(since, _)| since.elapsed() >= QUEUE_PATIENCE).map(|(_, why)| {
+                TaskError::msg(format!("asking Slurm about its job failed for {} s: {why}", QUEUE_PATIENCE.as_secs()))
+            });
         let mut abandoned = Vec::new();
         let Queue { in_flight, units, settled, .. } = &mut *queue;
         for flight in in_flight.iter_mut() {

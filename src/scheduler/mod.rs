@@ -112,6 +112,18 @@ impl StepProgress {
     }
 }
 
+/// A job's learned time per task is its step's longest recorded task times this (tasks on a
+/// cluster's nodes may run slower than they did here or last cycle).
+const LEARNED_TIME_FACTOR: u32 = 3;
+
+/// How long a job of `tasks` tasks of a step may run: each task its `timeout:`, or without one
+/// [`LEARNED_TIME_FACTOR`] × the step's longest recorded task; `None` (the partition's default)
+/// for a step with neither.
+fn job_time(timeout: Option<Duration>, longest_task: Option<Duration>, tasks: usize) -> Option<Duration> {
+    let per_task = timeout.or_else(|| longest_task.map(|longest| longest * LEARNED_TIME_FACTOR))?;
+    Some(per_task.saturating_mul(tasks.max(1) as u32))
+}
+
 /// One finished (or skipped) task, as the store records it.
 #[derive(Debug, Clone, Copy)]
 pub struct TaskReport<'a> {
@@ -310,7 +322,7 @@ pub fn run_with(
         );
     }
     let meter = RunMeter::new(workers * MAX_BATCH);
-    let mut state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, true, reuse);
+    let mut state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, reuse);
     state.take_over_reused();
     let shared = Shared {
         recipe,
@@ -743,7 +755,8 @@ impl<'s, 'r> Worker<'s, 'r> {
                         // reservation (the job's `--mem` is the largest of them anyway), or a
                         // step of 10⁶ such tasks would become 10⁶ jobs.
                         if let Some(remote) = shared.remote {
-                            let chunk = remote.tasks_per_job(shared.graph.steps[task.step].tasks, shared.options.workers);
+                            let chunk =
+                                remote.tasks_per_job(shared.graph.steps[task.step].tasks, shared.options.workers);
                             self.claim_more(&mut state, &picked, chunk);
                         }
                         self.publish(&state);
@@ -1013,7 +1026,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             step_name: &step_def.name,
             indices: &indices,
             mem_bytes: self.claimed.iter().map(|c| c.picked.reserved).max().unwrap_or(0),
-            time_limit: step_def.timeout.map(|t| t * indices.len() as u32),
+            time_limit: job_time(step_def.timeout, self.shared.plan.steps[step].longest_task, indices.len()),
         };
         let outcomes = remote.run_unit(&unit);
         for (at, mut outcome) in outcomes.into_iter().enumerate() {
@@ -1030,8 +1043,8 @@ impl<'s, 'r> Worker<'s, 'r> {
                 }
                 attempts += 1;
                 let one = [picked.task.index];
-                let retry =
-                    Unit { indices: &one, mem_bytes: picked.reserved, time_limit: step_def.timeout, ..unit.clone() };
+                let time_limit = job_time(step_def.timeout, self.shared.plan.steps[step].longest_task, 1);
+                let retry = Unit { indices: &one, mem_bytes: picked.reserved, time_limit, ..unit.clone() };
                 match remote.run_unit(&retry).pop() {
                     Some(again) => outcome = again,
                     None => break,

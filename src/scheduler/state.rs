@@ -275,7 +275,6 @@ impl<'g> State<'g> {
         on_probation: Vec<bool>,
         budget: u64,
         meter: &'g dyn Meter,
-        can_spill: bool,
         reuse: Option<&'g Reuse>,
     ) -> State<'g> {
         let steps = graph
@@ -321,7 +320,8 @@ impl<'g> State<'g> {
                 .collect(),
             params: Params::default(),
             follows_data,
-            can_spill,
+            // Until a spill fails.
+            can_spill: true,
             spill_jobs: Vec::new(),
             spills_in_flight: 0,
             estimating: 0,

@@ -19,13 +19,18 @@
 //!   place. Errors, paths and hashes unlike the block's go to `task_details`, only for the rows
 //!   that have them.
 //!
+//! - **without allocating per row**: the batches senders fill come back to them, refilled with
+//!   the committed rows, through a spare channel ([`RunRecorder::spare_batch`]); a sender
+//!   overwrites those rows in place, reusing their strings' room (see `StoreSink`), so a run
+//!   recorded at a steady pace allocates nothing per task once the first batches exist.
+//!
 //! Each transaction takes the write lock immediately (`BEGIN IMMEDIATE`) and holds it only while
 //! inserting, so concurrent runs on one file take turns. The run row is completed in the same
 //! transaction as the last batch.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -49,6 +54,9 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 pub const COMMIT_GAP: Duration = Duration::from_millis(20);
 /// Samples and events with no task row to ride along are committed at the latest this late.
 pub const SAMPLE_FLUSH: Duration = Duration::from_secs(1);
+/// Committed batches kept ready for senders to refill (beyond them, batches are freed): as
+/// many as arrive between two commits of a busy run, so that senders seldom make new ones.
+pub const SPARE_BATCHES: usize = 512;
 /// How long [`RunInterrupt::interrupt`] waits for the writer to commit what it has.
 pub const INTERRUPT_WAIT: Duration = Duration::from_secs(3);
 
@@ -76,6 +84,11 @@ const ROW_PARAMS: usize = ROW_COLUMNS.len();
 
 /// `INSERT INTO task_rows` of `rows` rows, [`ROW_PARAMS`] parameters each. Task ids are left to
 /// SQLite, which appends (one more than the largest) faster than it places a given id.
+/// The inserts of [`ROWS_PER_INSERT`] rows and of one, made once: a commit must not build
+/// their text again (it took hundreds of allocations a commit).
+static INSERT_MANY_ROWS: LazyLock<String> = LazyLock::new(|| insert_rows_sql(ROWS_PER_INSERT));
+static INSERT_ONE_ROW: LazyLock<String> = LazyLock::new(|| insert_rows_sql(1));
+
 fn insert_rows_sql(rows: usize) -> String {
     let mut sql = format!("INSERT INTO task_rows ({}) VALUES ", ROW_COLUMNS.join(", "));
     for row in 0..rows {
@@ -140,6 +153,8 @@ pub struct RunRecorder {
     /// Records the channel refused (the writer thread was gone).
     dropped: AtomicU64,
     committed: Arc<AtomicU64>,
+    /// Committed batches, their rows still in them, for senders to overwrite.
+    spares: Receiver<Vec<TaskRecord>>,
 }
 
 impl std::fmt::Debug for RunRecorder {
@@ -178,6 +193,7 @@ impl RunRecorder {
         let conn = connect::open_writer(path, Found::Store { version: super::SCHEMA_VERSION })?;
         let (sender, receiver) = channel::bounded(CHANNEL_CAPACITY);
         let (end_signal, ended) = channel::bounded(0);
+        let (spare_sender, spares) = channel::bounded(SPARE_BATCHES);
         let committed = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             conn,
@@ -189,6 +205,8 @@ impl RunRecorder {
             groups: Vec::new(),
             counts: Counts::default(),
             pending: Pending::default(),
+            emptied: Vec::new(),
+            spares: spare_sender,
             last_commit: Instant::now(),
             received: 0,
             batches: 0,
@@ -206,6 +224,7 @@ impl RunRecorder {
             ended,
             dropped: AtomicU64::new(0),
             committed,
+            spares,
         })
     }
 
@@ -220,6 +239,13 @@ impl RunRecorder {
     /// reports the error.
     pub fn record(&self, task: TaskRecord) {
         self.record_all(vec![task]);
+    }
+
+    /// A batch to fill and pass to [`record_all`](RunRecorder::record_all): one the writer has
+    /// committed, still holding its rows (to overwrite, reusing their strings), or a new one
+    /// with room for `capacity` rows when none is spare.
+    pub fn spare_batch(&self, capacity: usize) -> Vec<TaskRecord> {
+        self.spares.try_recv().unwrap_or_else(|_| Vec::with_capacity(capacity))
     }
 
     /// Queues a batch of task rows in one message: what workers use, so the channel is crossed
@@ -402,6 +428,10 @@ struct Writer {
     /// Of committed rows.
     counts: Counts,
     pending: Pending,
+    /// The batches whose rows were moved into `pending`, to be refilled with them once they are
+    /// committed and handed back through `spares`.
+    emptied: Vec<(Vec<TaskRecord>, usize)>,
+    spares: Sender<Vec<TaskRecord>>,
     last_commit: Instant,
     received: u64,
     batches: u64,
@@ -459,7 +489,9 @@ impl Writer {
                     self.received += tasks.len() as u64;
                     let pending = &mut self.pending;
                     pending.first_task_at = pending.first_task_at.or_else(now);
+                    let rows = tasks.len();
                     pending.tasks.append(&mut tasks);
+                    self.emptied.push((tasks, rows));
                     if pending.tasks.len() >= BATCH_ROWS {
                         self.write(None)?;
                     }
@@ -516,8 +548,21 @@ impl Writer {
         self.counts = counts;
         self.batches += 1;
         self.committed.fetch_add(self.pending.tasks.len() as u64, Ordering::Release);
+        self.hand_back();
         self.pending.clear();
         Ok(())
+    }
+
+    /// Moves the committed rows back into the batches they came in, as many as each brought,
+    /// and offers those to the senders; what the spare channel has no room for is freed.
+    fn hand_back(&mut self) {
+        let mut rows = self.pending.tasks.drain(..);
+        for (mut batch, brought) in self.emptied.drain(..) {
+            batch.extend(rows.by_ref().take(brought));
+            if self.spares.try_send(batch).is_err() {
+                break;
+            }
+        }
     }
 
     /// Sorts the pending rows by step, keeping their order within a step, into the first groups
@@ -727,8 +772,8 @@ impl Batch<'_> {
         // than the largest id (while that is below 2⁶³ − 1): so this batch's rows get the ids
         // from max + 1 in insertion order, and each step's rows are one block.
         let mut next_id: i64 = tx.query_row("SELECT coalesce(max(task_id), 0) + 1 FROM task_rows", [], |r| r.get(0))?;
-        let mut many = tx.prepare_cached(&insert_rows_sql(ROWS_PER_INSERT))?;
-        let mut one = tx.prepare_cached(&insert_rows_sql(1))?;
+        let mut many = tx.prepare_cached(&INSERT_MANY_ROWS)?;
+        let mut one = tx.prepare_cached(&INSERT_ONE_ROW)?;
         let mut block = tx.prepare_cached(INSERT_BLOCK)?;
         let mut details = tx.prepare_cached(INSERT_DETAILS)?;
         block.raw_bind_parameter(1, self.run_id)?;

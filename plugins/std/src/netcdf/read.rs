@@ -217,7 +217,8 @@ impl Limits {
     fn check(&self, var: &NcVariable, decoded_size: usize) -> Result<u64, String> {
         let shape: Vec<u64> = var.dimensions().iter().map(|d| d.size).collect();
         let stored_size = numeric_size(var.dtype()).unwrap_or(8) as u64;
-        let len = value_count(var).ok_or_else(|| format!("its shape {shape:?} has more values than memory can index"))?
+        let len = value_count(var)
+            .ok_or_else(|| format!("its shape {shape:?} has more values than memory can index"))?
             as u64;
         let stored = len.saturating_mul(stored_size);
         if let Some(file_len) = self.stored_within

@@ -292,9 +292,14 @@ fn a_shape_whose_values_overflow_is_refused_and_its_estimate_saturates() {
 fn an_empty_variable_whose_coordinate_declares_too_much_is_refused() {
     // `v` is (time, x) with no records: no values. Its coordinate `x` declares 2^31 doubles.
     let dims = [("time", 0), ("x", 1 << 31)];
-    let bytes = classic_header(0, &dims, &[("v", &[0, 1], 5), ("x", &[1], 6)]);
+    let mut bytes = classic_header(0, &dims, &[("v", &[0, 1], 5), ("x", &[1], 6)]);
+    // Past the variables' data offset (256), so that the file opens and the coordinate is read.
+    bytes.resize(512, 0);
     let err = read_bytes(&bytes, "v").unwrap_err();
-    assert!(err.message().contains("coordinate `x`: its shape [2147483648] declares 2147483648 values (16.0 GiB)"), "{err}");
+    assert!(
+        err.message().contains("coordinate `x`: its shape [2147483648] declares 2147483648 values (16.0 GiB)"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -311,5 +316,8 @@ fn a_read_within_a_limit_refuses_a_variable_that_needs_more() {
     // 6 f32 values, stored and decoded: 48 bytes.
     assert_eq!(read(48).unwrap().shape(), &[2, 3]);
     let Err(read::ReadError::Failed(message)) = read(47) else { panic!("47 bytes are too few") };
-    assert!(message.contains("its shape [2, 3] holds 6 values, which take 48 B to read and decode, more than the 47 B"), "{message}");
+    assert!(
+        message.contains("its shape [2, 3] holds 6 values, which take 48 B to read and decode, more than the 47 B"),
+        "{message}"
+    );
 }
