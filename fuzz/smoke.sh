@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # CI smoke run of the fuzz targets: a fixed number of executions of each target, seeded from the
-# repository's recipes, invalid recipes and .npy seeds, with a fixed seed so that a run is
+# repository's recipes, invalid recipes, .npy and netCDF seeds, with a fixed seed so that a run is
 # repeatable. Exits non-zero (and leaves the crashing input in fuzz/artifacts/) on a crash, a
 # timeout or an out-of-memory. RUNS overrides the number of executions per target.
 set -euo pipefail
@@ -11,7 +11,7 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/recipe" "$work/npy" artifacts/recipe artifacts/npy
+mkdir -p "$work/recipe" "$work/npy" "$work/netcdf" artifacts/recipe artifacts/npy artifacts/netcdf
 # Stable Rust: no sanitizer (AddressSanitizer needs nightly). Overflow checks and debug
 # assertions are on in this workspace's release profile.
 flags=(--sanitizer none --release)
@@ -21,4 +21,6 @@ cargo fuzz run "${flags[@]}" recipe "$work/recipe" ../recipes ../tests/invalid_r
     -runs="$runs" -dict=recipe.dict -artifact_prefix=artifacts/recipe/ "${limits[@]}"
 cargo fuzz run "${flags[@]}" npy "$work/npy" seeds/npy -- \
     -runs="$runs" -artifact_prefix=artifacts/npy/ "${limits[@]}"
-echo "fuzz smoke: recipe and npy, $runs executions each: no crash"
+cargo fuzz run "${flags[@]}" netcdf "$work/netcdf" seeds/netcdf -- \
+    -runs="$runs" -artifact_prefix=artifacts/netcdf/ "${limits[@]}"
+echo "fuzz smoke: recipe, npy and netcdf, $runs executions each: no crash"

@@ -188,7 +188,7 @@ fn print_row(c: &CycleSummary) {
         c.underestimate_rate * 100.0,
         c.slack.map_or("-".into(), |s| format!("{:+.0}%", s * 100.0)),
         format_size(c.run.spilled_bytes),
-        if c.run.status == "ok" { "" } else { "  FAILED" },
+        if c.run.status == RunStatus::Ok { "" } else { "  FAILED" },
     );
 }
 
@@ -196,7 +196,7 @@ fn print_row(c: &CycleSummary) {
 fn judge(cycles: &[CycleSummary], args: &ReplayArgs) -> Vec<String> {
     let mut problems = Vec::new();
     for c in cycles {
-        if c.run.status != "ok" {
+        if c.run.status != RunStatus::Ok {
             problems.push(format!(
                 "cycle {}: {} tasks failed, {} skipped",
                 c.run.cycle, c.run.tasks_failed, c.run.tasks_skipped

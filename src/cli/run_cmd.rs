@@ -49,7 +49,7 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let Executed { summary, store_error } =
         execute(&mut compiled, &options, store.as_ref(), !args.no_record, remote.as_ref(), reuse.as_ref())?;
     summary.print();
-    let mut code = if summary.status == "ok" { 0 } else { EXIT_TASKS_FAILED };
+    let mut code = if summary.status == RunStatus::Ok { 0 } else { EXIT_TASKS_FAILED };
     if let Some(path) = &args.summary
         && let Err(error) = summary.write(path)
     {
@@ -265,7 +265,7 @@ pub fn execute(
     }
     let mut store_error = None;
     if let Some(sink) = sink {
-        let status = if summary.status == "ok" { RunStatus::Ok } else { RunStatus::Failed };
+        let status = summary.status;
         match sink.finish(RunOutcome {
             status,
             wall_ms: report.wall.as_millis() as u64,

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::failures;
 use crate::recipe::Recipe;
 use crate::scheduler::RunReport;
-use crate::store::Executor;
+use crate::store::{Executor, RunStatus};
 
 /// The budget of a run that has none on this machine (`--executor slurm` without `--budget`):
 /// each job is bounded by its own `--mem` on its node instead.
@@ -60,7 +60,8 @@ impl failures::Failure for FailureSummary {
 pub struct RunSummary {
     pub recipe: String,
     pub cycle: String,
-    pub status: &'static str,
+    /// `ok` or `failed`.
+    pub status: RunStatus,
     pub tasks_total: u64,
     pub tasks_ok: u64,
     pub tasks_failed: u64,
@@ -137,7 +138,7 @@ impl RunSummary {
             cycle: recipe.cycle.clone(),
             // Skips alone are no failure: a task skipped because an input failed comes with that
             // failure; one skipped for a missing input is a gap `on_missing` allowed.
-            status: if failed == 0 && report.internal_error.is_none() { "ok" } else { "failed" },
+            status: if failed == 0 && report.internal_error.is_none() { RunStatus::Ok } else { RunStatus::Failed },
             tasks_total: report.total(|s| s.tasks()),
             tasks_ok: report.total(|s| s.ok),
             tasks_failed: failed,
@@ -189,7 +190,7 @@ impl RunSummary {
 
     /// The closing lines for people: outcome, figures, and each failure.
     pub fn print(&self) {
-        let outcome = if self.status == "ok" { "ok" } else { "FAILED" };
+        let outcome = if self.status == RunStatus::Ok { "ok" } else { "FAILED" };
         let reused = if self.tasks_reused > 0 { format!("{} reused, ", self.tasks_reused) } else { String::new() };
         let mut estimates = String::new();
         if self.underestimates > 0 {
