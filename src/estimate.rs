@@ -148,9 +148,23 @@ struct Group {
     intercept: f64,
     /// High quantile of the peaks themselves, for tasks whose basis is 0.
     absolute: f64,
+    /// For a line, the largest basis it was fitted over (0 otherwise): beyond it the line is
+    /// extrapolated, and its slope is known only as well as the narrow range allowed.
+    fitted_up_to: f64,
 }
 
 impl Group {
+    /// The margin added for a task whose basis is beyond what the line was fitted over:
+    /// [`EXTRAPOLATION_MARGIN`] per doubling past it, at most [`MAX_EXTRAPOLATION_MARGIN`].
+    fn extrapolation_margin(&self, basis: Option<f64>) -> f64 {
+        match basis {
+            Some(basis) if self.fitted_up_to > 0.0 && basis > self.fitted_up_to => {
+                (EXTRAPOLATION_MARGIN * (basis / self.fitted_up_to).log2()).min(MAX_EXTRAPOLATION_MARGIN)
+            }
+            _ => 0.0,
+        }
+    }
+
     fn raw(&self, basis: Option<f64>) -> f64 {
         match basis {
             Some(basis) => self.intercept + basis * self.ratio,
@@ -166,6 +180,12 @@ pub enum Shape {
     /// `peak ≈ a + b × basis`, fitted over the recent tasks (whose basis must vary enough).
     Line,
 }
+
+/// A line predicting beyond the largest basis it was fitted over gets this much more margin per
+/// doubling of the basis past it (a front's first cycle reads 8× the dry cycles' bytes: +30%)...
+pub const EXTRAPOLATION_MARGIN: f64 = 0.1;
+/// ...at most this much.
+pub const MAX_EXTRAPOLATION_MARGIN: f64 = 0.5;
 
 /// A line is fitted only over tasks whose basis spans at least this factor...
 const LINE_SPREAD: f64 = 1.3;
@@ -237,8 +257,13 @@ impl StepModel {
         let basis =
             Basis::ALL.into_iter().find(|b| b.of(plugin_estimate, input_bytes).is_some()).unwrap_or(Basis::Constant);
         let ratio = basis.of(plugin_estimate, input_bytes).map_or(peak as f64, |b| peak as f64 / b);
-        let group =
-            Group { key: GroupKey::of(plugin_estimate, input_bytes), ratio, intercept: 0.0, absolute: peak as f64 };
+        let group = Group {
+            key: GroupKey::of(plugin_estimate, input_bytes),
+            ratio,
+            intercept: 0.0,
+            absolute: peak as f64,
+            fitted_up_to: 0.0,
+        };
         StepModel {
             basis,
             shape: Shape::Proportional,
@@ -256,8 +281,9 @@ impl StepModel {
     /// hold `input_bytes`.
     pub fn predict(&self, plugin_estimate: u64, input_bytes: u64) -> u64 {
         let group = self.group(plugin_estimate, input_bytes).unwrap_or(&self.pooled);
-        let raw = group.raw(self.basis.of(plugin_estimate, input_bytes));
-        ((raw * (1.0 + self.margin)).ceil() as u64).max(self.params.floor_bytes)
+        let basis = self.basis.of(plugin_estimate, input_bytes);
+        let margin = self.margin + group.extrapolation_margin(basis);
+        ((group.raw(basis) * (1.0 + margin)).ceil() as u64).max(self.params.floor_bytes)
     }
 
     /// The factor applied to the basis for a typical task (the pooled ratio with the margin).
@@ -450,11 +476,13 @@ fn learn_line(tasks: &[&Observation], basis: Basis, params: Params) -> Group {
         .collect();
     let quantile = weighted_quantile(&mut over, params.quantile).max(0.0);
     let mut peaks: Vec<(f64, f64)> = tasks.iter().map(|o| (o.peak as f64, weight(o))).collect();
+    let fitted_up_to = tasks.iter().filter_map(|o| basis.of(o.plugin_estimate, o.input_bytes)).fold(0.0, f64::max);
     Group {
         key,
         ratio: slope * quantile,
         intercept: intercept * quantile,
         absolute: weighted_quantile(&mut peaks, params.quantile),
+        fitted_up_to,
     }
 }
 
@@ -472,6 +500,7 @@ fn learn_group(key: GroupKey, tasks: &[&Observation], basis: Basis, params: Para
         ratio: weighted_quantile(&mut ratios, params.quantile),
         intercept: 0.0,
         absolute: weighted_quantile(&mut peaks, params.quantile),
+        fitted_up_to: 0.0,
     }
 }
 
@@ -889,5 +918,35 @@ mod tests {
         let mut slacks: Vec<f64> = results[1..].iter().map(|r| r.slack).collect();
         slacks.sort_by(f64::total_cmp);
         assert!(slacks[slacks.len() / 2] <= 0.15, "{results:?}");
+    }
+
+    /// A line fitted over a narrow range of inputs (a dry spell) has an uncertain slope: a task
+    /// whose input is 8× the largest it was fitted over gets 30% more margin; within the range,
+    /// none.
+    #[test]
+    fn a_line_extrapolated_far_past_its_range_gets_more_margin() {
+        let history: Vec<Observation> = (0..8)
+            .map(|i| {
+                let input = (3.0 * MIB * (1.0 + 0.06 * i as f64)) as u64;
+                Observation {
+                    age: (i / 2) as u32,
+                    peak: (33.0 * MIB + 1.2 * input as f64) as u64,
+                    plugin_estimate: 0,
+                    input_bytes: input,
+                    estimate: 0,
+                    from_history: false,
+                }
+            })
+            .collect();
+        let model = StepModel::learn(&history, Params::default(), false).unwrap();
+        assert_eq!((model.basis, model.shape), (Basis::InputBytes, Shape::Line), "{model}");
+        let largest = history.iter().map(|o| o.input_bytes).max().unwrap();
+        let line = |input: u64| model.pooled.raw(Some(input as f64));
+        let inside = model.predict(0, largest) as f64 / line(largest);
+        assert!((inside - (1.0 + model.margin)).abs() < 1e-6, "{inside}");
+        let far = model.predict(0, 8 * largest) as f64 / line(8 * largest);
+        assert!((far - (1.0 + model.margin + 0.3)).abs() < 1e-6, "{far}");
+        let farther = model.predict(0, 1000 * largest) as f64 / line(1000 * largest);
+        assert!((farther - (1.0 + model.margin + MAX_EXTRAPOLATION_MARGIN)).abs() < 1e-6, "{farther}");
     }
 }
