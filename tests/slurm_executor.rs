@@ -520,3 +520,23 @@ fn a_job_whose_runner_dies_fails_its_task_with_the_job_s_state_and_log() {
     let log = error.rsplit("the job's log: ").next().unwrap();
     assert!(Path::new(log).is_file(), "the job's log {log} exists");
 }
+
+#[test]
+fn quick_tasks_share_a_job_once_their_times_are_known() {
+    let conf = slurm_conf();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "quick.yaml", "recipe: quick\ndims: {i: 8}\nsteps:\n  a:\n    plugin: noop\n    over: [i]\n");
+    let mut elements = Vec::new();
+    for cycle in ["C1", "C2"] {
+        let shared = format!("shared/{cycle}");
+        let args = ["run", "quick.yaml", "--cycle", cycle, "--executor", "slurm", "--workers", "8", "--db", "r.db"];
+        let out = runner(dir.path(), &conf, &[&args[..], &["--shared-dir", &shared]].concat());
+        assert_exit(&out, 0);
+        let folders: Vec<PathBuf> =
+            std::fs::read_dir(dir.path().join(&shared)).unwrap().flatten().map(|e| e.path()).collect();
+        elements.push(submitted(&folders[0]).iter().map(|j| j.elements).sum::<u32>());
+    }
+    // Cycle 1 knows nothing of the tasks: spread over --workers jobs, one task each. Cycle 2
+    // knows they take no time: one job runs all eight (a job costs a second to start).
+    assert_eq!(elements, [8, 1]);
+}

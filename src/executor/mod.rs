@@ -56,6 +56,7 @@ pub trait RemoteExecutor: Sync {
     fn cancel_all(&self);
 
     /// How many tasks of a step with `tasks` tasks one job should run, so that a step of many
-    /// quick tasks does not become as many jobs.
-    fn tasks_per_job(&self, tasks: u64, workers: usize) -> usize;
+    /// quick tasks does not become as many jobs; `longest_task` is the step's longest recorded
+    /// task, when it has history.
+    fn tasks_per_job(&self, tasks: u64, workers: usize, longest_task: Option<Duration>) -> usize;
 }

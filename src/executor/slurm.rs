@@ -60,6 +60,10 @@ pub const JOB_BASELINE: u64 = 96 << 20;
 /// fails as timed out inside the job, with its result; Slurm's limit is the backstop.
 pub const JOB_TIME_MARGIN: Duration = Duration::from_secs(60);
 
+/// The work a job is given at least, once its step's task times are known (see
+/// [`SlurmExecutor::tasks_per_job`]): ten times what a job costs to start.
+pub const JOB_WORK: Duration = Duration::from_secs(10);
+
 /// How often the run folder is looked at for the result files of the units in flight: what
 /// ends a unit, so the latency of every task. One file is looked at per unit (its last task's).
 const RESULTS_EVERY: Duration = Duration::from_millis(200);
@@ -605,10 +609,15 @@ impl RemoteExecutor for SlurmExecutor {
         }
     }
 
-    fn tasks_per_job(&self, tasks: u64, workers: usize) -> usize {
-        // A job costs about a second of the cluster's scheduling: a step's tasks are spread
-        // over about as many jobs as may be in flight (`--workers`), at most 64 tasks a job.
-        tasks.div_ceil(workers.max(1) as u64).clamp(1, 64) as usize
+    fn tasks_per_job(&self, tasks: u64, workers: usize, longest_task: Option<Duration>) -> usize {
+        // A step's tasks are spread over about as many jobs as may be in flight (`--workers`);
+        // a job costs about a second (submission, start, `runner task` compiling the recipe), so
+        // once history says how long the step's tasks take, each job gets at least
+        // `JOB_WORK` of them; at most 64 tasks a job.
+        let spread = tasks.div_ceil(workers.max(1) as u64);
+        let filling =
+            longest_task.map_or(1, |longest| (JOB_WORK.as_secs_f64() / longest.as_secs_f64().max(1e-3)).ceil() as u64);
+        spread.max(filling).min(tasks).clamp(1, 64) as usize
     }
 }
 

@@ -726,9 +726,11 @@ impl<'s, 'r> Worker<'s, 'r> {
                     self.claim(&state, picked);
                     // Quick local tasks are claimed in batches; remote ones in the chunks a job runs.
                     let chunk = match shared.remote {
-                        Some(remote) => {
-                            remote.tasks_per_job(shared.graph.steps[picked.task.step].tasks, shared.options.workers)
-                        }
+                        Some(remote) => remote.tasks_per_job(
+                            shared.graph.steps[picked.task.step].tasks,
+                            shared.options.workers,
+                            shared.plan.steps[picked.task.step].longest_task,
+                        ),
                         None if state.is_quick(picked.task.step) => MAX_BATCH,
                         None => 1,
                     };
@@ -755,8 +757,11 @@ impl<'s, 'r> Worker<'s, 'r> {
                         // reservation (the job's `--mem` is the largest of them anyway), or a
                         // step of 10⁶ such tasks would become 10⁶ jobs.
                         if let Some(remote) = shared.remote {
-                            let chunk =
-                                remote.tasks_per_job(shared.graph.steps[task.step].tasks, shared.options.workers);
+                            let chunk = remote.tasks_per_job(
+                                shared.graph.steps[task.step].tasks,
+                                shared.options.workers,
+                                shared.plan.steps[task.step].longest_task,
+                            );
                             self.claim_more(&mut state, &picked, chunk);
                         }
                         self.publish(&state);
