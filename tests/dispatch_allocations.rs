@@ -23,6 +23,7 @@ use runner::plugin::{ArgSpec, Args, Inputs, Plugin, TaskContext, TaskError, Valu
 use runner::recipe::CompileOptions;
 use runner::registry::Registry;
 use runner::scheduler::{self, Progress, RunOptions, TaskSink};
+use runner::store::writer::MAX_BATCHES;
 use runner::store::{RunOutcome, RunStatus, Store};
 use tikv_jemalloc_ctl::{epoch, raw};
 
@@ -81,7 +82,9 @@ fn requests_of_run(compiled: &Compiled) -> u64 {
 /// Allocation requests made by one run of `compiled` on 2 workers recorded into a new store, as
 /// `runner run` records it, from its first task until its last row is committed (the writer
 /// thread has ended, so its thread cache's counts are in).
-fn requests_of_recorded_run(compiled: &Compiled) -> u64 {
+/// Also returns how many record batches and rows the run made new (a `Vec` each, and a key
+/// string a row where keys are text: a fixed cost bounded by `MAX_BATCHES`, not per task).
+fn requests_of_recorded_run(compiled: &Compiled) -> (u64, (u64, u64)) {
     let dir = tempfile::tempdir().unwrap();
     let options = options(dir.path());
     let store = Store::open(dir.path().join("runner.db")).expect("a new store");
@@ -97,11 +100,13 @@ fn requests_of_recorded_run(compiled: &Compiled) -> u64 {
         &Progress::default(),
         Some(&sink as &dyn TaskSink),
     );
+    let rows_made = sink.rows_made();
     let written = sink.finish(RunOutcome::new(RunStatus::Ok)).expect("every row is written");
     let after = allocation_requests();
     assert!(report.failures.is_empty());
     assert_eq!(written.rows, compiled.graph.total_tasks(), "every task is recorded");
-    after - before
+    assert!(written.batches_made <= MAX_BATCHES, "{} batches made", written.batches_made);
+    (after - before, (written.batches_made, rows_made))
 }
 
 fn flat(tasks: u64) -> Compiled {
@@ -171,17 +176,28 @@ fn dispatching_more_tasks_allocates_no_more() {
 #[test]
 fn recording_more_tasks_allocates_no_more() {
     let _turn = take_turn();
-    // Larger runs than above: a recorded run's batches circulate between the workers and the
-    // writer, and the first ~400 (what the channel and one commit hold) are made new; the
-    // small run must get past those too for the difference to be per task.
-    let (small, large) = (listed(100_000), listed(400_000));
     assert!(
-        record::run_start(&large, &options(Path::new("."))).keys.is_empty(),
+        record::run_start(&listed(1000), &options(Path::new("."))).keys.is_empty(),
         "a list dim's keys are stored as text"
     );
-    for (shape, small, large) in
-        [("recorded flat map", flat(100_000), flat(400_000)), ("recorded list dim", small, large)]
-    {
-        assert_no_allocation_per_task(shape, &small, &large, requests_of_recorded_run);
+    // What a row made new costs: a key string where keys are text.
+    for (shape, small, large, per_row) in [
+        ("recorded flat map", flat(20_000), flat(200_000), 0),
+        ("recorded list dim", listed(20_000), listed(200_000), 1),
+    ] {
+        requests_of_recorded_run(&small);
+        let ((few, made_few), (many, made_many)) = (requests_of_recorded_run(&small), requests_of_recorded_run(&large));
+        // How many batches a run makes depends on how far its writer lags (at most
+        // MAX_BATCHES): that fixed cost is taken out, what remains must not grow with the tasks.
+        let made = |(batches, rows): (u64, u64)| (batches + per_row * rows) as f64;
+        let batches = made(made_many) - made(made_few);
+        let extra_tasks = (large.graph.total_tasks() - small.graph.total_tasks()) as f64;
+        let per_task = (many as f64 - few as f64 - batches) / extra_tasks;
+        println!(
+            "{shape}: {few} allocations ({made_few:?} batches, rows made) for {} tasks, {many} ({made_many:?}) for {}",
+            small.graph.total_tasks(),
+            large.graph.total_tasks()
+        );
+        assert!(per_task < 0.01, "{shape}: {per_task:.3} allocations per task ({few} → {many})");
     }
 }

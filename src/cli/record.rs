@@ -7,6 +7,7 @@
 //! run that went wrong (a wrong budget, a wrong input), and its cycle is incomplete.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -177,6 +178,8 @@ pub struct StoreSink {
     spelled: Vec<bool>,
     /// Each worker's records since its last flush; only that worker touches its own.
     pending: Box<[Mutex<Filling>]>,
+    /// Rows made new (not overwritten): bounded by the batches in circulation.
+    rows_made: AtomicU64,
 }
 
 /// A worker's batch being filled: its first `used` rows are this batch's; the rest are rows of
@@ -211,7 +214,14 @@ impl StoreSink {
             steps: compiled.recipe.steps.iter().map(|s| Arc::from(s.name.as_str())).collect(),
             spelled,
             pending: (0..workers).map(|_| Mutex::new(Filling::default())).collect(),
+            rows_made: AtomicU64::new(0),
         }
+    }
+
+    /// Rows made so far rather than overwritten (each with its strings): at most a batch's
+    /// worth per batch in circulation, however many tasks the run has.
+    pub fn rows_made(&self) -> u64 {
+        self.rows_made.load(Ordering::Relaxed)
     }
 
     /// The recorder, for the sampler.
@@ -275,28 +285,39 @@ impl StoreSink {
         if filling.used == filling.rows.len() {
             let step = self.steps.get(task.step_id).cloned().unwrap_or_else(|| Arc::from(task.step));
             filling.rows.push(TaskRecord::new(step, task.plugin, TaskStatus::Ok));
+            self.rows_made.fetch_add(1, Ordering::Relaxed);
         }
         self.fill(&mut filling.rows[filling.used], task);
         filling.used += 1;
     }
 
-    /// Sends the rows `filling` holds, taking a spare batch to fill next.
+    /// Sends the rows `filling` holds (its spare rows travel along), taking a spare batch to
+    /// fill next.
     fn send(&self, filling: &mut Filling) {
-        let mut rows = std::mem::replace(&mut filling.rows, self.recorder.spare_batch(NEW_BATCH_ROWS));
-        rows.truncate(filling.used);
-        filling.used = 0;
-        self.recorder.record_all(rows);
+        let rows = std::mem::replace(&mut filling.rows, self.recorder.spare_batch(NEW_BATCH_ROWS));
+        self.recorder.record_first(rows, std::mem::take(&mut filling.used));
     }
 }
+
+/// Room a new text field gets beyond its first text: keys grow as a run goes on (`i=99999`,
+/// `i=100000`), and a reused string that had to grow would allocate again.
+const TEXT_HEADROOM: usize = 16;
 
 /// Sets an optional text field, reusing the room of the string already there.
 fn set_text(field: &mut Option<String>, text: Option<&str>) {
     match (field.as_mut(), text) {
         (Some(old), Some(text)) => {
             old.clear();
+            if old.capacity() < text.len() {
+                old.reserve(text.len() + TEXT_HEADROOM);
+            }
             old.push_str(text);
         }
-        (None, Some(text)) => *field = Some(text.to_owned()),
+        (None, Some(text)) => {
+            let mut new = String::with_capacity(text.len() + TEXT_HEADROOM);
+            new.push_str(text);
+            *field = Some(new);
+        }
         (_, None) => *field = None,
     }
 }

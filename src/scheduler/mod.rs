@@ -105,10 +105,10 @@ pub struct StepProgress {
 }
 
 impl StepProgress {
-    /// Publishes one task of the step that ran for `wall`.
-    pub fn ran(&self, wall: Duration) {
+    /// Publishes `tasks` of the step that ran for `wall` together.
+    pub fn ran(&self, tasks: u64, wall: Duration) {
         self.wall_nanos.fetch_add(u64::try_from(wall.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
-        self.ran.fetch_add(1, Ordering::Relaxed);
+        self.ran.fetch_add(tasks, Ordering::Relaxed);
     }
 }
 
@@ -440,6 +440,17 @@ struct Worker<'s, 'r> {
     garbage: Vec<Garbage>,
     /// Emptied output `Arc`s, handed back to the state for reuse at the next report.
     shells: Vec<Arc<Value>>,
+    /// Tasks run (and their wall) not yet published to the step's [`StepProgress`]: a batch of
+    /// one step's tasks is published at once, not task by task.
+    unpublished: UnpublishedRuns,
+}
+
+/// See [`Worker::unpublished`].
+#[derive(Debug, Default)]
+struct UnpublishedRuns {
+    step: StepId,
+    ran: u64,
+    wall: Duration,
 }
 
 /// A task claimed to run, with where its inputs are in the worker's buffers.
@@ -488,6 +499,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             spilled: Vec::new(),
             garbage: Vec::new(),
             shells: Vec::new(),
+            unpublished: UnpublishedRuns::default(),
         }
     }
 
@@ -575,7 +587,9 @@ impl<'s, 'r> Worker<'s, 'r> {
         }
     }
 
-    fn flush_reports(&self) {
+    /// At the end of a turn: the turn's tasks go to the sink's writer and to the progress bar.
+    fn flush_reports(&mut self) {
+        self.publish_runs();
         if let Some(sink) = self.shared.sink {
             sink.flush(self.id);
         }
@@ -921,9 +935,11 @@ impl<'s, 'r> Worker<'s, 'r> {
         let (on_missing, retries, timeout) = (step_def.on_missing, step_def.retries, step_def.timeout);
         let mut picked = picked;
         let mut attempts = 0;
-        let (attempt, result) = loop {
+        let (attempt, result, wall) = loop {
             attempts += 1;
-            let attempt = self.attempt(at, &picked, timeout);
+            // The first attempt starts when the task does: one clock reading a task.
+            let attempt_started = if attempts == 1 { started } else { Instant::now() };
+            let attempt = self.attempt(at, &picked, timeout, attempt_started);
             match &attempt.result {
                 // A missing input is not retried: `on_missing` says what it means.
                 Err(error) if error.kind() != FailureKind::MissingInput && attempts <= retries => {
@@ -937,7 +953,10 @@ impl<'s, 'r> Worker<'s, 'r> {
                         picked = self.grow_after_oom(picked, attempt.peak);
                     }
                 }
-                _ => break (attempt.measured(started), attempt.result),
+                _ => {
+                    let wall = if attempts == 1 { attempt.elapsed } else { started.elapsed() };
+                    break (attempt.measured(started), attempt.result, wall);
+                }
             }
         };
         let (outcome, output, error) = match result {
@@ -952,7 +971,6 @@ impl<'s, 'r> Worker<'s, 'r> {
                 _ => (Outcome::Failed, Value::None, Some(error.to_string())),
             },
         };
-        let wall = started.elapsed();
         let output_bytes = output.buffer_bytes();
         let file_bytes = match &output {
             Value::Path(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
@@ -1123,10 +1141,9 @@ impl<'s, 'r> Worker<'s, 'r> {
         self.done.push((picked, finished));
     }
 
-    /// One attempt at claimed task `at` under its reservation `picked`: refused when it needs more
-    /// than the machine could give, failed when it outran `timeout`.
-    fn attempt(&self, at: usize, picked: &Picked, timeout: Option<Duration>) -> Attempt {
-        let started = Instant::now();
+    /// One attempt at claimed task `at` under its reservation `picked`, starting at `started`:
+    /// refused when it needs more than the machine could give, failed when it outran `timeout`.
+    fn attempt(&self, at: usize, picked: &Picked, timeout: Option<Duration>, started: Instant) -> Attempt {
         let (result, memory, command) = match self.shared.options.memory_limit {
             Some(limit) if picked.reserved > limit => (Ok(Err(too_big_for_the_machine(picked, limit))), None, None),
             _ => self.run_plugin(at, picked.reserved, started),
@@ -1156,7 +1173,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             )),
             (result, _) => result,
         };
-        Attempt { result, peak, peak_source, log_path: command.and_then(|c| c.log_path) }
+        Attempt { result, peak, peak_source, log_path: command.and_then(|c| c.log_path), elapsed }
     }
 
     /// An attempt ran out of memory under its reservation: the step's figure learns the peak,
@@ -1195,11 +1212,14 @@ impl<'s, 'r> Worker<'s, 'r> {
 
     /// Adds a task that ran to its step's statistics.
     fn count(&mut self, picked: &Picked, peak: u64, wall: Duration) {
+        if self.unpublished.step != picked.task.step {
+            self.publish_runs();
+            self.unpublished.step = picked.task.step;
+        }
+        self.unpublished.ran += 1;
+        self.unpublished.wall += wall;
         let stats = &mut self.stats[picked.task.step];
         stats.wall += wall;
-        if let Some(step) = self.shared.progress.steps.get(picked.task.step) {
-            step.ran(wall);
-        }
         stats.estimate.record(picked.estimate);
         stats.peak.record(peak);
         stats.estimate_sum += picked.estimate;
@@ -1209,6 +1229,17 @@ impl<'s, 'r> Worker<'s, 'r> {
         }
         if peak > picked.estimate {
             stats.underestimates += 1;
+        }
+    }
+
+    /// Adds the tasks run since the last call to their step's progress (for the ETA).
+    fn publish_runs(&mut self) {
+        let step = self.unpublished.step;
+        let runs = std::mem::replace(&mut self.unpublished, UnpublishedRuns { step, ..Default::default() });
+        if runs.ran > 0
+            && let Some(progress) = self.shared.progress.steps.get(step)
+        {
+            progress.ran(runs.ran, runs.wall);
         }
     }
 
@@ -1367,6 +1398,8 @@ struct Attempt {
     peak: u64,
     peak_source: PeakSource,
     log_path: Option<PathBuf>,
+    /// From its start to its end.
+    elapsed: Duration,
 }
 
 impl Attempt {

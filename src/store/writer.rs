@@ -57,6 +57,12 @@ pub const SAMPLE_FLUSH: Duration = Duration::from_secs(1);
 /// Committed batches kept ready for senders to refill (beyond them, batches are freed): as
 /// many as arrive between two commits of a busy run, so that senders seldom make new ones.
 pub const SPARE_BATCHES: usize = 512;
+/// Batches senders make at most (while the writer is alive): what the channel and one commit
+/// hold, and some. A recorded run's allocations for batches (and their rows' strings) are
+/// bounded by this, however many tasks it has.
+pub const MAX_BATCHES: u64 = (CHANNEL_CAPACITY + BATCH_ROWS / 64 + 64) as u64;
+/// How long a sender waits for a spare batch once [`MAX_BATCHES`] exist.
+pub const SPARE_WAIT: Duration = Duration::from_millis(250);
 /// How long [`RunInterrupt::interrupt`] waits for the writer to commit what it has.
 pub const INTERRUPT_WAIT: Duration = Duration::from_secs(3);
 
@@ -120,7 +126,9 @@ const FINISH_RUN: &str = "UPDATE runs SET finished_at = ?2, status = ?3, wall_ms
      peak_bytes_sum = ?16, recorded_ms = max(coalesce(recorded_ms, 0), ?17) WHERE run_id = ?1";
 
 enum Message {
-    Tasks(Vec<TaskRecord>),
+    /// The first `.1` rows of the batch are to be written; the rest are spare rows a sender
+    /// keeps with the batch (their strings' room), returned with it.
+    Tasks(Vec<TaskRecord>, usize),
     Sample(Sample),
     Event(RunEvent),
     Finish(RunOutcome),
@@ -138,6 +146,8 @@ pub struct RunWritten {
     pub write_time: Duration,
     /// CPU time of the writer thread, all of it (0 where the platform cannot tell).
     pub cpu_time: Duration,
+    /// Batches [`RunRecorder::spare_batch`] had to make new (see [`MAX_BATCHES`]).
+    pub batches_made: u64,
 }
 
 /// Records one run; see the [module](self) documentation. `Sync`: workers share it by
@@ -155,6 +165,7 @@ pub struct RunRecorder {
     committed: Arc<AtomicU64>,
     /// Committed batches, their rows still in them, for senders to overwrite.
     spares: Receiver<Vec<TaskRecord>>,
+    batches_made: AtomicU64,
 }
 
 impl std::fmt::Debug for RunRecorder {
@@ -225,6 +236,7 @@ impl RunRecorder {
             dropped: AtomicU64::new(0),
             committed,
             spares,
+            batches_made: AtomicU64::new(0),
         })
     }
 
@@ -244,17 +256,38 @@ impl RunRecorder {
     /// A batch to fill and pass to [`record_all`](RunRecorder::record_all): one the writer has
     /// committed, still holding its rows (to overwrite, reusing their strings), or a new one
     /// with room for `capacity` rows when none is spare.
+    ///
+    /// Once [`MAX_BATCHES`] exist, it waits for one to come back instead: then every batch is
+    /// in the channel or waiting to be committed, and the channel's back-pressure would hold
+    /// the sender anyway. (If the writer is gone, it makes one after [`SPARE_WAIT`].)
     pub fn spare_batch(&self, capacity: usize) -> Vec<TaskRecord> {
-        self.spares.try_recv().unwrap_or_else(|_| Vec::with_capacity(capacity))
+        if let Ok(batch) = self.spares.try_recv() {
+            return batch;
+        }
+        if self.batches_made.load(Ordering::Relaxed) >= MAX_BATCHES
+            && let Ok(batch) = self.spares.recv_timeout(SPARE_WAIT)
+        {
+            return batch;
+        }
+        self.batches_made.fetch_add(1, Ordering::Relaxed);
+        Vec::with_capacity(capacity)
     }
 
     /// Queues a batch of task rows in one message: what workers use, so the channel is crossed
     /// once per batch. Blocks only while the channel is full.
     pub fn record_all(&self, tasks: Vec<TaskRecord>) {
-        let count = tasks.len() as u64;
-        let sent = self.sender.as_ref().is_some_and(|s| s.send(Message::Tasks(tasks)).is_ok());
+        let rows = tasks.len();
+        self.record_first(tasks, rows);
+    }
+
+    /// [`record_all`](RunRecorder::record_all) of the first `rows` rows of `batch`; the rows
+    /// after them travel with it untouched and come back with it from
+    /// [`spare_batch`](RunRecorder::spare_batch), so that their strings' room is not lost.
+    pub fn record_first(&self, batch: Vec<TaskRecord>, rows: usize) {
+        let rows = rows.min(batch.len());
+        let sent = self.sender.as_ref().is_some_and(|s| s.send(Message::Tasks(batch, rows)).is_ok());
         if !sent {
-            self.dropped.fetch_add(count, Ordering::Relaxed);
+            self.dropped.fetch_add(rows as u64, Ordering::Relaxed);
         }
     }
 
@@ -308,6 +341,7 @@ impl RunRecorder {
                 batches: end.batches,
                 write_time: end.write_time,
                 cpu_time: end.cpu_time,
+                batches_made: self.batches_made.load(Ordering::Relaxed),
             }),
             Some(error) => Err(StoreError::Write {
                 path: self.path.clone(),
@@ -447,7 +481,7 @@ impl Writer {
             // that senders never block on a writer that has stopped writing.
             for message in self.receiver.iter() {
                 match message {
-                    Message::Tasks(tasks) => self.received += tasks.len() as u64,
+                    Message::Tasks(_, rows) => self.received += rows as u64,
                     Message::Finish(_) => break,
                     Message::Sample(_) | Message::Event(_) => {}
                 }
@@ -485,13 +519,14 @@ impl Writer {
             };
             let now = || Some(Instant::now());
             match message {
-                Ok(Message::Tasks(mut tasks)) => {
-                    self.received += tasks.len() as u64;
+                Ok(Message::Tasks(mut batch, rows)) => {
+                    self.received += rows as u64;
                     let pending = &mut self.pending;
                     pending.first_task_at = pending.first_task_at.or_else(now);
-                    let rows = tasks.len();
-                    pending.tasks.append(&mut tasks);
-                    self.emptied.push((tasks, rows));
+                    // The batch keeps its spare rows (shifted to its front) and gets these back
+                    // after the commit: its length, so its room, never changes.
+                    pending.tasks.extend(batch.drain(..rows));
+                    self.emptied.push((batch, rows));
                     if pending.tasks.len() >= BATCH_ROWS {
                         self.write(None)?;
                     }
