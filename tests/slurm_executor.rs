@@ -236,6 +236,11 @@ fn the_quickstart_on_slurm_writes_the_local_outputs_and_records_every_task() {
     let jobs = submitted(&folders[0]);
     let field_elements: u32 = jobs.iter().filter(|j| j.step == "field").map(|j| j.elements).sum();
     assert_eq!(field_elements, 4, "{jobs:?}");
+    // What only the tasks needed is gone; what people read is kept.
+    for part in ["values", "results", "units", "scratch"] {
+        assert!(!folders[0].join(part).exists(), "{part} is removed after the run");
+    }
+    assert!(folders[0].join("jobs.tsv").is_file() && folders[0].join("logs").is_dir());
 }
 
 /// Thresholds a field (argv: in.npy out.npy threshold), allocating argv[4] MiB besides.

@@ -27,8 +27,8 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     }
     let slurm = args.executor.executor == super::ExecutorKind::Slurm;
     if slurm && args.resume {
-        // Jobs hand values back as files in a run folder that the run removes when it ends, and
-        // they record no content hashes yet: nothing of such a run could be taken over.
+        // Jobs hand values back as files in a run folder whose values the run removes when it
+        // ends, and they record no content hashes yet: nothing of such a run could be taken over.
         return Err(super::UsageError(
             "--resume works for runs in this process; it cannot yet resume runs with --executor slurm".into(),
         )
@@ -252,6 +252,7 @@ pub fn execute(
         );
         if let Some(executor) = slurm {
             executor.stop();
+            executor.remove_intermediates();
         }
         for thread in [bar, sampler, server].into_iter().flatten() {
             let _ = thread.join();

@@ -153,6 +153,21 @@ pub struct SlurmExecutor {
 impl SlurmExecutor {
     /// An executor submitting to `slurm`, with the run's values and results under `run_dir`
     /// (in the shared dir, seen by every node).
+    /// Once the run is over: removes what only its tasks needed from the run folder — the
+    /// values passed between them, their results, units and scratch folders — and keeps what
+    /// people read afterwards, the jobs' logs and `jobs.tsv`.
+    pub fn remove_intermediates(&self) {
+        for part in ["values", "results", "units", "scratch"] {
+            let path = self.folder.root.join(part);
+            match std::fs::remove_dir_all(&path) {
+                Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!("cannot remove {}: {error}", path.display());
+                }
+                _ => {}
+            }
+        }
+    }
+
     pub fn new(slurm: Slurm, run_dir: PathBuf, invocation: Invocation, options: SlurmOptions) -> std::io::Result<Self> {
         let folder = RunFolder { root: run_dir };
         for dir in ["values", "results", "units", "logs"] {
