@@ -123,14 +123,7 @@ impl Plan {
             }
             let output = match crate::panics::catch(|| step.plugin.output(&args, &inputs)) {
                 Err(panic) => {
-                    diagnostics.push(Diagnostic::new(
-                        step.loc,
-                        format!(
-                            "plugin `{}` panicked describing the output of step `{}`: {panic}",
-                            step.plugin.name(),
-                            step.name
-                        ),
-                    ));
+                    diagnostics.push(panicked(step, "describing the output of", &panic));
                     ValueMeta::Unknown
                 }
                 Ok(Ok(meta)) => meta,
@@ -154,14 +147,7 @@ impl Plan {
                 match crate::panics::catch(|| step.plugin.estimate(&args, InputsForEstimate::Plan(&inputs), &output)) {
                     Ok(estimate) => estimate,
                     Err(panic) => {
-                        diagnostics.push(Diagnostic::new(
-                            step.loc,
-                            format!(
-                                "plugin `{}` panicked estimating a task of step `{}`: {panic}",
-                                step.plugin.name(),
-                                step.name
-                            ),
-                        ));
+                        diagnostics.push(panicked(step, "estimating a task of", &panic));
                         0
                     }
                 };
@@ -202,6 +188,11 @@ impl Plan {
     pub fn largest_task(&self) -> Option<(StepId, u64)> {
         self.steps.iter().enumerate().map(|(id, s)| (id, s.estimate)).max_by_key(|&(_, e)| e)
     }
+}
+
+/// The diagnostic of a plugin that panicked `doing` something of `step`.
+fn panicked(step: &crate::recipe::Step, doing: &str, panic: &dyn fmt::Display) -> Diagnostic {
+    Diagnostic::new(step.loc, format!("plugin `{}` panicked {doing} step `{}`: {panic}", step.plugin.name(), step.name))
 }
 
 /// Args of a step's first task (every dim at its first value), for planning.

@@ -602,38 +602,11 @@ impl<'s, 'r> Worker<'s, 'r> {
         let mut reused = std::mem::take(&mut self.reused);
         for task in reused.drain(..) {
             self.stats[task.step].reused += 1;
-            let Some(sink) = self.shared.sink else { continue };
-            let Some(recorded) = reuse.get(task.step, task.index) else { continue };
-            self.describe_task(task.step, task.index);
-            let step = &self.shared.recipe.steps[task.step];
-            let plan = &self.shared.plan.steps[task.step];
-            sink.record(&TaskReport {
-                worker: self.id,
-                step_id: task.step,
-                step: &step.name,
-                index: task.index,
-                key: &self.key,
-                plugin: step.plugin.name(),
-                outcome: Outcome::Reused,
-                input_bytes: 0,
-                estimate: plan.estimate,
-                source: plan.source,
-                plugin_estimate: plan.plugin_estimate,
-                peak: 0,
-                output_bytes: 0,
-                wall: Duration::ZERO,
-                started: Duration::ZERO,
-                attempts: 0,
-                peak_source: PeakSource::Allocator,
-                log_path: None,
-                hashes: Some(TaskHashes {
-                    args: recorded.args_hash,
-                    inputs: recorded.inputs_hash,
-                    output: recorded.output_hash,
-                }),
-                output_path: recorded.output_path.as_deref(),
-                error: None,
-            });
+            if let Some(recorded) = reuse.get(task.step, task.index) {
+                let hashes =
+                    TaskHashes { args: recorded.args_hash, inputs: recorded.inputs_hash, output: recorded.output_hash };
+                self.report_not_run(task, Outcome::Reused, Some(hashes), recorded.output_path.as_deref(), None);
+            }
         }
         self.reused = reused;
     }
@@ -643,36 +616,48 @@ impl<'s, 'r> Worker<'s, 'r> {
         let mut skipped = std::mem::take(&mut self.skipped);
         for (task, reason) in skipped.drain(..) {
             self.stats[task.step].skipped += 1;
-            if let Some(sink) = self.shared.sink {
-                self.describe_task(task.step, task.index);
-                let step = &self.shared.recipe.steps[task.step];
-                let plan = &self.shared.plan.steps[task.step];
-                sink.record(&TaskReport {
-                    worker: self.id,
-                    step_id: task.step,
-                    step: &step.name,
-                    index: task.index,
-                    key: &self.key,
-                    plugin: step.plugin.name(),
-                    outcome: Outcome::Skipped,
-                    input_bytes: 0,
-                    estimate: plan.estimate,
-                    source: plan.source,
-                    plugin_estimate: plan.plugin_estimate,
-                    peak: 0,
-                    output_bytes: 0,
-                    wall: Duration::ZERO,
-                    started: Duration::ZERO,
-                    attempts: 0,
-                    peak_source: PeakSource::Allocator,
-                    log_path: None,
-                    hashes: None,
-                    output_path: None,
-                    error: Some(reason.as_str()),
-                });
-            }
+            self.report_not_run(task, Outcome::Skipped, None, None, Some(reason.as_str()));
         }
         self.skipped = skipped;
+    }
+
+    /// Hands the sink a task that did not run here (skipped, or taken over by `--resume`): its
+    /// step's planned estimate, nothing measured.
+    fn report_not_run(
+        &mut self,
+        task: TaskRef,
+        outcome: Outcome,
+        hashes: Option<TaskHashes>,
+        output_path: Option<&std::path::Path>,
+        error: Option<&str>,
+    ) {
+        let Some(sink) = self.shared.sink else { return };
+        self.describe_task(task.step, task.index);
+        let step = &self.shared.recipe.steps[task.step];
+        let plan = &self.shared.plan.steps[task.step];
+        sink.record(&TaskReport {
+            worker: self.id,
+            step_id: task.step,
+            step: &step.name,
+            index: task.index,
+            key: &self.key,
+            plugin: step.plugin.name(),
+            outcome,
+            input_bytes: 0,
+            estimate: plan.estimate,
+            source: plan.source,
+            plugin_estimate: plan.plugin_estimate,
+            peak: 0,
+            output_bytes: 0,
+            wall: Duration::ZERO,
+            started: Duration::ZERO,
+            attempts: 0,
+            peak_source: PeakSource::Allocator,
+            log_path: None,
+            hashes,
+            output_path,
+            error,
+        });
     }
 
     /// Under the lock: records the tasks run and the spills written since the last call, then

@@ -4,8 +4,8 @@
 //! template that leaves out a dim; this catches what it cannot see: paths that coincide across
 //! several dims (`{a}{b}` for 1,11 and 11,1), or across steps.
 //!
-//! Claims are kept as 64-bit hashes of the lexically normalised path (16 bytes a path, not the
-//! path itself), and a hash match is confirmed by rendering the other task's path, so a
+//! Claims are kept as 64-bit hashes of the lexically normalised path (computed without
+//! allocating; 16 bytes a path, not the path itself), and a hash match is confirmed by rendering the other task's path, so a
 //! collision of hashes never fails a task. The claims' own lock is held only for the lookup.
 
 use std::collections::HashMap;
@@ -15,7 +15,7 @@ use std::sync::Mutex;
 
 use runner_plugin::{ArgKind, Args, DimValue};
 use serde_json::Value as Json;
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::Xxh3;
 
 use super::TaskRef;
 use crate::graph::Graph;
@@ -42,8 +42,7 @@ impl OutputClaims {
     pub fn claim(&self, recipe: &Recipe, graph: &Graph, task: TaskRef, args: &Args) -> Result<(), String> {
         for &name in &self.args[task.step] {
             for path in paths(args, name) {
-                let normal = normalise(Path::new(path));
-                let hash = xxh3_64(normal.as_os_str().as_encoded_bytes());
+                let hash = normal_hash(Path::new(path));
                 let other = {
                     let mut claimed = self.claimed.lock().unwrap_or_else(|p| p.into_inner());
                     match claimed.entry(hash) {
@@ -55,7 +54,7 @@ impl OutputClaims {
                         Entry::Occupied(entry) => *entry.get(),
                     }
                 };
-                if let Some(key) = writes(recipe, graph, other, &self.args[other.step], &normal) {
+                if let Some(key) = writes(recipe, graph, other, &self.args[other.step], &normalise(Path::new(path))) {
                     return Err(format!(
                         "output `{path}` is also written by {}[{key}] of this run: two tasks must not write one file \
                          (give the path a dim that tells them apart)",
@@ -89,6 +88,36 @@ fn writes(recipe: &Recipe, graph: &Graph, task: TaskRef, names: &[&str], normal:
     same.then_some(key)
 }
 
+/// The hash of [`normalise`]`(path)`, without allocating (this runs for every task that writes a
+/// file): the components are folded on a stack of at most [`FOLDED`], hashed one by one.
+fn normal_hash(path: &Path) -> u64 {
+    const FOLDED: usize = 64;
+    let mut stack = [Component::CurDir; FOLDED];
+    let mut len = 0;
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir if len > 0 && matches!(stack[len - 1], Component::Normal(_)) => len -= 1,
+            other if len < FOLDED => {
+                stack[len] = other;
+                len += 1;
+            }
+            // Deeper than any real path: folded the allocating way, hashed alike.
+            _ => return hash_components(normalise(path).components()),
+        }
+    }
+    hash_components(stack[..len].iter().copied())
+}
+
+fn hash_components<'a>(components: impl Iterator<Item = Component<'a>>) -> u64 {
+    let mut hasher = Xxh3::new();
+    for component in components {
+        hasher.update(component.as_os_str().as_encoded_bytes());
+        hasher.update(b"/");
+    }
+    hasher.digest()
+}
+
 /// `path` with `.` components dropped and `name/..` pairs folded, without touching the disk:
 /// `out/./a/../b.npy` and `out/b.npy` are one file.
 fn normalise(path: &Path) -> PathBuf {
@@ -115,5 +144,12 @@ mod tests {
         assert_eq!(normalise(Path::new("./b.npy")), PathBuf::from("b.npy"));
         assert_eq!(normalise(Path::new("../x/b.npy")), PathBuf::from("../x/b.npy"));
         assert_eq!(normalise(Path::new("/a//b")), PathBuf::from("/a/b"));
+        assert_eq!(normal_hash(Path::new("out/./a/../b.npy")), normal_hash(Path::new("out/b.npy")));
+        assert_ne!(normal_hash(Path::new("out/b.npy")), normal_hash(Path::new("out/a/b.npy")));
+        assert_eq!(normal_hash(Path::new("../x/b.npy")), normal_hash(Path::new("./../x/b.npy")));
+        let deep = "d/".repeat(100) + "f";
+        assert_eq!(normal_hash(Path::new(&deep)), normal_hash(Path::new(&format!("./{deep}"))));
+        let folded = "d/".repeat(100) + &"../".repeat(90) + "f";
+        assert_eq!(normal_hash(Path::new(&folded)), normal_hash(Path::new(&("d/".repeat(10) + "f"))));
     }
 }

@@ -251,20 +251,9 @@ impl Store {
         mut each: impl FnMut(&HistoryRun, HistoryTask),
     ) -> Result<Vec<HistoryRun>, StoreError> {
         let runs = self.history_runs(Some(recipe), Some(step), last_runs, RunFilter::default())?;
-        let what = "reading the task history of a step";
-        let mut stmt = self
-            .conn()
-            .prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM {STEP_ROWS} WHERE b.run_id = ?1 AND b.step = ?2 \
-                 ORDER BY b.first_task_id, t.task_id LIMIT ?3"
-            ))
-            .map_err(|e| self.err(what, e))?;
-        let limit = max_tasks_per_run.map_or(-1, to_sql_int);
         for (index, run) in runs.iter().enumerate() {
-            let mut rows = stmt.query(params![run.run_id, step, limit]).map_err(|e| self.err(what, e))?;
-            while let Some(row) = rows.next().map_err(|e| self.err(what, e))? {
-                each(run, history_task(row, index).map_err(|e| self.err(what, e))?);
-            }
+            let limit = max_tasks_per_run.unwrap_or(u64::MAX);
+            self.step_tasks(run.run_id, step, limit, |task| each(run, HistoryTask { run_index: index, ..task }))?;
         }
         Ok(runs)
     }

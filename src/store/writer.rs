@@ -54,9 +54,6 @@ pub const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 pub const COMMIT_GAP: Duration = Duration::from_millis(20);
 /// Samples and events with no task row to ride along are committed at the latest this late.
 pub const SAMPLE_FLUSH: Duration = Duration::from_secs(1);
-/// Committed batches kept ready for senders to refill (beyond them, batches are freed): as
-/// many as arrive between two commits of a busy run, so that senders seldom make new ones.
-pub const SPARE_BATCHES: usize = 512;
 /// Batches senders make at most (while the writer is alive): what the channel and one commit
 /// hold, and some. A recorded run's allocations for batches (and their rows' strings) are
 /// bounded by this, however many tasks it has.
@@ -204,7 +201,9 @@ impl RunRecorder {
         let conn = connect::open_writer(path, Found::Store { version: super::SCHEMA_VERSION })?;
         let (sender, receiver) = channel::bounded(CHANNEL_CAPACITY);
         let (end_signal, ended) = channel::bounded(0);
-        let (spare_sender, spares) = channel::bounded(SPARE_BATCHES);
+        // Room for every batch there is: a committed batch is only freed once senders made
+        // more than MAX_BATCHES (a writer that stalled them past SPARE_WAIT).
+        let (spare_sender, spares) = channel::bounded(MAX_BATCHES as usize);
         let committed = Arc::new(AtomicU64::new(0));
         let writer = Writer {
             conn,
