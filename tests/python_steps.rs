@@ -325,3 +325,120 @@ steps:
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("expected \"package.module:name\""), "{}", stderr(&out));
 }
+
+/// True while `pid` runs (a zombie waiting for its reaper does not count).
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn interpreters_die_with_a_killed_runner() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: killed
+dims: {i: 2}
+steps:
+  sleepy:
+    plugin: python
+    over: [i]
+    memory: 10MiB
+    args: {call: "steps:sleepy", args: ["{i}"], pythonpath: [lib]}
+"#,
+    );
+    write(
+        dir.path(),
+        "lib/steps.py",
+        "import os, time\ndef sleepy(i):\n    open(f'pid{i}', 'w').write(str(os.getpid()))\n    time.sleep(120)\n",
+    );
+    let mut child = common::runner_command(dir.path(), &["run", "r.yaml", "--workers", "2"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let pids: Vec<i32> = loop {
+        let read: Vec<i32> = (0..2)
+            .filter_map(|i| std::fs::read_to_string(dir.path().join(format!("pid{i}"))).ok()?.trim().parse().ok())
+            .collect();
+        if read.len() == 2 {
+            break read;
+        }
+        assert!(std::time::Instant::now() < deadline, "the tasks never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    child.kill().unwrap(); // SIGKILL: the runner cannot clean up after itself
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while pids.iter().any(|&p| running(p)) {
+        assert!(std::time::Instant::now() < deadline, "interpreters {pids:?} outlived the killed runner");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_interpreter_over_its_limit_fails_only_its_task_and_is_replaced() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: limited
+dims: {i: 3}
+steps:
+  held:
+    plugin: python
+    over: [i]
+    memory: 64MiB
+    args: {call: "steps:hold", args: ["{i}"], pythonpath: [lib]}
+"#,
+    );
+    // Task i=2 holds 400 MiB under a 64 MiB reservation with --enforce-memory.
+    write(
+        dir.path(),
+        "lib/steps.py",
+        "import numpy as np\ndef hold(i):\n    block = np.ones((400 if i == 2 else 1) << 20, dtype=np.uint8)\n    return int(block[::4096].sum())\n",
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "1", "--enforce-memory", "--summary", "s.json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(text.contains("held[i=2]"), "{text}");
+    assert!(text.contains("more than its limit"), "{text}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    assert_eq!(summary["tasks_ok"], 2, "{summary}");
+}
+
+#[test]
+fn the_example_suite_runs_and_matches_numpy_alone() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let recipe = repo.join("recipes/python_suite.yaml");
+    let library = repo.join("recipes/python");
+    // The recipe names `recipes/python` relative to the working directory, as a user runs it
+    // from the repository.
+    std::os::unix::fs::symlink(repo.join("recipes"), dir.path().join("recipes")).unwrap();
+    let out = runner(
+        dir.path(),
+        &["run", recipe.to_str().unwrap(), "--cycle", "2026-12-01T00Z", "--set", "size=64", "--workers", "2"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let check = format!(
+        "import sys, numpy as np; sys.path.insert(0, '{lib}'); import suite\n\
+         fields = [suite.SquareNeighbourhood(10000)(suite.Threshold([268.0, 270.0, 272.0, 274.0, 276.0])(suite.temperature(l, size=64))) for l in range(1, 9)]\n\
+         got = np.load('out/2026-12-01T00Z/max_probability.npy')\n\
+         assert np.array_equal(got, suite.maximum(*fields)), 'differs'\n\
+         print(got.shape)",
+        lib = library.display()
+    );
+    let verify = std::process::Command::new("python3").args(["-c", &check]).current_dir(dir.path()).output().unwrap();
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+    assert_eq!(String::from_utf8_lossy(&verify.stdout).trim(), "(5, 64, 64)");
+}

@@ -178,7 +178,10 @@ impl Call {
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| ArgError::new("pythonpath", "`pythonpath` must be a list of folders"))?,
             Some(other) => {
-                return Err(ArgError::new("pythonpath", format!("`pythonpath` must be a list of folders, got {other}")));
+                return Err(ArgError::new(
+                    "pythonpath",
+                    format!("`pythonpath` must be a list of folders, got {other}"),
+                ));
             }
         };
         let env = match args.get("env") {
