@@ -442,3 +442,40 @@ fn the_example_suite_runs_and_matches_numpy_alone() {
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
     assert_eq!(String::from_utf8_lossy(&verify.stdout).trim(), "(5, 64, 64)");
 }
+
+#[test]
+fn large_python_tasks_keep_the_tree_within_the_budget_on_their_first_run() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: large
+dims: {i: 4}
+steps:
+  big:
+    plugin: python
+    over: [i]
+    args: {call: "steps:hold", kwargs: {mib: 700}, pythonpath: [lib]}
+"#,
+    );
+    let budget = 1u64 << 30;
+    let mut child = common::runner_command(dir.path(), &["run", "r.yaml", "--workers", "2", "--budget", "1GiB"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut highest = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        highest = highest.max(common::tree_rss(pid));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(highest > 700 * MIB, "the tasks ran: {highest}");
+    assert!(highest <= common::allowed(budget), "the tree peaked at {highest} under a budget of {budget}: {err}");
+}

@@ -121,3 +121,27 @@ pub fn query(db: &Path, sql: &str) -> Vec<Vec<String>> {
         .map(Result::unwrap)
         .collect()
 }
+
+/// Resident bytes of `pid` and every process below it (VmRSS, read from outside).
+pub fn tree_rss(pid: i32) -> u64 {
+    let mut pids = vec![pid];
+    let mut at = 0;
+    while at < pids.len() {
+        if let Ok(threads) = std::fs::read_dir(format!("/proc/{}/task", pids[at])) {
+            for thread in threads.flatten() {
+                if let Ok(children) = std::fs::read_to_string(thread.path().join("children")) {
+                    pids.extend(children.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+                }
+            }
+        }
+        at += 1;
+    }
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok()))?
+        })
+        .sum::<u64>()
+        * 1024
+}
