@@ -29,7 +29,7 @@ use std::os::unix::process::CommandExt as _;
 use std::path::Path;
 use std::process::{ChildStdin, ChildStdout, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock, mpsc};
+use std::sync::{Condvar, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use runner_plugin::command::{display_argv, failure_text};
@@ -43,11 +43,36 @@ use super::tree::{self, Tree};
 use super::{CommandMeasured, DEATH_PATIENCE, SAMPLE_INTERVAL, TAIL_BYTES, TAIL_LINES, TaskCommand};
 use crate::measure::{PeakSource, external};
 
-/// Idle services, waiting for a task of their spec.
-static IDLE: Mutex<Vec<Service>> = Mutex::new(Vec::new());
+/// The services of this process: idle ones waiting for a task of their spec, and how many of
+/// each spec are alive (idle, lent or warming up).
+struct Pool {
+    idle: Vec<Service>,
+    live: Vec<(ServiceSpec, usize)>,
+    /// Specs with a spare warming up in the background (see [`prestart`]).
+    warming: Vec<ServiceSpec>,
+}
 
-fn idle() -> std::sync::MutexGuard<'static, Vec<Service>> {
-    IDLE.lock().unwrap_or_else(|p| p.into_inner())
+impl Pool {
+    fn live(&self, spec: &ServiceSpec) -> usize {
+        self.live.iter().find(|(s, _)| s == spec).map_or(0, |(_, n)| *n)
+    }
+
+    fn count(&mut self, spec: &ServiceSpec, delta: isize) {
+        match self.live.iter_mut().find(|(s, _)| s == spec) {
+            Some((_, n)) => *n = n.saturating_add_signed(delta),
+            None if delta > 0 => self.live.push((spec.clone(), delta as usize)),
+            None => {}
+        }
+        self.live.retain(|(_, n)| *n > 0);
+    }
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool { idle: Vec::new(), live: Vec::new(), warming: Vec::new() });
+/// Signalled when a warming spare becomes idle (or fails).
+static LANDED: Condvar = Condvar::new();
+
+fn pool() -> std::sync::MutexGuard<'static, Pool> {
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// How long a service that failed its task may take to end by itself before it is taken as
@@ -125,6 +150,7 @@ impl Drop for Service {
             self.wait_exit(DEATH_PATIENCE);
         }
         self.set_standing(0);
+        pool().count(&self.spec, -1);
     }
 }
 
@@ -206,18 +232,27 @@ fn settle(
         );
     }
     if !ending.spoiled && !leaked {
-        idle().push(service);
+        pool().idle.push(service);
+        LANDED.notify_all();
     }
     result
 }
 
-/// An idle service of `spec` that is still alive.
+/// An idle service of `spec` that is still alive, waiting for one that is warming up rather
+/// than starting another.
 fn take_idle(spec: &ServiceSpec) -> Option<Service> {
     loop {
         let mut service = {
-            let mut idle = idle();
-            let at = idle.iter().position(|s| s.spec == *spec)?;
-            idle.swap_remove(at)
+            let mut pool = pool();
+            loop {
+                if let Some(at) = pool.idle.iter().position(|s| s.spec == *spec) {
+                    break pool.idle.swap_remove(at);
+                }
+                if !pool.warming.contains(spec) {
+                    return None;
+                }
+                pool = LANDED.wait(pool).unwrap_or_else(|p| p.into_inner());
+            }
         };
         if service.is_alive() {
             return Some(service);
@@ -227,10 +262,68 @@ fn take_idle(spec: &ServiceSpec) -> Option<Service> {
     }
 }
 
+/// Starts one spare service of `spec` in the background, when none is idle or warming and
+/// fewer than `workers` are alive: `warm` prepares it (e.g. imports what tasks will call), its
+/// stderr in `log_path`, and it waits idle for the next task. A worker that would start a
+/// service of its own waits for the spare instead, so the interpreters of a run start side by
+/// side, not one after another.
+pub fn prestart(
+    spec: &ServiceSpec,
+    workers: usize,
+    log_path: &Path,
+    warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>,
+) {
+    {
+        let mut pool = pool();
+        let idle = pool.idle.iter().any(|s| s.spec == *spec);
+        if idle || pool.warming.contains(spec) || pool.live(spec) >= workers {
+            return;
+        }
+        pool.warming.push(spec.clone());
+    }
+    let owned = spec.clone();
+    let log_path = log_path.to_path_buf();
+    let started = std::thread::Builder::new().name("runner-service-warm-up".into()).spawn(move || {
+        let spec = owned;
+        let warmed = start(&spec, &log_path).and_then(|mut service| {
+            let (mut rebase, mut spoiled) = (NoRebase, false);
+            let io =
+                ServiceIo::new(&mut service.requests, &mut service.replies, &log_path, true, &mut rebase, &mut spoiled);
+            warm(io)?;
+            if spoiled || !service.is_alive() {
+                return Err(TaskError::msg(format!("the service `{}` did not warm up", service.program())));
+            }
+            Ok(service)
+        });
+        let mut pool = pool();
+        pool.warming.retain(|s| *s != spec);
+        match warmed {
+            Ok(mut service) => {
+                let standing = Sampler::new(&service).sample();
+                service.set_standing(standing);
+                pool.idle.push(service);
+            }
+            Err(e) => tracing::info!("a spare service could not be warmed up: {e}"),
+        }
+        LANDED.notify_all();
+    });
+    if started.is_err() {
+        pool().warming.retain(|s| *s != *spec);
+        LANDED.notify_all();
+    }
+}
+
+/// A warm-up's baseline is all standing memory: there is no task to rebase.
+struct NoRebase;
+
+impl Rebase for NoRebase {
+    fn rebase(&mut self) {}
+}
+
 /// Kills every idle service and waits for each to end (its cgroup removed). Called when the
 /// runner is done; a service holds nothing that needs a gentler end.
 pub fn shutdown_all() {
-    let services: Vec<Service> = std::mem::take(&mut *idle());
+    let services: Vec<Service> = std::mem::take(&mut pool().idle);
     drop(services);
 }
 
@@ -451,6 +544,7 @@ fn start(spec: &ServiceSpec, log_path: &Path) -> Result<Service, TaskError> {
         .map_err(|e| TaskError::msg(format!("cannot start the service `{program}`: {e}")))?;
     let (pid, requests, replies) = spawned;
     let registration = registry::register(pid, cgroup.as_ref().map(|c| (c.dir.clone(), c.version())), log_path.into());
+    pool().count(spec, 1);
     let mut service =
         Service { spec: spec.clone(), pid, requests, replies, cgroup, standing: 0, registration: None, exit: None };
     if registration.is_none() {

@@ -1537,6 +1537,12 @@ impl Host for TaskHost<'_, '_> {
         command::run_for_task(spec, &task, |measured| self.note_measured(measured))
     }
 
+    /// A spare service for the run's other workers ([`command::service::prestart`]).
+    fn prestart(&self, spec: &ServiceSpec, warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>) {
+        let log = self.default_log_path().with_file_name("warm-up.log");
+        command::service::prestart(spec, self.shared.options.workers, &log, warm);
+    }
+
     /// Lends the task a service process ([`command::service`]), measured like a command.
     fn serve(
         &self,

@@ -31,6 +31,11 @@ pub trait Host: Sync {
     fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
         Err(TaskError::msg(format!("this host cannot run commands (asked to run `{}`)", spec.display())))
     }
+    /// Starts a spare service in the background (see [`TaskContext::prestart`]). The default
+    /// does nothing.
+    fn prestart(&self, spec: &ServiceSpec, warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>) {
+        let _ = (spec, warm);
+    }
     /// Lends the task a long-lived service process (see [`TaskContext::serve`]). The default is
     /// for hosts that cannot: it fails.
     fn serve(
@@ -150,6 +155,18 @@ impl<'a> TaskContext<'a> {
         mut work: impl FnMut(ServiceIo<'_>) -> Result<Value, TaskError>,
     ) -> Result<Value, TaskError> {
         self.host.serve(spec, &mut work)
+    }
+
+    /// Asks for one more service of `spec` to be started in the background and prepared by
+    /// `warm` (its imports, say), so that the next task of another worker finds it ready. The
+    /// engine starts one only when none is idle or warming up and fewer services of `spec` are
+    /// alive than the run has workers; a plugin calls it when its task got a fresh service.
+    pub fn prestart(
+        &self,
+        spec: &ServiceSpec,
+        warm: impl FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send + 'static,
+    ) {
+        self.host.prestart(spec, Box::new(warm));
     }
 
     /// Announces a large allocation the task is about to make by other means.

@@ -124,7 +124,22 @@ impl Plugin for Python {
     fn run(&self, ctx: &TaskContext, args: &Args, inputs: &Inputs) -> Result<Value, TaskError> {
         let call = Call::from_args(args).map_err(|e| TaskError::msg(e.message))?;
         let spec = call.service(ctx.step());
-        ctx.serve(&spec, |io| call.run(ctx, inputs, io))
+        ctx.serve(&spec, |io| {
+            if io.fresh {
+                // The other workers' interpreters import while this one works.
+                let prepare = call.prepare_request(&io.log_path.to_string_lossy());
+                let target = call.target.clone();
+                ctx.prestart(&spec, move |io| {
+                    protocol::send_plain(&prepare, io.requests)?;
+                    let reply = protocol::read_reply(io.replies).map_err(TaskError::msg)?;
+                    match reply.header["ok"] {
+                        Json::Bool(true) => Ok(()),
+                        _ => Err(TaskError::msg(format!("preparing `{target}` failed: {}", reply.header["message"]))),
+                    }
+                });
+            }
+            call.run(ctx, inputs, io)
+        })
     }
 }
 
@@ -238,10 +253,16 @@ impl Call {
         spec
     }
 
+    /// Imports the callable's module and instantiates `init` (the service's baseline, not the
+    /// task's); what it prints goes to `log`.
+    fn prepare_request(&self, log: &str) -> Json {
+        json!({"op": "prepare", "call": self.target, "init": self.init, "log": log})
+    }
+
     /// One task's conversation: prepare (unmeasured), then the call.
     fn run(&self, ctx: &TaskContext, inputs: &Inputs, mut io: ServiceIo<'_>) -> Result<Value, TaskError> {
         let log = io.log_path.to_string_lossy().into_owned();
-        let prepare = json!({"op": "prepare", "call": self.target, "init": self.init, "log": log});
+        let prepare = self.prepare_request(&log);
         self.exchange(&mut io, |to| protocol::send_plain(&prepare, to))?
             .map_err(|e| self.failure(&e, &io, "preparing"))?;
         io.rebase();
