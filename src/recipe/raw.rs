@@ -66,7 +66,7 @@ pub const RECIPE_KEYS: &[&str] = &["recipe", "description", "dims", "vars", "ste
 /// Keys of a step.
 pub const STEP_KEYS: &[&str] =
     &["plugin", "description", "over", "inputs", "args", "memory", "retries", "timeout", "on_missing", "cache"];
-const RANGE_KEYS: &[&str] = &["start", "stop", "step"];
+const RANGE_KEYS: &[&str] = &["start", "stop", "step", "count"];
 const GROUP_KEYS: &[&str] = &["group", "size"];
 const FILE_KEYS: &[&str] = &["file"];
 const SELECT_KEYS: &[&str] = &["step", "select"];
@@ -100,9 +100,16 @@ pub struct RawDimEntry<'t> {
 pub enum RawDim<'t> {
     Count(&'t Item),
     List(&'t [Item]),
-    Range { start: &'t Item, stop: &'t Item, step: Option<&'t Item> },
+    Range { start: &'t Item, end: RangeEnd<'t>, step: Option<&'t Item> },
     Group { group: Located<String>, size: &'t Item },
     File(Located<String>),
+}
+
+/// Where a range dim ends: at `stop` (inclusive), or after `count` values.
+#[derive(Debug, Clone, Copy)]
+pub enum RangeEnd<'t> {
+    Stop(&'t Item),
+    Count(&'t Item),
 }
 
 /// One step as written.
@@ -232,21 +239,35 @@ impl<'d> Reader<'d> {
                     Some(RawDim::File(file))
                 } else {
                     let keys = self.keys(item, &context, RANGE_KEYS)?;
-                    let example = "`{start: N, stop: M}`, e.g. `{start: 0, stop: 23}` or `{start: 1981-09-01, stop: 2021-01-05, step: 1d}`";
-                    let (Field::Given(start), Field::Given(stop)) = (keys.get("start"), keys.get("stop")) else {
-                        let missing = if keys.get("start").given().is_none() { "start" } else { "stop" };
-                        if !keys.get(missing).is_broken() {
+                    let example = "`{start: N, stop: M}`, e.g. `{start: 0, stop: 23}`, `{start: 1981-09-01, stop: 2021-01-05, step: 1d}` or `{start: \"{cycle}\", step: 1h, count: 8}`";
+                    let missing = |this: &mut Self, what: &str| {
+                        this.report(
+                            Diagnostic::new(item.loc, format!("range dim `{name}` has no `{what}`")).expected(example),
+                        );
+                        None
+                    };
+                    let start = match keys.get("start") {
+                        Field::Given(start) => start,
+                        Field::Broken => return None,
+                        Field::Absent => return missing(self, "start"),
+                    };
+                    let end = match (keys.get("stop"), keys.get("count")) {
+                        (Field::Broken, _) | (_, Field::Broken) => return None,
+                        (Field::Given(stop), Field::Absent) => RangeEnd::Stop(stop),
+                        (Field::Absent, Field::Given(count)) => RangeEnd::Count(count),
+                        (Field::Given(_), Field::Given(count)) => {
                             self.report(
-                                Diagnostic::new(item.loc, format!("range dim `{name}` has no `{missing}`"))
-                                    .expected(example),
+                                Diagnostic::new(count.loc, format!("range dim `{name}` has both `stop` and `count`"))
+                                    .expected("one of them: `stop` (the last value) or `count` (how many values)"),
                             );
+                            return None;
                         }
-                        return None;
+                        (Field::Absent, Field::Absent) => return missing(self, "stop` or `count"),
                     };
                     if keys.get("step").is_broken() {
                         return None;
                     }
-                    Some(RawDim::Range { start, stop, step: keys.get("step").given().copied() })
+                    Some(RawDim::Range { start, end, step: keys.get("step").given().copied() })
                 }
             }
             other => {
