@@ -179,11 +179,11 @@ impl TimeExpr {
             }
             _ => {
                 let names: Vec<String> = terms.iter().filter(|t| t.unit.is_none()).map(|t| t.written()).collect();
-                return Err(bad(format!(
-                    "it {} date-times ({}): a date-time plus a date-time is no time at all",
-                    if dates > 1 { "adds" } else { "subtracts more" },
+                let what = if dates > 1 { "adds two date-times" } else { "subtracts more date-times than it adds" };
+                return Err(format!(
+                    "`{{{text}}}`: it {what} ({}); expected one date-time plus or minus durations, each with its unit (`lead h`, `6h`)",
                     names.join(", ")
-                )));
+                ));
             }
         };
         Ok(TimeExpr { text: text.trim().to_string(), terms, offset, format })
@@ -416,7 +416,8 @@ mod tests {
     #[test]
     fn misuse_is_explained() {
         for (text, format, says) in [
-            ("cycle + lead", None, "adds date-times (cycle, lead)"),
+            ("cycle + lead", None, "adds two date-times (cycle, lead)"),
+            ("6h - cycle", None, "subtracts more date-times than it adds (cycle)"),
             ("cycle + 6", None, "the number 6 needs a unit"),
             ("cycle + + 6h", None, "two operators in a row"),
             ("cycle +", None, "ends with an operator"),
