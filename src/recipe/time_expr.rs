@@ -293,11 +293,15 @@ impl Term {
             }
             .ok_or_else(|| format!("`{}` is too long a duration", self.written()))?,
             None => value.as_instant().ok_or_else(|| {
+                let operand = self.operand_text();
+                let or = if operand == "cycle" {
+                    " (the cycle id, `--cycle`, must be one for date-time arithmetic)".to_string()
+                } else {
+                    format!(", or a unit after it for a duration (`{operand} h`)")
+                };
                 format!(
-                    "`{}` is `{}`, which is not a date-time; expected {INSTANT_FORMS}, or a unit after it for a duration (`{} h`)",
-                    self.operand_text(),
-                    super::diagnostic::shorten(&value.text(), 40),
-                    self.operand_text()
+                    "`{operand}` is `{}`, which is not a date-time; expected {INSTANT_FORMS}{or}",
+                    super::diagnostic::shorten(&value.text(), 40)
                 )
             })?,
         };
