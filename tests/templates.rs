@@ -66,5 +66,9 @@ fn a_lookup_without_an_entry_for_a_lead_is_refused_where_it_is_written() {
     // A cycle that is not a date-time cannot start a date-time dim.
     let run = run_measured_in(dir.path(), "r.yaml", &["--cycle", "C1"]);
     assert_eq!(run.status.code(), Some(2));
-    assert!(run.stderr.contains("r.yaml:6:18: `start` of dim `valid` is \"{cycle}\", which is \"C1\""), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("r.yaml:6:18: `start` of dim `valid` is \"{cycle}\", which is \"C1\""),
+        "{}",
+        run.stderr
+    );
 }

@@ -161,7 +161,14 @@ impl Compiler<'_> {
     }
 
     /// `{start, stop, step}` (or `count` instead of `stop`) of integers, or of dates and times.
-    fn range_dim(&mut self, name: &str, loc: Loc, start: &Item, end: RangeEnd, step: Option<&Item>) -> Option<DimValues> {
+    fn range_dim(
+        &mut self,
+        name: &str,
+        loc: Loc,
+        start: &Item,
+        end: RangeEnd,
+        step: Option<&Item>,
+    ) -> Option<DimValues> {
         if let Node::Str(text) = &start.node {
             let first = self.dim_instant(name, "start", start.loc, text)?;
             return self.time_dim(name, loc, first, end, step);
@@ -193,7 +200,10 @@ impl Compiler<'_> {
                 let last = i128::from(first) + i128::from(step_value) * (i128::from(len) - 1);
                 if last > i128::from(i64::MAX) {
                     let message = format!("dim `{name}` would end at {last}: out of range");
-                    return report(self, Diagnostic::new(count.loc, message).expected(format!("values of at most {}", i64::MAX)));
+                    return report(
+                        self,
+                        Diagnostic::new(count.loc, message).expected(format!("values of at most {}", i64::MAX)),
+                    );
                 }
                 return Some(DimValues::Range { start: first, step: step_value, len });
             }
@@ -231,7 +241,8 @@ impl Compiler<'_> {
             let instant = parse_instant(text);
             if instant.is_none() {
                 let message = format!("`{key}` of dim `{name}` is \"{}\"", shown(text));
-                let expected = if key == "start" { format!("an integer, or {INSTANT_FORMS}") } else { INSTANT_FORMS.to_string() };
+                let expected =
+                    if key == "start" { format!("an integer, or {INSTANT_FORMS}") } else { INSTANT_FORMS.to_string() };
                 self.error(Diagnostic::new(loc, message).expected(expected));
             }
             return instant;
@@ -256,7 +267,8 @@ impl Compiler<'_> {
         let instant = parse_instant(&filled);
         if instant.is_none() {
             let message = format!("`{key}` of dim `{name}` is \"{}\", which is \"{}\"", shown(text), shown(&filled));
-            let hint = if text.contains("{cycle") { " (the cycle id, `--cycle`, must then be a date-time)" } else { "" };
+            let hint =
+                if text.contains("{cycle") { " (the cycle id, `--cycle`, must then be a date-time)" } else { "" };
             self.error(Diagnostic::new(loc, message).expected(format!("{INSTANT_FORMS}{hint}")));
         }
         instant
@@ -265,7 +277,14 @@ impl Compiler<'_> {
     /// `{start: 1981-09-01, stop: 2021-01-05, step: 1d}` or with times (`2026-11-01T00Z`,
     /// `step: 3h`), or `count` values from `start`. The step defaults to one unit of what
     /// `start` writes: a day or an hour.
-    fn time_dim(&mut self, name: &str, loc: Loc, first: Instant, end: RangeEnd, step: Option<&Item>) -> Option<DimValues> {
+    fn time_dim(
+        &mut self,
+        name: &str,
+        loc: Loc,
+        first: Instant,
+        end: RangeEnd,
+        step: Option<&Item>,
+    ) -> Option<DimValues> {
         let step_seconds = match step {
             None if first.has_time => 3600,
             None => SECONDS_PER_DAY,

@@ -190,10 +190,14 @@ mod tests {
         assert_eq!(table.entries().count(), 3, "keys beyond the dim's values are not kept");
         let table = LookupTable::build("radii", &json!([10, 20, 60]), &lead()).unwrap();
         assert_eq!(table.get(&DimValue::Int(2)), Some(&json!(20)));
-        let hours = Dim { name: "valid".into(), values: DimValues::Time { start: 0, step: 3600, len: 2, dates: false } };
+        let hours =
+            Dim { name: "valid".into(), values: DimValues::Time { start: 0, step: 3600, len: 2, dates: false } };
         let table = LookupTable::build("w", &json!({"1970-01-01T00Z": "a", "19700101T0100Z": "b"}), &hours).unwrap();
         assert_eq!(table.get(&DimValue::Time(3600)), Some(&json!("b")));
-        let names = Dim { name: "model".into(), values: DimValues::List(vec![DimValue::Str(Arc::from("uk")), DimValue::Int(3)]) };
+        let names = Dim {
+            name: "model".into(),
+            values: DimValues::List(vec![DimValue::Str(Arc::from("uk")), DimValue::Int(3)]),
+        };
         let table = LookupTable::build("grid", &json!({"uk": 2, "3": 10}), &names).unwrap();
         assert_eq!(table.get(&DimValue::Int(3)), Some(&json!(10)));
     }

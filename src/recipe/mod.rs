@@ -18,6 +18,7 @@ mod lookup;
 mod output_paths;
 mod plugin_check;
 mod raw;
+mod raw_dims;
 mod suggest;
 pub mod template;
 mod template_check;

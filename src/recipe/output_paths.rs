@@ -89,7 +89,9 @@ impl Compiler<'_> {
             );
         }
         for &d in over {
-            if template.may_merge(&self.dims[d].name) && let Some(problem) = self.merged_values(step, arg, template, d) {
+            if template.may_merge(&self.dims[d].name)
+                && let Some(problem) = self.merged_values(step, arg, template, d)
+            {
                 return Some(problem);
             }
         }
@@ -166,7 +168,12 @@ impl Compiler<'_> {
                 let lookup_value = |n: &str| if n == lookup.key { Some(value.clone()) } else { self.stand_in(n) };
                 let path = self.render(template, &lookup_value);
                 if leaves_working_dir(&path) {
-                    let from = format!(" for {} `{}` (from var `{}`)", lookup.key, shorten(&value.to_string(), 60), lookup.table);
+                    let from = format!(
+                        " for {} `{}` (from var `{}`)",
+                        lookup.key,
+                        shorten(&value.to_string(), 60),
+                        lookup.table
+                    );
                     return Some(refuse(&path, from));
                 }
             }

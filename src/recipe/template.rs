@@ -13,16 +13,24 @@ use serde_json::Value as Json;
 
 pub use super::lookup::{Lookup, LookupTable};
 pub use super::template_format::{Format, FormatSpec, TemplateValue};
-pub use super::time_expr::TimeExpr;
 use super::time_expr::Evaluated;
+pub use super::time_expr::TimeExpr;
 
 /// One piece of a template.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
     Literal(String),
-    Ref { name: String, format: Format, has_spec: bool },
+    Ref {
+        name: String,
+        format: Format,
+        has_spec: bool,
+    },
     /// `{table[dim]}`: the entry of a var for the task's value of a dim.
-    Lookup { lookup: Lookup, format: Format, has_spec: bool },
+    Lookup {
+        lookup: Lookup,
+        format: Format,
+        has_spec: bool,
+    },
     /// `{cycle + lead h}`: a date-time or a duration.
     Time(TimeExpr),
 }
@@ -314,7 +322,10 @@ mod tests {
         assert_eq!(render("{neg:04}", &lookup).unwrap(), "-007");
         assert_eq!(render("{wet:.3f}|{lead:x}|{lead:4}|{cycle:.4}", &lookup).unwrap(), "0.250|7|   7|2026");
         assert_eq!(render("{{literal}} {lead}", &lookup).unwrap(), "{literal} 7");
-        assert_eq!(render("{wet:07.2f}|{neg:.1}|{wet}|{wet:6}|{lead:03x}", &lookup).unwrap(), "0000.25|-7.0|0.25|  0.25|007");
+        assert_eq!(
+            render("{wet:07.2f}|{neg:.1}|{wet}|{wet:6}|{lead:03x}", &lookup).unwrap(),
+            "0000.25|-7.0|0.25|  0.25|007"
+        );
         assert_eq!(render("[{model:5}]|[{model:.2}]|[{model:4.1}]", &lookup).unwrap(), "[ukv  ]|[uk]|[u   ]");
     }
 
@@ -338,8 +349,14 @@ mod tests {
             render("{cycle + lead h:%Y%m%dT%H%MZ}-{lead h:PT%4HH%MM}-air_temperature.nc", &lookup).unwrap(),
             "20261130T0900Z-PT0007H00M-air_temperature.nc"
         );
-        assert_eq!(render("{cycle - 6h}|{lead h}|{hour + 90 m}", &lookup).unwrap(), "2026-11-29T20:00Z|PT7H|2026-11-01T04:30Z");
-        assert_eq!(render("{hour - day:PT%HH}|{day + lead d:%Y-%m-%d}", &lookup).unwrap(), format!("PT{}H|1981-09-08", (HOUR - DAY) / 3600));
+        assert_eq!(
+            render("{cycle - 6h}|{lead h}|{hour + 90 m}", &lookup).unwrap(),
+            "2026-11-29T20:00Z|PT7H|2026-11-01T04:30Z"
+        );
+        assert_eq!(
+            render("{hour - day:PT%HH}|{day + lead d:%Y-%m-%d}", &lookup).unwrap(),
+            format!("PT{}H|1981-09-08", (HOUR - DAY) / 3600)
+        );
         assert_eq!(render("{ cycle+lead h :%H%M}", &lookup).unwrap(), "0900");
         // `-` inside a name is the name's: `{a-b}` is one name, `{a - b}` a subtraction.
         assert!(matches!(Template::parse("{cycle-6h}").unwrap().segments[0], Segment::Ref { .. }));

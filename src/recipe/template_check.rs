@@ -27,6 +27,9 @@ enum StepName {
     Unknown,
 }
 
+/// The least and most seconds a term can add, or why it cannot be added.
+type Extent = Result<(i64, i64), String>;
+
 /// A lookup table of one var by one dim, and what its uses found, so that a table used in
 /// many templates is built and checked once per format.
 pub(super) struct TableUse {
@@ -34,7 +37,7 @@ pub(super) struct TableUse {
     /// Longest text per (format, lone reference).
     lens: Vec<((Format, bool), Result<usize, String>)>,
     /// Least and most seconds of its entries per unit (`None`: as date-times).
-    extents: Vec<(Option<Unit>, Result<(i64, i64), String>)>,
+    extents: Vec<(Option<Unit>, Extent)>,
 }
 
 impl Compiler<'_> {
@@ -122,11 +125,7 @@ impl Compiler<'_> {
             .map(|(v, _)| v.as_str())
             .chain(over.iter().map(|&d| self.dims[d].name.as_str()))
             .chain(["cycle"]);
-        let arithmetic = if name.contains('-') {
-            " (arithmetic needs spaces around `-`: `{cycle - 6h}`)"
-        } else {
-            ""
-        };
+        let arithmetic = if name.contains('-') { " (arithmetic needs spaces around `-`: `{cycle - 6h}`)" } else { "" };
         format!(
             "unknown name `{{{name}}}` in a template{arithmetic}; expected a dim of the step, a var or `cycle`: {}",
             suggestion(name, candidates)
@@ -193,8 +192,11 @@ impl Compiler<'_> {
         let var = *self.var_ids.get(table)?;
         let dim = *self.dim_ids.get(key)?;
         if !self.lookup_tables.contains_key(&(var, dim)) {
-            let built = LookupTable::build(table, &self.vars[var].1, &self.dims[dim])
-                .map(|t| TableUse { table: Arc::new(t), lens: Vec::new(), extents: Vec::new() });
+            let built = LookupTable::build(table, &self.vars[var].1, &self.dims[dim]).map(|t| TableUse {
+                table: Arc::new(t),
+                lens: Vec::new(),
+                extents: Vec::new(),
+            });
             self.lookup_tables.insert((var, dim), built);
         }
         self.lookup_tables.get_mut(&(var, dim)).map(|built| built.as_mut().map_err(|e| e.clone()))
@@ -292,10 +294,14 @@ impl Compiler<'_> {
                 Operand::Lookup(lookup) => self.lookup_extent(step, lookup, term, over, over_known),
             };
             let Some((least, most)) = extent.map_err(context)? else { continue };
-            let (least, most) = if term.negative { (-i128::from(most), -i128::from(least)) } else { (least.into(), most.into()) };
+            let (least, most) =
+                if term.negative { (-i128::from(most), -i128::from(least)) } else { (least.into(), most.into()) };
             (low, high) = (low + least, high + most);
             if low < i128::from(i64::MIN) || high > i128::from(i64::MAX) {
-                return Err(context(format!("the sum can reach {} seconds; expected at most 2^63", low.abs().max(high))));
+                return Err(context(format!(
+                    "the sum can reach {} seconds; expected at most 2^63",
+                    low.abs().max(high)
+                )));
             }
         }
         if expr.is_instant() {
@@ -369,7 +375,7 @@ impl Compiler<'_> {
             return extent.clone().map(Some);
         }
         let unsigned = Term { negative: false, ..term.clone() };
-        let mut extent: Result<(i64, i64), String> = Ok((i64::MAX, i64::MIN));
+        let mut extent: Extent = Ok((i64::MAX, i64::MIN));
         for (value, entry) in found.table.entries() {
             match unsigned.seconds(&TemplateValue::Json(entry)) {
                 Ok(s) => extent = extent.map(|(least, most)| (least.min(s), most.max(s))),

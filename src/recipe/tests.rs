@@ -278,19 +278,84 @@ fn template_misuse_is_located() {
     };
     let radii = "  radii: {1: 10000, 2: 20000}\n  list: [1, 2]\n  wet: 0.5\n";
     let cases: &[(&str, &str, &str, &str)] = &[
-        (radii, "", "{radius[lead]}", "13:51: arg `seed` of step `s`: `{radius[lead]}`: unknown var `radius`; expected a var that maps the values of `lead` to values, one of: radii, list, wet (did you mean `radii`?)"),
-        (radii, "", "{radii[lead]}", "13:51: arg `seed` of step `s`: `{radii[lead]}`: var `radii` has no entry for lead `3`; its keys are: 1, 2; expected a key for every value of dim `lead` (1, 2, 3)"),
-        (radii, "", "{list[lead]}", "13:51: arg `seed` of step `s`: `{list[lead]}`: var `list` lists 2 items but dim `lead` has 3 values; expected one item per value of `lead`, in its order (1, 2, 3)"),
-        (radii, "", "{radii[member]}", "13:51: arg `seed` of step `s`: `{radii[member]}` indexes var `radii` by `member`, which is a dim that step `s` does not run over; expected a dim the step runs over (lead)"),
-        (radii, "", "{radii[wet]}", "13:51: arg `seed` of step `s`: `{radii[wet]}` indexes var `radii` by `wet`, which is a var, not a dim; expected a dim the step runs over (lead)"),
-        (radii, "", "{cycle + lead}", "13:51: arg `seed` of step `s`: `{cycle + lead}`: it adds two date-times (cycle, lead); expected one date-time plus or minus durations, each with its unit (`lead h`, `6h`)"),
-        (radii, "", "{lead - 6h}", "13:51: arg `seed` of step `s`: `{lead - 6h}`: dim `lead` has integer values, which are not date-times; expected `lead h` (or `m`, `s`, `d`) for a duration of that many hours, or a date or date-time dim"),
-        (radii, "", "{cycle + member h}", "13:51: arg `seed` of step `s`: `{cycle + member h}`: `{member}` refers to dim `member`, but step `s` does not run over it"),
-        (radii, "", "{cycle + wet s}", "13:51: arg `seed` of step `s`: `{cycle + wet s}`: `wet s` is 0.5 seconds, not a whole number of seconds; expected whole seconds"),
-        (radii, "", "{cycle-6h}", "13:51: arg `seed` of step `s`: unknown name `{cycle-6h}` in a template (arithmetic needs spaces around `-`: `{cycle - 6h}`)"),
-        (radii, "  v: {start: \"{cycle}\", stop: \"{cycle + 1h}\", count: 2}\n", "{lead}", "9:54: range dim `v` has both `stop` and `count`"),
-        (radii, "  v: {start: \"{lead}\", count: 2}\n", "{lead}", "9:14: `start` of dim `v` (\"{lead}\") refers to `lead`; expected only the cycle and vars"),
-        (radii, "  v: {start: \"{wet}\", count: 2}\n", "{lead}", "9:14: `start` of dim `v` is \"{wet}\", which is \"0.5\""),
+        (
+            radii,
+            "",
+            "{radius[lead]}",
+            "13:51: arg `seed` of step `s`: `{radius[lead]}`: unknown var `radius`; expected a var that maps the values of `lead` to values, one of: radii, list, wet (did you mean `radii`?)",
+        ),
+        (
+            radii,
+            "",
+            "{radii[lead]}",
+            "13:51: arg `seed` of step `s`: `{radii[lead]}`: var `radii` has no entry for lead `3`; its keys are: 1, 2; expected a key for every value of dim `lead` (1, 2, 3)",
+        ),
+        (
+            radii,
+            "",
+            "{list[lead]}",
+            "13:51: arg `seed` of step `s`: `{list[lead]}`: var `list` lists 2 items but dim `lead` has 3 values; expected one item per value of `lead`, in its order (1, 2, 3)",
+        ),
+        (
+            radii,
+            "",
+            "{radii[member]}",
+            "13:51: arg `seed` of step `s`: `{radii[member]}` indexes var `radii` by `member`, which is a dim that step `s` does not run over; expected a dim the step runs over (lead)",
+        ),
+        (
+            radii,
+            "",
+            "{radii[wet]}",
+            "13:51: arg `seed` of step `s`: `{radii[wet]}` indexes var `radii` by `wet`, which is a var, not a dim; expected a dim the step runs over (lead)",
+        ),
+        (
+            radii,
+            "",
+            "{cycle + lead}",
+            "13:51: arg `seed` of step `s`: `{cycle + lead}`: it adds two date-times (cycle, lead); expected one date-time plus or minus durations, each with its unit (`lead h`, `6h`)",
+        ),
+        (
+            radii,
+            "",
+            "{lead - 6h}",
+            "13:51: arg `seed` of step `s`: `{lead - 6h}`: dim `lead` has integer values, which are not date-times; expected `lead h` (or `m`, `s`, `d`) for a duration of that many hours, or a date or date-time dim",
+        ),
+        (
+            radii,
+            "",
+            "{cycle + member h}",
+            "13:51: arg `seed` of step `s`: `{cycle + member h}`: `{member}` refers to dim `member`, but step `s` does not run over it",
+        ),
+        (
+            radii,
+            "",
+            "{cycle + wet s}",
+            "13:51: arg `seed` of step `s`: `{cycle + wet s}`: `wet s` is 0.5 seconds, not a whole number of seconds; expected whole seconds",
+        ),
+        (
+            radii,
+            "",
+            "{cycle-6h}",
+            "13:51: arg `seed` of step `s`: unknown name `{cycle-6h}` in a template (arithmetic needs spaces around `-`: `{cycle - 6h}`)",
+        ),
+        (
+            radii,
+            "  v: {start: \"{cycle}\", stop: \"{cycle + 1h}\", count: 2}\n",
+            "{lead}",
+            "9:54: range dim `v` has both `stop` and `count`",
+        ),
+        (
+            radii,
+            "  v: {start: \"{lead}\", count: 2}\n",
+            "{lead}",
+            "9:14: `start` of dim `v` (\"{lead}\") refers to `lead`; expected only the cycle and vars",
+        ),
+        (
+            radii,
+            "  v: {start: \"{wet}\", count: 2}\n",
+            "{lead}",
+            "9:14: `start` of dim `v` is \"{wet}\", which is \"0.5\"",
+        ),
     ];
     let mut wrong = Vec::new();
     for (vars, dims, seed, says) in cases {
@@ -305,11 +370,18 @@ fn template_misuse_is_located() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // The cycle must be a date-time where arithmetic or a dim's `start` needs one.
     let error = compile_at("C1", &with(radii, "", "{cycle + lead h}")).unwrap_err();
-    assert!(located(&error).iter().any(|l| l.starts_with("13:51: arg `seed` of step `s`: `{cycle + lead h}`: `cycle` is `C1`, which is not a date-time")), "{error}");
+    assert!(
+        located(&error).iter().any(|l| l.starts_with(
+            "13:51: arg `seed` of step `s`: `{cycle + lead h}`: `cycle` is `C1`, which is not a date-time"
+        )),
+        "{error}"
+    );
     let error = compile_at("C1", &with(radii, "  v: {start: \"{cycle}\", count: 2}\n", "{lead}")).unwrap_err();
     let all = located(&error);
     assert!(all.iter().any(|l| l.starts_with("9:14: `start` of dim `v` is \"{cycle}\", which is \"C1\"")), "{all:#?}");
-    assert!(error.diagnostics.iter().any(|d| d.expected.as_deref().is_some_and(|e| e.contains("the cycle id, `--cycle`, must then be a date-time"))));
+    assert!(error.diagnostics.iter().any(|d| {
+        d.expected.as_deref().is_some_and(|e| e.contains("the cycle id, `--cycle`, must then be a date-time"))
+    }));
 }
 
 #[test]
@@ -323,7 +395,11 @@ fn lookups_in_output_paths_are_checked_like_any_value() {
     let error = compile(&writes("  name: {1: a, 2: a}\n", "out/{name[lead]}.npy")).unwrap_err();
     assert!(messages(&error)[0].contains("would write `out/a.npy` for both lead 1 and lead 2"), "{error}");
     let error = compile(&writes("  name: {1: a, 2: ../../up}\n", "out/{name[lead]}.npy")).unwrap_err();
-    assert!(messages(&error)[0].contains("writes `out/../../up.npy` for lead `2` (from var `name`), outside the working directory"), "{error}");
+    assert!(
+        messages(&error)[0]
+            .contains("writes `out/../../up.npy` for lead `2` (from var `name`), outside the working directory"),
+        "{error}"
+    );
     // Validity times tell leads apart; a format without the hour does not.
     compiled(&writes("", "out/{cycle + lead h:%Y%m%dT%H%MZ}-{lead h:PT%4HH%MM}.npy"));
     let error = compile(&writes("", "out/{cycle + lead h:%Y%m%d}.npy")).unwrap_err();
@@ -332,10 +408,14 @@ fn lookups_in_output_paths_are_checked_like_any_value() {
 
 #[test]
 fn integer_ranges_take_a_count_too() {
-    let recipe = compiled("recipe: c\ndims:\n  hour: {start: 0, step: 3, count: 8}\nsteps:\n  a: {plugin: noop, over: [hour]}\n");
+    let recipe = compiled(
+        "recipe: c\ndims:\n  hour: {start: 0, step: 3, count: 8}\nsteps:\n  a: {plugin: noop, over: [hour]}\n",
+    );
     assert_eq!((recipe.dims[0].len(), recipe.dims[0].value(7)), (8, DimValue::Int(21)));
-    let error = compile("recipe: c\ndims:\n  hour: {start: 0, count: 0}\nsteps:\n  a: {plugin: noop, over: [hour]}\n").unwrap_err();
+    let error = compile("recipe: c\ndims:\n  hour: {start: 0, count: 0}\nsteps:\n  a: {plugin: noop, over: [hour]}\n")
+        .unwrap_err();
     assert!(messages(&error)[0].starts_with("`count` of dim `hour` is 0"), "{error}");
-    let error = compile("recipe: c\ndims:\n  hour: {start: 0, step: 3}\nsteps:\n  a: {plugin: noop, over: [hour]}\n").unwrap_err();
+    let error = compile("recipe: c\ndims:\n  hour: {start: 0, step: 3}\nsteps:\n  a: {plugin: noop, over: [hour]}\n")
+        .unwrap_err();
     assert_eq!(messages(&error), ["range dim `hour` has no `stop` or `count`"]);
 }

@@ -141,7 +141,10 @@ impl TimeExpr {
                         (Some(unit), None) | (None, Some(unit)) => unit,
                         (Some(_), Some(_)) => return Err(bad(format!("`{word}` has two units"))),
                         (None, None) => {
-                            return Err(bad(format!("the number {number} needs a unit: {} (e.g. `{number}h`)", Unit::WRITTEN)));
+                            return Err(bad(format!(
+                                "the number {number} needs a unit: {} (e.g. `{number}h`)",
+                                Unit::WRITTEN
+                            )));
                         }
                     };
                     let seconds = number.checked_mul(unit.seconds()).map(|s| if negative { -s } else { s });
@@ -161,7 +164,10 @@ impl TimeExpr {
                 Some(Token::Plus) => negative = false,
                 Some(Token::Minus) => negative = true,
                 Some(Token::Word(next)) => {
-                    return Err(bad(format!("`{next}` follows `{word}`; expected ` + `, ` - ` or a unit {}", Unit::WRITTEN)));
+                    return Err(bad(format!(
+                        "`{next}` follows `{word}`; expected ` + `, ` - ` or a unit {}",
+                        Unit::WRITTEN
+                    )));
                 }
             }
         }
