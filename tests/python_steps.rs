@@ -144,7 +144,7 @@ steps:
   saved_stack:
     plugin: python
     inputs: {s: stacked}
-    args: {call: "steps:save", args: [out/stack.npy, "{input.s}"], pythonpath: [lib]}
+    args: {call: "steps:save", args: ["{output}", "{input.s}"], output: out/stacked/stack.npy, pythonpath: [lib]}
   described:
     plugin: python
     over: [lead]
@@ -160,7 +160,7 @@ steps:
     // A Rust plugin read Python's arrays: their mean is 25.
     assert_eq!(load_npy(dir.path(), "out/mean.npy"), vec![25.0; 64]);
     // Pickled objects crossed into another task and back out as an array.
-    let stack = load_npy(dir.path(), "out/stack.npy");
+    let stack = load_npy(dir.path(), "out/stacked/stack.npy");
     assert_eq!(stack.len(), 4 * 64);
     assert_eq!(&stack[64..68], &[2.0; 4]);
     // Every task was measured as a service's.

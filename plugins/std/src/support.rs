@@ -239,3 +239,19 @@ mod tests {
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
     }
 }
+
+/// Makes ready for a task to write `output`: its folder created, a stale file there removed, so
+/// that "the output exists" afterwards means this task wrote it. A directory (a store some
+/// tools write) is left alone.
+pub(crate) fn prepare_output(output: &std::path::Path) -> Result<(), runner_plugin::TaskError> {
+    use runner_plugin::TaskError;
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| TaskError::msg(format!("cannot create the folder of output {}: {e}", output.display())))?;
+    }
+    if output.is_file() {
+        std::fs::remove_file(output)
+            .map_err(|e| TaskError::msg(format!("cannot remove the stale output {}: {e}", output.display())))?;
+    }
+    Ok(())
+}

@@ -13,6 +13,10 @@
 //! - `kwargs`: keyword arguments, a map; values as for `args` (but no `*`).
 //! - `python`: the interpreter (a venv's `bin/python`); by default `$RUNNER_PYTHON`, else
 //!   `python3`. `pythonpath`: folders put before `PYTHONPATH`. `env`: variables added.
+//! - `output`: a file the call writes (IMPROVER's `save_netcdf`): `"{output}"` in `args` or
+//!   `kwargs` is its path; its folder is made and a stale file removed before the call, the
+//!   task fails unless the file exists after it, and the path is the task's value when the
+//!   callable returns `None`. Checked and claimed like every output path.
 //! - `isolate`: `true` gives the step interpreters of its own (by default steps that name the
 //!   same interpreter share them). `max_resident`: replace an interpreter that holds more than
 //!   this after a task (a leak).
@@ -26,6 +30,7 @@
 mod protocol;
 
 use std::ffi::OsString;
+use std::path::Path;
 
 use runner_plugin::serde_json::{Map, Value as Json, json};
 use runner_plugin::{
@@ -35,6 +40,9 @@ use runner_plugin::{
 
 pub use protocol::OBJECT_ATTR;
 use protocol::Outgoing;
+
+/// Where `args` and `kwargs` name the `output` file.
+const OUTPUT: &str = "{output}";
 
 /// The interpreter's side of the conversation.
 const WORKER: &str = include_str!("worker.py");
@@ -60,6 +68,7 @@ const ARGS: &[ArgSpec] = &[
     ArgSpec::optional("python", "$RUNNER_PYTHON or python3", "the interpreter, e.g. venv/bin/python"),
     ArgSpec::optional("pythonpath", "[]", "folders put before PYTHONPATH"),
     ArgSpec::optional("env", "{}", "environment variables added for the interpreter"),
+    ArgSpec::optional("output", "none", "a file the call writes; \"{output}\" in args is its path").output_path(),
     ArgSpec::optional("isolate", "false", "true: this step's interpreters serve no other step"),
     ArgSpec::optional("max_resident", "none", "replace an interpreter holding more than this after a task"),
 ];
@@ -80,7 +89,11 @@ impl Plugin for Python {
     }
 
     fn check(&self, args: &Args) -> Result<(), ArgError> {
-        Call::from_args(args).map(|_| ())
+        let call = Call::from_args(args)?;
+        if call.output.is_none() && call.items().any(|(_, item)| mentions(item, OUTPUT)) {
+            return Err(ArgError::new("args", "`{output}` is used but the step has no `output` arg"));
+        }
+        Ok(())
     }
 
     fn output(&self, args: &Args, inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
@@ -154,6 +167,7 @@ struct Call {
     env: Vec<(String, String)>,
     isolate: bool,
     max_resident: Option<u64>,
+    output: Option<String>,
 }
 
 impl Call {
@@ -223,7 +237,8 @@ impl Call {
             }
         };
         let max_resident = if args.contains("max_resident") { Some(args.size("max_resident")?) } else { None };
-        Ok(Call { target, init, args: list, kwargs, python, pythonpath, env, isolate, max_resident })
+        let output = if args.contains("output") { Some(args.str("output")?) } else { None };
+        Ok(Call { target, init, args: list, kwargs, python, pythonpath, env, isolate, max_resident, output })
     }
 
     /// Every arg item that may reference an input: `(arg name, item)`.
@@ -275,12 +290,24 @@ impl Call {
         let header = json!({
             "op": "call", "call": self.target, "init": self.init, "log": log, "args": args, "kwargs": kwargs,
         });
+        if let Some(output) = &self.output {
+            crate::support::prepare_output(Path::new(output))?;
+        }
         let reply = self.exchange(&mut io, move |to| outgoing.send(header, to))?;
         let reply = reply.map_err(|e| self.failure(&e, &io, "calling"))?;
-        reply.value(ctx, io.replies).map_err(|e| {
+        let value = reply.value(ctx, io.replies).map_err(|e| {
             io.spoil();
             TaskError::msg(format!("`{}`: {e}", self.target))
-        })
+        })?;
+        match &self.output {
+            Some(output) if !Path::new(output).is_file() => Err(TaskError::msg(format!(
+                "`{}` returned but did not write its output {output} (log: {})",
+                self.target,
+                io.log_path.display()
+            ))),
+            Some(output) if matches!(value, Value::None) => Ok(Value::Path(output.into())),
+            _ => Ok(value),
+        }
     }
 
     /// Sends a request and reads the reply's header: `Err` when the conversation broke (the
@@ -334,8 +361,23 @@ impl Call {
     fn argument<'v>(&self, item: &Json, inputs: &Inputs<'v>, outgoing: &mut Outgoing<'v>) -> Result<Json, TaskError> {
         match Reference::of(item) {
             Some(reference) => describe_input(inputs.get(reference.name)?, outgoing, reference.spread),
-            None => Ok(json!({"t": "json", "v": item})),
+            None => Ok(json!({"t": "json", "v": self.with_output(item)?})),
         }
+    }
+
+    /// `item` with `{output}` in its strings (at any depth) replaced by the output path.
+    fn with_output(&self, item: &Json) -> Result<Json, TaskError> {
+        Ok(match item {
+            Json::String(text) if text.contains(OUTPUT) => match &self.output {
+                Some(path) => Json::String(text.replace(OUTPUT, path)),
+                None => return Err(TaskError::msg("`{output}` is used but the step has no `output` arg")),
+            },
+            Json::Array(items) => Json::Array(items.iter().map(|i| self.with_output(i)).collect::<Result<_, _>>()?),
+            Json::Object(map) => Json::Object(
+                map.iter().map(|(k, v)| Ok((k.clone(), self.with_output(v)?))).collect::<Result<_, TaskError>>()?,
+            ),
+            other => other.clone(),
+        })
     }
 }
 
@@ -350,6 +392,16 @@ fn describe_input<'v>(
     }
     let items = input.values().map(|v| outgoing.describe(v)).collect::<Result<Vec<_>, _>>()?;
     Ok(json!({"t": if spread { "star" } else { "list" }, "items": items}))
+}
+
+/// True when a string of `item`, at any depth, holds `text`.
+fn mentions(item: &Json, text: &str) -> bool {
+    match item {
+        Json::String(s) => s.contains(text),
+        Json::Array(items) => items.iter().any(|i| mentions(i, text)),
+        Json::Object(map) => map.values().any(|v| mentions(v, text)),
+        _ => false,
+    }
 }
 
 /// `"{input.NAME}"` or `"*{input.NAME}"`, exactly.
