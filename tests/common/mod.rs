@@ -66,3 +66,16 @@ pub fn assert_ok(m: &Measured) {
     assert_eq!(m.status.code(), Some(0), "{}", m.stderr);
     assert_eq!(m.summary["tasks_failed"], 0);
 }
+
+/// Runs `runner ARGS...` in `dir` with an environment of its own: no `RUNNER_DB` or `NO_COLOR`
+/// inherited from the developer's shell, and `TMPDIR` set to `dir`'s `tmp/` when `tmp` says so.
+pub fn runner_in(dir: &Path, args: &[&str]) -> std::process::Output {
+    runner_command(dir, args).output().expect("running runner")
+}
+
+/// The `runner ARGS...` command of [`runner_in`], to spawn or change.
+pub fn runner_command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+    command.args(args).current_dir(dir).env_remove("RUNNER_DB").env_remove("NO_COLOR");
+    command
+}
