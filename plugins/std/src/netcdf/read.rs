@@ -514,10 +514,11 @@ fn encoding(var: &NcVariable, decoded: bool, viewed: bool) -> Map<String, Json> 
     if let Some(name) = dtype_name(var.dtype()) {
         encoding.insert("dtype".into(), Json::String(name.into()));
     }
-    if viewed && let Some(attr) = var.attributes.iter().find(|a| a.name == UNSIGNED) {
-        if let Some((json, _)) = attrs::to_json(&attr.value) {
-            encoding.insert(UNSIGNED.into(), json);
-        }
+    if viewed
+        && let Some(attr) = var.attributes.iter().find(|a| a.name == UNSIGNED)
+        && let Some((json, _)) = attrs::to_json(&attr.value)
+    {
+        encoding.insert(UNSIGNED.into(), json);
     }
     if decoded {
         for attr in var.attributes.iter().filter(|a| PACKING.contains(&a.name.as_str())) {
