@@ -248,3 +248,21 @@ fn a_symlinked_folder_does_not_let_outputs_leave_the_working_dir() {
     assert!(text.contains("outside the working directory") && text.contains("through a symlink"), "{text}");
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing was written through the link");
 }
+
+#[test]
+fn failures_of_a_step_that_differ_in_numbers_are_told_once_with_the_stderr_tail_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let recipe = "recipe: grouped\ndims:\n  lead: {start: 1, stop: 8}\nsteps:\n  threshold:\n    plugin: exec\n    over: [lead]\n    \
+                  args:\n      command: [python3, -c, \"import sys\\nopen(sys.argv[1])\", \"in/{cycle}/t_T{lead:03}.nc\"]\n";
+    std::fs::write(d.join("grouped.yaml"), recipe).unwrap();
+    let out = runner_in(d, &["run", "grouped.yaml", "--db", "r.db", "--cycle", "2026-12-01T09Z"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let failed: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("failed:")).collect();
+    assert_eq!(failed.len(), 1, "{text}");
+    assert!(failed[0].contains("failed: threshold[lead=1..8] (8 tasks): "), "{text}");
+    assert!(text.contains("in/2026-12-01T09Z/t_T00{1..8}.nc"), "{text}");
+    assert_eq!(text.matches("Traceback").count(), 1, "the stderr tail once: {text}");
+    assert!(text.contains("(logs: ") && text.contains("and 5 more)"), "the other logs listed: {text}");
+}
