@@ -202,12 +202,10 @@ steps:
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     let failed: Vec<&str> = err.lines().filter(|l| l.trim_start().starts_with("failed:")).collect();
-    assert_eq!(failed.len(), 1 + 12, "{err}");
+    assert_eq!(failed.len(), 2, "{err}");
     assert!(failed[0].contains("failed: same[i=0..39] (40 tasks): reading missing.npy"), "{err}");
-    let each: Vec<String> = (0..12).map(|j| format!("failed: each[j={j}]: reading in/m{j}.npy")).collect();
-    for (line, expected) in failed[1..].iter().zip(&each) {
-        assert!(line.contains(expected.as_str()), "expected {expected:?} in order, got:\n{err}");
-    }
+    // Errors that differ only in a number (the file each task read) are one error too.
+    assert!(failed[1].contains("failed: each[j=0..11] (12 tasks): reading in/m{0..11}.npy: No such file"), "{err}");
     let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
     let keys: Vec<String> = summary["failures"]
         .as_array()

@@ -52,6 +52,9 @@ const CASES: &[(&str, u32, u32, &[&str])] = &[
     // Steps: plugins, `over`, inputs.
     ("unknown_plugin.yaml", 4, 13, &["unknown plugin `synht` in step `field`", "expected a plugin, one of:", "did you mean `synth`?"]),
     ("unknown_dim_in_over.yaml", 8, 20, &["unknown dim `leed` in `over` of step `a`", "expected a dim of the recipe, one of: member, lead", "did you mean `lead`?"]),
+    // One problem, one message: what refers to the misspelt or rejected dim is not reported again.
+    ("unknown_dim_in_over_hides_its_references.yaml", 8, 20, &["unknown dim `leed` in `over` of step `a`", "did you mean `lead`?"]),
+    ("rejected_dim_hides_its_references.yaml", 3, 13, &["dim `lead` lists the number `2.5`", "expected integers or strings"]),
     ("dim_twice_in_over.yaml", 8, 26, &["step `a` lists dim `member` twice in `over`", "expected each dim once"]),
     ("over_group_and_base.yaml", 8, 11, &["step `a` runs over both `chunk` and `hour`", "expected either the group `chunk` or `hour`, not both"]),
     ("over_nine_dims.yaml", 6, 11, &["step `a` runs over 9 dims", "expected at most 8"]),

@@ -1,7 +1,10 @@
 //! Failure lists as people read them: ordered by step (in recipe order) and then by the task's
 //! index values, compared as numbers where they are numbers (`i=2` before `i=10`); and the tasks
 //! of one step that failed with the same error told once, with the keys they cover
-//! (`smooth[member=0..39] (40 tasks): ...`).
+//! (`smooth[member=0..39] (40 tasks): ...`). Errors that differ only in their numbers (the
+//! file each task read, its lead, a line number in the traceback) are the same error: the group
+//! tells it once with the numbers that vary merged (`t_T00{1..8}.nc`), the stderr tail once,
+//! and the other tasks' logs listed after the first.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
@@ -68,10 +71,16 @@ pub fn sort<F: Failure>(failures: &mut [F], step_position: impl Fn(&str) -> Opti
 #[derive(Debug, PartialEq, Eq)]
 pub struct FailureGroup<'a> {
     pub step: &'a str,
-    pub error: &'a str,
+    /// The error, the numbers that vary between the tasks merged, without its `(log: ...)`.
+    pub error: String,
     /// In the order of the list they came from.
     pub keys: Vec<&'a str>,
+    /// The tasks' log paths (from their errors' `(log: PATH)`), in the same order, once each.
+    pub logs: Vec<&'a str>,
 }
+
+/// How many log paths a group's line lists.
+const LOGS_LISTED: usize = 3;
 
 impl FailureGroup<'_> {
     /// `  failed: step[key]: error` for one task, `  failed: step[i=0..39] (40 tasks): error`
@@ -82,26 +91,144 @@ impl FailureGroup<'_> {
 
     /// The group's line, saying what happened to the tasks with `what` ("failed", "missing").
     pub fn line_as(&self, what: &str) -> String {
+        let logs = match self.logs.as_slice() {
+            [] => String::new(),
+            [one] => format!("\n(log: {one})"),
+            logs => {
+                let listed = logs[..logs.len().min(LOGS_LISTED)].join(", ");
+                let more = logs.len().saturating_sub(LOGS_LISTED);
+                let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+                format!("\n(logs: {listed}{more})")
+            }
+        };
+        // A one-line error keeps its log on the same line, as the plugin wrote it.
+        let logs = if self.error.contains('\n') { logs } else { logs.replacen('\n', " ", 1) };
         match self.keys.as_slice() {
-            [key] => format!("{what}: {}{}: {}", self.step, bracketed(key), self.error),
-            keys => format!("{what}: {}{} ({} tasks): {}", self.step, describe_keys(keys), keys.len(), self.error),
+            [key] => format!("{what}: {}{}: {}{logs}", self.step, bracketed(key), self.error),
+            keys => {
+                format!("{what}: {}{} ({} tasks): {}{logs}", self.step, describe_keys(keys), keys.len(), self.error)
+            }
         }
     }
 }
 
-/// Groups a (sorted) failure list by step and identical error, in the order each group first
-/// appears.
+/// An error split into its text and the log path it ends with (`(log: PATH)`, as command
+/// failures end).
+fn split_log(error: &str) -> (&str, Option<&str>) {
+    let trimmed = error.trim_end();
+    if let Some(open) = trimmed.rfind("(log: ")
+        && trimmed.ends_with(')')
+        && !trimmed[open..].contains('\n')
+    {
+        let path = &trimmed[open + "(log: ".len()..trimmed.len() - 1];
+        return (trimmed[..open].trim_end(), Some(path));
+    }
+    (error, None)
+}
+
+/// The error with every run of digits as `#`: errors alike but for their numbers share it.
+fn skeleton(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut in_digits = false;
+    for c in text.chars() {
+        if c.is_ascii_digit() {
+            if !in_digits {
+                out.push('#');
+            }
+            in_digits = true;
+        } else {
+            out.push(c);
+            in_digits = false;
+        }
+    }
+    out
+}
+
+/// A text as its runs of digits and what lies between them.
+fn number_runs(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut start = 0;
+    let bytes = text.as_bytes();
+    for i in 1..=bytes.len() {
+        if i == bytes.len() || bytes[i].is_ascii_digit() != bytes[i - 1].is_ascii_digit() {
+            parts.push(&text[start..i]);
+            start = i;
+        }
+    }
+    parts
+}
+
+/// Texts with one skeleton told as one: each run of digits that differs between them as its
+/// common leading digits and then `{a..b}` (consecutive integers), `{a,b,c}` (a few values) or
+/// `{…}`.
+fn merge_numbers(texts: &[&str]) -> String {
+    let runs: Vec<Vec<&str>> = texts.iter().map(|t| number_runs(t)).collect();
+    let Some(first) = runs.first() else { return String::new() };
+    let mut out = String::new();
+    for (at, part) in first.iter().enumerate() {
+        let values: BTreeSet<&str> = runs.iter().filter_map(|r| r.get(at).copied()).collect();
+        if values.len() <= 1 || !part.starts_with(|c: char| c.is_ascii_digit()) {
+            out.push_str(part);
+            continue;
+        }
+        out.push_str(&describe_numbers(&values));
+    }
+    out
+}
+
+/// Differing runs of digits: `00{1..8}` for `001`..`008`.
+fn describe_numbers(values: &BTreeSet<&str>) -> String {
+    const FEW: usize = 4;
+    let same_width = values.iter().map(|v| v.len()).collect::<BTreeSet<_>>().len() == 1;
+    let first = values.first().copied().unwrap_or_default();
+    let mut common = 0;
+    if same_width {
+        while common + 1 < first.len() && values.iter().all(|v| v.as_bytes()[common] == first.as_bytes()[common]) {
+            common += 1;
+        }
+    }
+    let rest: Vec<&str> = values.iter().map(|v| &v[common..]).collect();
+    let mut numbers: Vec<(u128, &str)> = rest.iter().filter_map(|r| Some((r.parse().ok()?, *r))).collect();
+    numbers.sort();
+    let consecutive = numbers.len() == rest.len() && numbers.windows(2).all(|w| w[1].0 == w[0].0 + 1);
+    let varying = match (consecutive, numbers.first(), numbers.last()) {
+        (true, Some(low), Some(high)) => format!("{{{}..{}}}", low.1, high.1),
+        _ if numbers.len() <= FEW && numbers.len() == rest.len() => {
+            format!("{{{}}}", numbers.iter().map(|n| n.1).collect::<Vec<_>>().join(","))
+        }
+        _ => "{…}".to_string(),
+    };
+    format!("{}{varying}", &first[..common])
+}
+
+/// Groups a (sorted) failure list by step and error alike but for its numbers and log path, in
+/// the order each group first appears.
 pub fn group<F: Failure>(failures: &[F]) -> Vec<FailureGroup<'_>> {
-    let mut groups: Vec<FailureGroup<'_>> = Vec::new();
-    let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut groups: Vec<(FailureGroup<'_>, Vec<&str>)> = Vec::new();
+    let mut index: HashMap<(&str, String), usize> = HashMap::new();
     for failure in failures {
-        let slot = *index.entry((failure.step(), failure.error())).or_insert_with(|| {
-            groups.push(FailureGroup { step: failure.step(), error: failure.error(), keys: Vec::new() });
+        let (text, log) = split_log(failure.error());
+        let slot = *index.entry((failure.step(), skeleton(text))).or_insert_with(|| {
+            let group = FailureGroup { step: failure.step(), error: String::new(), keys: Vec::new(), logs: Vec::new() };
+            groups.push((group, Vec::new()));
             groups.len() - 1
         });
-        groups[slot].keys.push(failure.key());
+        let (group, texts) = &mut groups[slot];
+        group.keys.push(failure.key());
+        if let Some(log) = log
+            && !group.logs.contains(&log)
+        {
+            group.logs.push(log);
+        }
+        texts.push(text);
     }
     groups
+        .into_iter()
+        .map(|(mut group, texts)| {
+            group.error = merge_numbers(&texts);
+            group
+        })
+        .collect()
 }
 
 fn bracketed(key: &str) -> String {
@@ -227,6 +354,45 @@ mod tests {
                 "failed: save[i=3]: out of range",
             ]
         );
+    }
+
+    #[test]
+    fn errors_that_differ_in_numbers_are_one_group_with_their_stderr_once() {
+        let failures: Vec<F> = (1..=8)
+            .map(|lead| {
+                let error = format!(
+                    "command `python3 t.py in/2026-12-01T09Z/t_T00{lead}.nc` exited with code 1; the end of its \
+                     stderr:\n  | Traceback (most recent call last):\n  |   File \"t.py\", line 12\n  | \
+                     FileNotFoundError: in/2026-12-01T09Z/t_T00{lead}.nc did not exist\n\
+                     (log: runner-logs/r/C/threshold/lead={lead}.log)"
+                );
+                F("threshold", format!("lead={lead}"), Box::leak(error.into_boxed_str()))
+            })
+            .collect();
+        let groups = group(&failures);
+        assert_eq!(groups.len(), 1);
+        let line = groups[0].line();
+        assert!(
+            line.starts_with(
+                "failed: threshold[lead=1..8] (8 tasks): command `python3 t.py in/2026-12-01T09Z/t_T00{1..8}.nc`"
+            ),
+            "{line}"
+        );
+        assert!(line.contains("FileNotFoundError: in/2026-12-01T09Z/t_T00{1..8}.nc did not exist"), "{line}");
+        assert_eq!(line.matches("Traceback").count(), 1, "{line}");
+        assert!(line.contains("line 12"), "a number all share stays: {line}");
+        assert!(
+            line.ends_with(
+                "(logs: runner-logs/r/C/threshold/lead=1.log, runner-logs/r/C/threshold/lead=2.log, \
+                 runner-logs/r/C/threshold/lead=3.log and 5 more)"
+            ),
+            "{line}"
+        );
+        // Errors alike but for a word are not merged.
+        let other = [F("a", "i=1".into(), "no file x.nc"), F("a", "i=2".into(), "no file y.nc")];
+        assert_eq!(group(&other).len(), 2);
+        assert_eq!(merge_numbers(&["v09", "v10", "v11"]), "v{09..11}");
+        assert_eq!(merge_numbers(&["a 3 b", "a 7 b"]), "a {3,7} b");
     }
 
     #[test]

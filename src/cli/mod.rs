@@ -1,11 +1,15 @@
 //! The command line: `runner run | plan | history | report | replay | prune | plugins`. Parses
 //! arguments, loads the recipe, hands it to the engine and reports. Library errors are typed;
-//! here they become messages and exit codes (0 ok, 1 task failures, 2 invalid recipe or usage).
+//! here they become messages and exit codes (0 ok, 1 task failures, 2 invalid recipe or usage,
+//! 3 the store, a file or the machine failed).
 
+mod broken_pipe;
 mod failures;
 mod history_cmd;
 mod interrupt;
 mod logging;
+mod output_guard;
+mod output_lock;
 mod plan_cmd;
 mod plugins_cmd;
 mod progress;
@@ -15,6 +19,7 @@ mod replay_cmd;
 mod report_cmd;
 mod run_cmd;
 mod sampler;
+mod scratch;
 mod summary;
 mod task_cmd;
 
@@ -67,7 +72,10 @@ enum Command {
         runner run recipes/quickstart.yaml --budget 2GiB --workers 2 --cycle 2026-11-01T00Z\n  \
         runner run recipes/quickstart.yaml --set wet=0.4 --summary out/summary.json\n\n\
         Exit codes: 0 every task succeeded; 1 some task failed (its dependants are skipped, \
-        independent work still runs); 2 invalid recipe or command line.")]
+        independent work still runs); 2 invalid recipe or command line (also an output that would \
+        replace the store or the recipe, or outputs another live run is writing); 3 the feedback \
+        store, a file that cannot be written or the machine failed (e.g. `--db` names a folder, or \
+        a folder without write permission).")]
     Run(RunArgs),
     /// Validate a recipe and show its steps, task counts and estimates; runs nothing.
     #[command(after_help = "Examples:\n  \
@@ -102,7 +110,8 @@ enum Command {
         - {id: 2026-11-01T00Z, vars: {wet: 0.05}}\n    \
         - {id: 2026-11-01T01Z, vars: {wet: 0.40}}\n\n\
         Exit codes: 0 every cycle ok and within its thresholds; 1 a task failed, a cycle exceeded \
-        its budget (peak RSS > budget + 5% + 64 MiB) or a threshold was crossed; 2 invalid input.")]
+        its budget (peak RSS > budget + 5% + 64 MiB) or a threshold was crossed; 2 invalid input; \
+        3 the feedback store, a file that cannot be written or the machine failed.")]
     Replay(ReplayArgs),
     /// Delete old runs from the feedback store (with their tasks and samples) and shrink it.
     #[command(after_help = "Examples:\n  \
@@ -380,7 +389,8 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
     let cli = Cli::parse();
     logging::init();
     interrupt::install();
-    let code = match cli.command {
+    broken_pipe::install_hook();
+    let code = broken_pipe::quiet(|| match cli.command {
         Command::Run(args) => run_cmd::run(&registry, args),
         Command::Plan(args) => plan_cmd::plan(&registry, args),
         Command::History(args) => history_cmd::history(args),
@@ -389,10 +399,11 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
         Command::Replay(args) => replay_cmd::replay(&registry, args),
         Command::Plugins => plugins_cmd::list(&registry),
         Command::Task(args) => task_cmd::task(&registry, args),
-    };
+    });
     crate::budget::release();
     // Warm interpreters and other services end with the runner, their cgroups removed.
     crate::command::service::shutdown_all();
+    scratch::remove();
     match code {
         Ok(code) => ExitCode::from(code),
         Err(error) => {

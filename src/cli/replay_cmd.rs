@@ -8,9 +8,11 @@ use anyhow::Context as _;
 use runner_plugin::size::format_size;
 use serde::{Deserialize, Serialize};
 
+use super::output_guard::{OutputGuard, OutputKind};
+use super::output_lock::OutputLocks;
 use super::record;
 use super::report_cmd;
-use super::run_cmd::{check_writable, execute, plan_resume, run_options};
+use super::run_cmd::{check_writable, execute, plan_resume, refuse_a_second_run, run_options};
 use super::summary::RunSummary;
 use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ReplayArgs};
 use crate::Compiled;
@@ -49,18 +51,33 @@ struct CycleSummary {
 
 pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     let Some(file) = read_cycles(&args.cycles) else { return Ok(EXIT_USAGE) };
-    if let Some(path) = &args.report {
-        check_writable(path).with_context(|| format!("the report cannot be written to {}", path.display()))?;
-    }
     let recipe_path = args.cycles.parent().unwrap_or(Path::new(".")).join(&file.recipe);
-    let options = run_options(&args.resources)?;
     let db = args.db.clone().unwrap_or_else(record::default_db);
+    let Some(compiled) = compile_every_cycle(&file, &recipe_path, registry) else { return Ok(EXIT_USAGE) };
+    let mut guard = OutputGuard::default();
+    guard.protect_store(&db).protect(&args.cycles, "the cycles file");
+    for one in &compiled {
+        guard.protect_recipe(&recipe_path, one);
+    }
+    for (path, what, kind) in
+        [(&args.summary, "--summary", OutputKind::Json), (&args.report, "--report", OutputKind::Html)]
+    {
+        if let Some(path) = path {
+            guard.output(path, what, kind);
+        }
+    }
+    guard.check()?;
+    for (path, what) in [(&args.summary, "summary"), (&args.report, "report")] {
+        if let Some(path) = path {
+            check_writable(path).with_context(|| format!("the {what} cannot be written to {}", path.display()))?;
+        }
+    }
+    let options = run_options(&args.resources)?;
     let store = Some(record::open_for_recording(&db)?);
     println!(
         "{:<20} {:>6} {:>8} {:>10} {:>10} {:>7} {:>7} {:>9}",
         "cycle", "tasks", "wall", "peak RSS", "budget", "under", "slack", "spilled"
     );
-    let Some(compiled) = compile_every_cycle(&file, &recipe_path, registry) else { return Ok(EXIT_USAGE) };
     let mut cycles = Vec::new();
     // This replay's runs, for --report: the last run of each cycle, made by this process.
     let mut run_ids = Vec::new();
@@ -82,7 +99,14 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
                 }
             }
         }
+        if reuse.is_none()
+            && let Some(store) = &store
+        {
+            refuse_a_second_run(store, &compiled)?;
+        }
+        let locks = OutputLocks::acquire(&compiled)?;
         let run = execute(&mut compiled, &options, store.as_ref(), true, None, reuse.as_ref())?;
+        drop(locks);
         if let Some(error) = run.store_error {
             return Err(error.context(format!("cycle {}", cycle.id)));
         }

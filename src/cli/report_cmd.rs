@@ -6,12 +6,14 @@ use std::path::Path;
 use runner_plugin::size::format_size;
 
 use super::ReportArgs;
+use super::output_guard::{OutputGuard, OutputKind};
 use super::record;
 use crate::report::{Limits, RecipePage, ReportError, RunPage, write_page};
 use crate::store::Store;
 
 pub fn report(args: ReportArgs) -> anyhow::Result<u8> {
     let db = args.db.clone().unwrap_or_else(record::default_db);
+    OutputGuard::default().protect_store(&db).output(&args.output, "-o", OutputKind::Html).check()?;
     let Some(store) = record::open_for_reading(&db)? else {
         anyhow::bail!("no feedback store at {} (runs record there; pass --db PATH)", db.display());
     };

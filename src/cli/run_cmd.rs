@@ -6,6 +6,8 @@ use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
 
+use super::output_guard::{OutputGuard, OutputKind};
+use super::output_lock::OutputLocks;
 use super::record::{self, StoreSink};
 use super::summary::RunSummary;
 use super::{EXIT_RUNTIME, EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress, sampler};
@@ -21,6 +23,16 @@ use crate::store::{RunOutcome, RunStatus, Store, TaskStatus};
 
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
+    let db = args.db.clone().unwrap_or_else(record::default_db);
+    if let Some(path) = &args.summary {
+        let mut guard = OutputGuard::default();
+        guard.protect_store(&db).protect_recipe(&args.recipe.recipe, &compiled).output(
+            path,
+            "--summary",
+            OutputKind::Json,
+        );
+        guard.check()?;
+    }
     // Found out before the first task runs, not after the last.
     if let Some(path) = &args.summary {
         check_writable(path).with_context(|| format!("the summary cannot be written to {}", path.display()))?;
@@ -35,13 +47,17 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
         .into());
     }
     let mut options = if slurm { remote_options(&args.resources)? } else { run_options(&args.resources)? };
-    let db = args.db.clone().unwrap_or_else(record::default_db);
     let store = if args.no_record { record::open_history(&db)? } else { Some(record::open_for_recording(&db)?) };
     let remote = if slurm { Some(slurm_executor(&compiled, &args)?) } else { None };
     let reuse = match (&store, args.resume) {
         (Some(store), true) => plan_resume(store, &compiled)?,
+        (Some(store), false) => {
+            refuse_a_second_run(store, &compiled)?;
+            None
+        }
         _ => None,
     };
+    let _locks = OutputLocks::acquire(&compiled)?;
     if remote.is_some() {
         // Jobs run on the cluster's nodes: this machine's memory limits them in nothing.
         options.memory_limit = None;
@@ -98,6 +114,21 @@ pub fn plan_resume(store: &Store, compiled: &Compiled) -> anyhow::Result<Option<
         compiled.graph.total_tasks()
     );
     Ok(Some(reuse))
+}
+
+/// A plain run of a recipe and cycle while another is still running them is refused: both would
+/// write the same outputs and record the same tasks.
+pub fn refuse_a_second_run(store: &Store, compiled: &Compiled) -> anyhow::Result<()> {
+    let recipe = &compiled.recipe;
+    match store.last_run_of(&recipe.name, &recipe.cycle)? {
+        Some(live) if live.status == RunStatus::Running => Err(super::UsageError(format!(
+            "run {} of {} for cycle {} is still running (pid {}); expected one run of a recipe and cycle at a \
+             time: wait for it or stop it first",
+            live.run_id, recipe.name, recipe.cycle, live.pid
+        ))
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 /// Jobs in flight at once with `--executor slurm` unless `--workers` says.
@@ -322,8 +353,8 @@ pub fn refuse_oversized(compiled: &Compiled, limit: u64) -> anyhow::Result<()> {
     .into())
 }
 
-/// A private directory for this run's scratch files, removed when the run ends.
+/// A directory for this run's scratch files inside this process's private folder, removed when
+/// the run ends.
 fn work_dir() -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
-    std::env::temp_dir().join(format!("runner-{}-{nanos:x}", std::process::id()))
+    super::scratch::run_dir()
 }

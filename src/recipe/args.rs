@@ -165,6 +165,10 @@ impl Compiler<'_> {
                 ok = false;
             }
         }
+        // Whether an arg refers to something already reported (a rejected dim or var, an `over`
+        // that is not known): its sample value is then no value at all, which the plugin's check
+        // must not be asked about.
+        let tainted_before = std::mem::replace(&mut self.tainted, false);
         let mut fixed = Map::new();
         let mut templated = Vec::new();
         let mut locations = Vec::with_capacity(entries.len());
@@ -202,6 +206,8 @@ impl Compiler<'_> {
                 }
             }
         }
+        let unresolved = self.tainted;
+        self.tainted |= tainted_before;
         if !ok {
             return None;
         }
@@ -215,6 +221,9 @@ impl Compiler<'_> {
             for (arg, loc, written) in &output_paths {
                 paths_ok &= self.check_output_path(step, arg, *loc, written, over);
             }
+        }
+        if unresolved {
+            return None;
         }
         // Plugins check one representative task: every dim at its first value.
         let first = |name: &str| self.dim_ids.get(name).map(|&d| self.dims[d].value(0));

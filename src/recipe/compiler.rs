@@ -125,6 +125,12 @@ impl Compiler<'_> {
                         Diagnostic::new(recipe.loc, "the recipe name is empty")
                             .expected("a name such as `precip-probability`"),
                     );
+                } else if name.chars().all(|c| c == '.') {
+                    // It names the folders of logs and kept values: `..` would climb out of them.
+                    self.error(
+                        Diagnostic::new(recipe.loc, format!("the recipe name `{name}` is only dots"))
+                            .expected("a name with a letter or digit, such as `precip-probability`"),
+                    );
                 }
                 name
             }
@@ -246,7 +252,9 @@ impl Compiler<'_> {
             }
         };
         let (over, over_known) = match &raw.over {
-            Field::Given(over) => (self.compile_over(&name, over), true),
+            // An `over` with a dim that is not there is not known: what depends on it (the args'
+            // dim references) is not checked against the dims that are left.
+            Field::Given(over) => self.compile_over(&name, over),
             Field::Absent => (Vec::new(), true),
             Field::Broken => (Vec::new(), false),
         };
@@ -285,9 +293,11 @@ impl Compiler<'_> {
         (step, sound)
     }
 
-    fn compile_over(&mut self, step: &str, over: &Located<Vec<Located<String>>>) -> Vec<DimId> {
+    /// The dims of `over`, and whether every name there is a dim.
+    fn compile_over(&mut self, step: &str, over: &Located<Vec<Located<String>>>) -> (Vec<DimId>, bool) {
         let mut ids = Vec::new();
         let mut seen = HashSet::new();
+        let mut complete = true;
         for dim in &over.value {
             match self.dim(&dim.value) {
                 Ok(Some(id)) if !seen.insert(id) => {
@@ -297,8 +307,9 @@ impl Compiler<'_> {
                     );
                 }
                 Ok(Some(id)) => ids.push(id),
-                Err(()) => {}
+                Err(()) => complete = false,
                 Ok(None) => {
+                    complete = false;
                     let expected = suggestion(&dim.value, self.dim_names());
                     self.error(
                         Diagnostic::new(dim.loc, format!("unknown dim `{}` in `over` of step `{step}`", dim.value))
@@ -335,7 +346,7 @@ impl Compiler<'_> {
                     .expected(format!("at most {MAX_TASKS} tasks per step (2^48)")),
             );
         }
-        ids
+        (ids, complete)
     }
 
     fn compile_inputs(

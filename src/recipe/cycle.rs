@@ -4,7 +4,7 @@
 use super::limits::MAX_CYCLE_LEN;
 
 /// What a cycle id may be made of, for messages.
-pub const CYCLE_ID_FORM: &str = "letters, digits and `. _ : + -` (no `..`, no `/`), e.g. 2026-11-30T02Z";
+pub const CYCLE_ID_FORM: &str = "letters, digits and `. _ : + -` (not `.`, no `..`, no `/`), e.g. 2026-11-30T02Z";
 
 /// Checks a cycle id: not empty, at most [`MAX_CYCLE_LEN`] bytes, only `[A-Za-z0-9._:+-]`, no
 /// `..`. The error says what is wrong; the caller adds where the id came from.
@@ -27,6 +27,9 @@ pub fn validate_cycle(id: &str) -> Result<(), String> {
             id[..at].chars().count() + 1
         ));
     }
+    if id == "." {
+        return Err(format!("cycle id `.` names the folder it is in; expected {CYCLE_ID_FORM}"));
+    }
     if id.contains("..") {
         return Err(format!("cycle id `{id}` contains `..`; expected {CYCLE_ID_FORM}"));
     }
@@ -47,6 +50,8 @@ mod tests {
             ("../../../escape", "has `/` at character 3"),
             ("2026/11/01T00Z", "has `/` at character 5"),
             ("a..b", "contains `..`"),
+            ("..", "contains `..`"),
+            (".", "names the folder it is in"),
             ("a b", "has ` ` at character 2"),
             ("nul\0", "has `\\0` at character 4"),
         ];

@@ -43,6 +43,7 @@ pub use cycle::validate_cycle;
 pub use diagnostic::{Diagnostic, Loc, RecipeError, Source};
 pub use dims::{Dim, DimId, DimValues};
 use limits::MAX_RECIPE_BYTES;
+pub use output_paths::resolve_existing_prefix;
 use raw::Reader;
 
 use crate::registry::Registry;

@@ -10,6 +10,7 @@
 //! several dims at once is left to the run-time check.
 
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use runner_plugin::DimValue;
 use serde_json::Value as Json;
@@ -144,6 +145,12 @@ impl Compiler<'_> {
         if leaves_working_dir(&path) {
             return Some(refuse(&path, String::new()));
         }
+        if let Some(target) = symlinked_outside(Path::new(&path)) {
+            return Some(refuse(
+                &path,
+                format!(" (through a symlink, to `{}`)", shorten(&target.display().to_string(), 200)),
+            ));
+        }
         let lists: Vec<DimId> = template
             .names()
             .filter_map(|n| self.dim_ids.get(n).copied())
@@ -209,6 +216,35 @@ impl Compiler<'_> {
     }
 }
 
+/// `path` with its longest existing ancestor resolved through symlinks (made absolute against
+/// the working directory) and the rest, not there yet, appended as written.
+pub fn resolve_existing_prefix(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            return rest.iter().rev().fold(real, |p, part: &&std::ffi::OsStr| p.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => return absolute,
+        }
+    }
+}
+
+/// Where a relative output path that stays inside the working directory by its text really
+/// leads when a folder on its way is a symlink to outside it; `None` when it stays inside.
+fn symlinked_outside(path: &Path) -> Option<PathBuf> {
+    let working_dir = std::env::current_dir().ok()?.canonicalize().ok()?;
+    let resolved = resolve_existing_prefix(path);
+    // `..` left in the part that does not exist yet was judged by the text already.
+    (!resolved.starts_with(&working_dir)).then_some(resolved)
+}
+
 /// A listed value that cannot change where a path leads: no `/`, and not only dots.
 fn is_harmless(value: &DimValue) -> bool {
     match value {
@@ -239,6 +275,16 @@ pub(super) fn leaves_working_dir(path: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn existing_prefixes_resolve_through_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().canonicalize().unwrap();
+        std::fs::create_dir(real.join("elsewhere")).unwrap();
+        std::os::unix::fs::symlink(real.join("elsewhere"), real.join("link")).unwrap();
+        assert_eq!(resolve_existing_prefix(&real.join("link/a/b.npy")), real.join("elsewhere/a/b.npy"));
+        assert_eq!(resolve_existing_prefix(&real.join("new/x")), real.join("new/x"));
+    }
 
     #[test]
     fn paths_that_leave() {

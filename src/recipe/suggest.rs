@@ -44,9 +44,17 @@ pub(super) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a s
         .take(MAX_COMPARED)
         .filter(|c| c.len() <= MAX_COMPARED_LEN)
         .map(|c| (strsim::damerau_levenshtein(name, c), c))
-        .filter(|(distance, c)| *distance <= 2.max(c.len() / 3))
+        .filter(|&(distance, c)| is_close(name, c, distance))
         .min()
         .map(|(_, c)| c)
+}
+
+/// Whether `candidate`, `distance` edits away, is a likely typo of `name`: at most one edit in
+/// three characters of the longer name (one for names up to five characters), so `sst` is not
+/// offered `lat` (two of three letters changed) while `leed` is offered `lead`.
+pub(super) fn is_close(name: &str, candidate: &str, distance: usize) -> bool {
+    let longer = name.chars().count().max(candidate.chars().count());
+    distance <= (longer / 3).max(1)
 }
 
 #[cfg(test)]
@@ -62,5 +70,8 @@ mod tests {
         assert!(text.starts_with("one of: step0, step1,") && text.contains("... (1000 in all)"), "{text}");
         assert!(text.ends_with("(did you mean `step99`?)"), "{text}");
         assert_eq!(closest(&"a".repeat(100_000), ["a"]), None);
+        assert_eq!(closest("sst", ["lat", "lon", "sea_surface_temp"]), None, "two letters of three is not close");
+        assert_eq!(closest("leed", ["member", "lead"]), Some("lead"));
+        assert_eq!(closest("temprature", ["temperature"]), Some("temperature"));
     }
 }

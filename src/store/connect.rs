@@ -33,6 +33,13 @@ pub(crate) enum Found {
 /// file that is not a runner store, or one from a newer runner.
 pub(crate) fn inspect(path: &Path) -> Result<Found, StoreError> {
     match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => {
+            let error = std::io::Error::new(
+                std::io::ErrorKind::IsADirectory,
+                "it is a directory; expected a file, e.g. runner.db inside it",
+            );
+            return Err(StoreError::Io { path: path.to_path_buf(), what: "opening", error });
+        }
         Ok(meta) if meta.len() == 0 => return Ok(Found::Nothing),
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Found::Nothing),
@@ -99,6 +106,7 @@ pub(crate) fn open_reader(path: &Path) -> Result<Connection, StoreError> {
 /// with `synchronous=NORMAL`, waiting for other writers' locks.
 pub(crate) fn open_writer(path: &Path, found: Found) -> Result<Connection, StoreError> {
     let open_err = |error| StoreError::Open { path: path.to_path_buf(), error };
+    check_writable(path)?;
     let mut conn = Connection::open(path).map_err(open_err)?;
     install_busy_handler(&mut conn, path).map_err(open_err)?;
     if found == Found::Nothing {
@@ -111,6 +119,25 @@ pub(crate) fn open_writer(path: &Path, found: Found) -> Result<Connection, Store
     }
     conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
     Ok(conn)
+}
+
+/// A writer changes the file and creates `-wal` and `-shm` beside it: both are tried first, so
+/// that a read-only file or folder is told as such ("Permission denied", "Read-only file
+/// system") rather than as SQLite's "unable to open database file".
+fn check_writable(path: &Path) -> Result<(), StoreError> {
+    let failed = |what, error| StoreError::Io { path: path.to_path_buf(), what, error };
+    if path.exists() {
+        std::fs::OpenOptions::new().write(true).open(path).map_err(|e| failed("opening it for writing", e))?;
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let probe = dir.join(format!(".runner-db-probe-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| failed("creating its -wal and -shm files in its folder", e))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 fn wal_path(path: &Path) -> PathBuf {

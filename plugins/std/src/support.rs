@@ -198,7 +198,7 @@ pub(crate) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a s
     candidates
         .into_iter()
         .map(|c| (strsim::damerau_levenshtein(name, c), c))
-        .filter(|&(distance, c)| distance > 0 && distance <= 2.max(c.len() / 3))
+        .filter(|&(distance, c)| distance > 0 && distance <= (name.chars().count().max(c.chars().count()) / 3).max(1))
         .min()
         .map(|(_, c)| c)
 }

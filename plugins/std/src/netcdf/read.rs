@@ -1,6 +1,9 @@
 //! Reading one variable of a netCDF file into an [`Array`] with its metadata (layout in
-//! [`super::attrs`]), decoded the way xarray decodes it: `_FillValue` and `missing_value` masked
-//! as NaN, `scale_factor` and `add_offset` applied, in the float type xarray chooses.
+//! [`super::attrs`]), decoded the way xarray decodes it: `_Unsigned = "true"` on a signed
+//! integer variable reads its bytes as unsigned (and `"false"` on an unsigned one as signed),
+//! `_FillValue` and `missing_value` masked as NaN, `scale_factor` and `add_offset` applied, in
+//! the float type xarray chooses. As in xarray, `valid_range`, `valid_min` and `valid_max` mask
+//! nothing: they stay attributes of the array.
 
 use std::path::Path;
 
@@ -20,6 +23,9 @@ pub enum ReadError {
 
 /// Attributes that describe how values are packed in the file; they move to `encoding`.
 const PACKING: &[&str] = &["scale_factor", "add_offset", "_FillValue", "missing_value"];
+
+/// The attribute that says a variable's integers are stored with the other signedness.
+const UNSIGNED: &str = "_Unsigned";
 
 /// Decoded chunks are read once, so the reader's cache of them would only hold a copy.
 const CHUNK_CACHE_BYTES: usize = 1 << 20;
@@ -66,8 +72,53 @@ pub struct Decode {
     pub dtype: DType,
     pub scale: Option<f64>,
     pub offset: Option<f64>,
-    /// Stored values that mean "no data" (→ NaN).
+    /// Stored values that mean "no data" (→ NaN), as values of [`Decode::view`] when given.
     pub fills: Vec<f64>,
+    /// The integer type the stored bytes are read as (`_Unsigned`), when not their own.
+    pub view: Option<NcType>,
+}
+
+/// The integer type of the same size with the other signedness, as `_Unsigned` asks:
+/// `"true"` on a signed type, `"false"` on an unsigned one (exactly these words, as xarray
+/// reads them); `None` otherwise.
+fn unsigned_view(stored: &NcType, attribute: Option<&str>) -> Option<NcType> {
+    match (attribute?, stored) {
+        ("true", NcType::Byte) => Some(NcType::UByte),
+        ("true", NcType::Short) => Some(NcType::UShort),
+        ("true", NcType::Int) => Some(NcType::UInt),
+        ("true", NcType::Int64) => Some(NcType::UInt64),
+        ("false", NcType::UByte) => Some(NcType::Byte),
+        ("false", NcType::UShort) => Some(NcType::Short),
+        ("false", NcType::UInt) => Some(NcType::Int),
+        ("false", NcType::UInt64) => Some(NcType::Int64),
+        _ => None,
+    }
+}
+
+/// A number given in the stored type (a `_FillValue` of a signed variable) as the value its bits
+/// hold in `view`'s type: -1 stored in a byte is 255 unsigned.
+fn reinterpret(value: f64, stored: &NcType, view: &NcType) -> f64 {
+    let bits = match stored {
+        NcType::Byte => value as i8 as u8 as u64,
+        NcType::Short => value as i16 as u16 as u64,
+        NcType::Int => value as i32 as u32 as u64,
+        NcType::Int64 => value as i64 as u64,
+        NcType::UByte => value as u8 as u64,
+        NcType::UShort => value as u16 as u64,
+        NcType::UInt => value as u32 as u64,
+        _ => value as u64,
+    };
+    match view {
+        NcType::UByte => bits as u8 as f64,
+        NcType::UShort => bits as u16 as f64,
+        NcType::UInt => bits as u32 as f64,
+        NcType::UInt64 => bits as f64,
+        NcType::Byte => bits as u8 as i8 as f64,
+        NcType::Short => bits as u16 as i16 as f64,
+        NcType::Int => bits as u32 as i32 as f64,
+        NcType::Int64 => bits as i64 as f64,
+        _ => value,
+    }
 }
 
 /// What `variable` decodes to, following xarray's choice of float type (`_choose_float_dtype`):
@@ -76,11 +127,18 @@ pub struct Decode {
 /// 16 bits and for f32, f64 otherwise. Without `mask_and_scale` (or with nothing to decode),
 /// ints of up to 32 bits stay whole (`i32`, `u8`).
 pub fn decode_of(var: &NcVariable, mask_and_scale: bool) -> Result<Decode, String> {
-    let stored = var.dtype();
+    let attr = |name: &str| var.attributes.iter().find(|a| a.name == name).map(|a| &a.value);
+    let view = match attr(UNSIGNED) {
+        Some(netcdf_reader::NcAttrValue::Chars(text)) if mask_and_scale => unsigned_view(var.dtype(), Some(text)),
+        Some(netcdf_reader::NcAttrValue::Strings(texts)) if mask_and_scale && texts.len() == 1 => {
+            unsigned_view(var.dtype(), Some(&texts[0]))
+        }
+        _ => None,
+    };
+    let stored = view.as_ref().unwrap_or(var.dtype());
     let size = numeric_size(stored).ok_or_else(|| {
         format!("variable `{}` holds {stored:?} values; read_netcdf reads numeric variables", var.name())
     })?;
-    let attr = |name: &str| var.attributes.iter().find(|a| a.name == name).map(|a| &a.value);
     let float_type_of = |name: &str| match attr(name) {
         Some(netcdf_reader::NcAttrValue::Floats(_)) => Some(DType::F32),
         Some(netcdf_reader::NcAttrValue::Doubles(_)) => Some(DType::F64),
@@ -97,6 +155,10 @@ pub fn decode_of(var: &NcVariable, mask_and_scale: bool) -> Result<Decode, Strin
     let is_float = matches!(stored, NcType::Float | NcType::Double);
     let (scale, offset) = (number("scale_factor"), number("add_offset"));
     let mut fills = all_numbers("_FillValue");
+    if let Some(view) = &view {
+        // xarray converts `_FillValue` to the viewed type, but not `missing_value`.
+        fills = fills.into_iter().map(|fill| reinterpret(fill, var.dtype(), view)).collect();
+    }
     fills.extend(all_numbers("missing_value"));
     if !mask_and_scale || (scale.is_none() && offset.is_none() && fills.is_empty()) {
         let dtype = match stored {
@@ -107,7 +169,7 @@ pub fn decode_of(var: &NcVariable, mask_and_scale: bool) -> Result<Decode, Strin
             // u32 and 64-bit ints do not fit an i32: f64 holds them exactly up to 2^53.
             _ => DType::F64,
         };
-        return Ok(Decode { dtype, scale: None, offset: None, fills: Vec::new() });
+        return Ok(Decode { dtype, scale: None, offset: None, fills: Vec::new(), view });
     }
     let dtype = if scale.is_some() || offset.is_some() {
         match (float_type_of("scale_factor"), float_type_of("add_offset")) {
@@ -127,7 +189,7 @@ pub fn decode_of(var: &NcVariable, mask_and_scale: bool) -> Result<Decode, Strin
     } else {
         DType::F64
     };
-    Ok(Decode { dtype, scale, offset, fills })
+    Ok(Decode { dtype, scale, offset, fills, view })
 }
 
 fn numeric_size(t: &NcType) -> Option<usize> {
@@ -244,8 +306,31 @@ impl Limits {
     }
 }
 
-/// Reads the stored values of `var` and decodes them.
+/// Reads the stored values of `var` (as the other signedness when `_Unsigned` says) and decodes
+/// them.
 fn read_values(file: &NcFile, var: &NcVariable, decode: &Decode, shape: Vec<usize>) -> Result<Array, String> {
+    macro_rules! viewed_as {
+        ($t:ty, $as:ty) => {{
+            let raw: Vec<$t> = read_raw(file, var, shape.iter().product())?;
+            // The same bits with the other signedness (`as` between equal sizes keeps them).
+            convert(raw.into_iter().map(|v| v as $as).collect::<Vec<$as>>(), decode, shape)
+        }};
+    }
+    match (var.dtype(), &decode.view) {
+        (NcType::Byte, Some(NcType::UByte)) => viewed_as!(i8, u8),
+        (NcType::Short, Some(NcType::UShort)) => viewed_as!(i16, u16),
+        (NcType::Int, Some(NcType::UInt)) => viewed_as!(i32, u32),
+        (NcType::Int64, Some(NcType::UInt64)) => viewed_as!(i64, u64),
+        (NcType::UByte, Some(NcType::Byte)) => viewed_as!(u8, i8),
+        (NcType::UShort, Some(NcType::Short)) => viewed_as!(u16, i16),
+        (NcType::UInt, Some(NcType::Int)) => viewed_as!(u32, i32),
+        (NcType::UInt64, Some(NcType::Int64)) => viewed_as!(u64, i64),
+        _ => read_stored(file, var, decode, shape),
+    }
+}
+
+/// Reads the stored values of `var` as their own type and decodes them.
+fn read_stored(file: &NcFile, var: &NcVariable, decode: &Decode, shape: Vec<usize>) -> Result<Array, String> {
     macro_rules! stored_as {
         ($t:ty) => {{
             let raw: Vec<$t> = read_raw(file, var, shape.iter().product())?;
@@ -408,15 +493,12 @@ fn metadata(file: &NcFile, var: &NcVariable, decode: &Decode, limits: &Limits) -
     let dims: Vec<Json> = var.dimensions().iter().map(|d| Json::String(d.name.clone())).collect();
     out.insert(attrs::DIMS.into(), Json::Array(dims));
     let decoded = decode.scale.is_some() || decode.offset.is_some() || !decode.fills.is_empty();
-    let (values, types) = attrs::map_of(
-        var.attributes
-            .iter()
-            .filter(|a| !(decoded && PACKING.contains(&a.name.as_str())))
-            .map(|a| (a.name.as_str(), &a.value)),
-    );
+    let moved = |name: &str| (decoded && PACKING.contains(&name)) || (decode.view.is_some() && name == UNSIGNED);
+    let (values, types) =
+        attrs::map_of(var.attributes.iter().filter(|a| !moved(&a.name)).map(|a| (a.name.as_str(), &a.value)));
     out.insert(attrs::ATTRS.into(), Json::Object(values));
     out.insert(attrs::ATTR_TYPES.into(), Json::Object(types));
-    out.insert(attrs::ENCODING.into(), Json::Object(encoding(var, decoded)));
+    out.insert(attrs::ENCODING.into(), Json::Object(encoding(var, decoded, decode.view.is_some())));
     out.insert(attrs::COORDS.into(), Json::Object(coordinates(file, var, limits)?));
     let globals = file.global_attributes().map_err(|e| e.to_string())?;
     let (values, types) = attrs::map_of(globals.iter().map(|a| (a.name.as_str(), &a.value)));
@@ -427,10 +509,16 @@ fn metadata(file: &NcFile, var: &NcVariable, decode: &Decode, limits: &Limits) -
 
 /// How the variable is stored: its netCDF type and, when decoding used them, the packing
 /// attributes and their type.
-fn encoding(var: &NcVariable, decoded: bool) -> Map<String, Json> {
+fn encoding(var: &NcVariable, decoded: bool, viewed: bool) -> Map<String, Json> {
     let mut encoding = Map::new();
     if let Some(name) = dtype_name(var.dtype()) {
         encoding.insert("dtype".into(), Json::String(name.into()));
+    }
+    if viewed
+        && let Some(attr) = var.attributes.iter().find(|a| a.name == UNSIGNED)
+        && let Some((json, _)) = attrs::to_json(&attr.value)
+    {
+        encoding.insert(UNSIGNED.into(), json);
     }
     if decoded {
         for attr in var.attributes.iter().filter(|a| PACKING.contains(&a.name.as_str())) {

@@ -174,6 +174,17 @@ fn errors_name_the_file_the_variable_and_what_there_is() {
         format!("no variable `sstt` in {}; the file has: sst (did you mean `sst`?)", path.display())
     );
 
+    // A hint only when the name is close: `sst` is not a typo of `lat` (two letters of three).
+    let far = dir.path().join("far.nc");
+    let a = with_attrs(
+        array(&[1], vec![1.0f32]),
+        json!({"variable": "sea_surface_temp", "dims": ["lat"],
+               "coords": {"lat": {"dims": ["lat"], "dtype": "f32", "values": [0.5], "attrs": {}, "attr_types": {}}}}),
+    );
+    run(&WriteNetcdf, json!({"path": far}), &[single("a", a)]).unwrap();
+    let err = run(&ReadNetcdf, json!({"path": far, "variable": "sst"}), &[]).unwrap_err();
+    assert_eq!(err.message(), format!("no variable `sst` in {}; the file has: sea_surface_temp", far.display()));
+
     let missing = dir.path().join("198109/missing.nc");
     let err = run(&ReadNetcdf, json!({"path": missing, "variable": "sst"}), &[]).unwrap_err();
     assert_eq!(err.kind(), FailureKind::MissingInput);

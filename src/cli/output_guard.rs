@@ -1,0 +1,239 @@
+//! The files a command writes (`--summary`, `report -o`, the replay summary and report) checked,
+//! before anything runs, against what it must never replace: the feedback store with its
+//! `-wal`/`-shm`, the recipe, the cycles file and the files the recipe's steps name. Files are
+//! compared by identity (device and inode, through symlinks), so `./r.db`, an absolute path and
+//! a symlink to it are one file; a path that does not exist yet is compared by its canonical
+//! folder and name (after following a dangling symlink), so it still clashes with the store's
+//! `-wal` that the run is about to create.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+
+use runner_plugin::ArgKind;
+use serde_json::Value as Json;
+
+use super::UsageError;
+use crate::Compiled;
+
+/// Which file a path names, whether or not it exists yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Identity {
+    Inode {
+        dev: u64,
+        ino: u64,
+    },
+    /// Not there (yet): its canonical folder joined with its name.
+    Missing(PathBuf),
+}
+
+/// How many symlinks a dangling path may go through before it is taken as it is.
+const MAX_SYMLINKS: usize = 40;
+
+impl Identity {
+    fn of(path: &Path) -> Identity {
+        match std::fs::metadata(path) {
+            Ok(meta) => Identity::Inode { dev: meta.dev(), ino: meta.ino() },
+            Err(_) => Identity::Missing(resolve_missing(path)),
+        }
+    }
+}
+
+/// Where a file that does not exist would be created: dangling symlinks followed, the folder
+/// canonical.
+fn resolve_missing(path: &Path) -> PathBuf {
+    let mut path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    for _ in 0..MAX_SYMLINKS {
+        let Ok(target) = std::fs::read_link(&path) else { break };
+        path = match path.parent() {
+            Some(parent) => parent.join(target),
+            None => target,
+        };
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) => std::fs::canonicalize(parent).unwrap_or_else(|_| parent.to_path_buf()).join(name),
+        _ => path,
+    }
+}
+
+/// A file and what it is, for the message (`the feedback store r.db`, `--summary s.json`).
+struct Named {
+    identity: Identity,
+    what: String,
+}
+
+/// The files a command will write and those they must not be.
+#[derive(Default)]
+pub struct OutputGuard {
+    protected: Vec<Named>,
+    outputs: Vec<Named>,
+    /// Outputs that exist and hold something else than what is written there: their start.
+    foreign: Vec<(String, OutputKind, String)>,
+}
+
+/// What a command writes to an output: an existing file there is replaced only when it holds
+/// the same kind of thing (a file the recipe or the store cannot be mistaken for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputKind {
+    /// A JSON summary: starts with `{`.
+    Json,
+    /// A report page: starts with `<!DOCTYPE html`.
+    Html,
+}
+
+impl OutputKind {
+    fn description(self) -> &'static str {
+        match self {
+            OutputKind::Json => "a JSON summary",
+            OutputKind::Html => "an HTML report",
+        }
+    }
+
+    fn signature(self) -> &'static [u8] {
+        match self {
+            OutputKind::Json => b"{",
+            OutputKind::Html => b"<!doctype html",
+        }
+    }
+}
+
+/// How much of a foreign file's start a message quotes.
+const QUOTED_START: usize = 24;
+
+/// The start of the file at `path` when it exists, is not empty and does not start as `kind`
+/// does; `None` otherwise (also when it cannot be read: writing it will say why).
+fn foreign_start(path: &Path, kind: OutputKind) -> Option<String> {
+    use std::io::Read as _;
+    let mut head = [0u8; 256];
+    let mut file = std::fs::File::open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let read = file.read(&mut head).ok()?;
+    let text = head[..read].trim_ascii_start();
+    let signature = kind.signature();
+    if read == 0 || (text.len() >= signature.len() && text[..signature.len()].eq_ignore_ascii_case(signature)) {
+        return None;
+    }
+    let start: String = String::from_utf8_lossy(text).chars().take(QUOTED_START).collect();
+    Some(start.escape_debug().to_string())
+}
+
+impl OutputGuard {
+    /// `path` must not be written; `what` says what it is ("the recipe").
+    pub fn protect(&mut self, path: &Path, what: &str) -> &mut Self {
+        let identity = Identity::of(path);
+        self.protected.push(Named { identity, what: format!("{what} {}", path.display()) });
+        self
+    }
+
+    /// The store at `db` and the `-wal` and `-shm` files SQLite keeps beside it.
+    pub fn protect_store(&mut self, db: &Path) -> &mut Self {
+        self.protect(db, "the feedback store");
+        for suffix in ["-wal", "-shm"] {
+            let mut name = db.as_os_str().to_os_string();
+            name.push(suffix);
+            self.protect(Path::new(&name), &format!("the feedback store's {suffix} file"));
+        }
+        self
+    }
+
+    /// The recipe file and the files its steps name in path args that are the same for every
+    /// task (read or written by the run; a path that depends on a dim is left to the run).
+    pub fn protect_recipe(&mut self, recipe_path: &Path, compiled: &Compiled) -> &mut Self {
+        self.protect(recipe_path, "the recipe");
+        for step in &compiled.recipe.steps {
+            if step.args.is_per_task() {
+                continue;
+            }
+            let args = step.args.for_task(&|_| None);
+            for spec in step.plugin.args().iter().filter(|a| a.kind != ArgKind::Value) {
+                let verb = if spec.kind == ArgKind::InputPath { "reads" } else { "writes" };
+                let what = format!("the file step `{}` {verb} (arg `{}`)", step.name, spec.name);
+                let paths: Vec<&str> = match args.get(spec.name) {
+                    Some(Json::String(path)) => vec![path.as_str()],
+                    Some(Json::Array(paths)) => paths.iter().filter_map(Json::as_str).collect(),
+                    _ => Vec::new(),
+                };
+                for path in paths {
+                    self.protect(Path::new(path), &what);
+                }
+            }
+        }
+        self
+    }
+
+    /// `path` will be written with a file of `kind`; `what` says by which option ("--summary").
+    pub fn output(&mut self, path: &Path, what: &str, kind: OutputKind) -> &mut Self {
+        let identity = Identity::of(path);
+        let named = Named { identity, what: format!("{what} {}", path.display()) };
+        if let Some(start) = foreign_start(path, kind) {
+            self.foreign.push((named.what.clone(), kind, start));
+        }
+        self.outputs.push(named);
+        self
+    }
+
+    /// A usage error naming both files when an output is a protected file or another output.
+    pub fn check(&self) -> Result<(), UsageError> {
+        for (i, output) in self.outputs.iter().enumerate() {
+            let clash = self.protected.iter().chain(&self.outputs[..i]).find(|p| p.identity == output.identity);
+            if let Some(other) = clash {
+                return Err(UsageError(format!(
+                    "{} is {}: writing it would replace it; expected another file",
+                    output.what, other.what
+                )));
+            }
+        }
+        if let Some((what, kind, start)) = self.foreign.first() {
+            return Err(UsageError(format!(
+                "{what} exists and is not {} (it starts with `{start}`): writing it would replace it; \
+                 expected a new file or one this command wrote before",
+                kind.description()
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_known_through_other_names_and_symlinks() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("r.db");
+        std::fs::write(&db, b"x").unwrap();
+        std::os::unix::fs::symlink(&db, dir.path().join("link.db")).unwrap();
+        std::os::unix::fs::symlink(dir.path().join("r.db-wal"), dir.path().join("dangling")).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let clashing = ["r.db", "link.db", "sub/../r.db", "r.db-wal", "dangling", "r.db-shm"];
+        for name in clashing {
+            let mut guard = OutputGuard::default();
+            guard.protect_store(&db).output(&dir.path().join(name), "--summary", OutputKind::Json);
+            let error = guard.check().expect_err(name).0;
+            assert!(error.starts_with("--summary ") && error.contains("is the feedback store"), "{error}");
+        }
+        let mut guard = OutputGuard::default();
+        guard.protect_store(&db).output(&dir.path().join("s.json"), "--summary", OutputKind::Json);
+        assert!(guard.check().is_ok());
+        let mut guard = OutputGuard::default();
+        guard.output(&dir.path().join("a.json"), "--summary", OutputKind::Json).output(
+            &dir.path().join("sub/../a.json"),
+            "--report",
+            OutputKind::Html,
+        );
+        assert!(guard.check().unwrap_err().0.contains("is --summary"), "two outputs are one file");
+        std::fs::write(dir.path().join("tiny.yaml"), "recipe: tiny\n").unwrap();
+        std::fs::write(dir.path().join("old.html"), "<!DOCTYPE html>\n<html>").unwrap();
+        let mut guard = OutputGuard::default();
+        guard.output(&dir.path().join("old.html"), "-o", OutputKind::Html);
+        assert!(guard.check().is_ok(), "an earlier report is replaced");
+        guard.output(&dir.path().join("tiny.yaml"), "-o", OutputKind::Html);
+        let error = guard.check().unwrap_err().0;
+        assert!(
+            error.contains("tiny.yaml exists and is not an HTML report (it starts with `recipe: tiny\\n`)"),
+            "{error}"
+        );
+    }
+}

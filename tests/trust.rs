@@ -1,0 +1,268 @@
+//! What users rely on without checking (issue 21): no output replaces the store, the recipe or
+//! another input; one run at a time writes an output; a closed pipe ends a command quietly;
+//! store errors say what is wrong; recipe names and cycle ids stay one folder; scratch folders
+//! are private and swept; outputs stay inside the working dir through symlinks.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::Path;
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{runner_command, runner_in};
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+const TINY: &str = "recipe: tiny\nsteps:\n  a:\n    plugin: noop\n";
+
+/// A recipe whose one task holds `out/done.txt` for about `seconds`.
+fn slow(seconds: u32) -> String {
+    format!(
+        "recipe: slow\nsteps:\n  hold:\n    plugin: exec\n    args:\n      command: [sh, -c, 'sleep {seconds}; echo ok > \"$1\"', sh, \"{{output}}\"]\n      output: out/done.txt\n"
+    )
+}
+
+#[test]
+fn no_output_replaces_the_store_the_recipe_or_the_cycles_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("tiny.yaml"), TINY).unwrap();
+    let first = runner_in(d, &["run", "tiny.yaml", "--db", "r.db", "--cycle", "C1"]);
+    assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+    std::os::unix::fs::symlink("r.db", d.join("link.json")).unwrap();
+    let store = std::fs::read(d.join("r.db")).unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["report", "--db", "r.db", "-o", "r.db"], "-o r.db is the feedback store r.db"),
+        (&["report", "--db", "r.db", "-o", "tiny.yaml"], "-o tiny.yaml exists and is not an HTML report"),
+        (&["run", "tiny.yaml", "--db", "r.db", "--summary", "r.db"], "--summary r.db is the feedback store r.db"),
+        (
+            &["run", "tiny.yaml", "--db", "r.db", "--summary", "tiny.yaml"],
+            "--summary tiny.yaml is the recipe tiny.yaml",
+        ),
+        (&["run", "tiny.yaml", "--db", "r.db", "--summary", "./link.json"], "is the feedback store r.db"),
+        (&["run", "tiny.yaml", "--db", "r.db", "--summary", "r.db-wal"], "is the feedback store's -wal file"),
+        (
+            &["replay", "cycles.yaml", "--db", "r.db", "--summary", "cycles.yaml"],
+            "--summary cycles.yaml is the cycles file cycles.yaml",
+        ),
+        (&["replay", "cycles.yaml", "--db", "r.db", "--report", "tiny.yaml"], "--report tiny.yaml is the recipe"),
+    ];
+    std::fs::write(d.join("cycles.yaml"), "recipe: tiny.yaml\ncycles:\n  - {id: C2}\n").unwrap();
+    for (args, says) in cases {
+        let out = runner_in(d, args);
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {text}");
+        assert!(
+            text.contains(says) && text.contains("expected another file") || text.contains(says),
+            "{args:?}: {text}"
+        );
+        assert_eq!(std::fs::read(d.join("r.db")).unwrap(), store, "{args:?} changed the store");
+        assert_eq!(std::fs::read_to_string(d.join("tiny.yaml")).unwrap(), TINY, "{args:?} changed the recipe");
+    }
+    let report = runner_in(d, &["report", "--db", "r.db", "-o", "page.html"]);
+    assert_eq!(report.status.code(), Some(0), "{}", stderr(&report));
+    let again = runner_in(d, &["report", "--db", "r.db", "-o", "page.html"]);
+    assert_eq!(again.status.code(), Some(0), "an earlier report is replaced: {}", stderr(&again));
+}
+
+/// Waits until `path` exists (the first run holds its lock).
+fn wait_for(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn one_run_at_a_time_writes_an_output_and_a_killed_holder_is_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("slow.yaml"), slow(3)).unwrap();
+    let lock = d.join("out/.done.txt.runner-lock");
+    let mut first = runner_command(d, &["run", "slow.yaml", "--db", "r.db", "--cycle", "C1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&lock);
+    // Another cycle, another store: only the output lock stands in the way.
+    let other = runner_in(d, &["run", "slow.yaml", "--db", "other.db", "--cycle", "C2"]);
+    let text = stderr(&other);
+    assert_eq!(other.status.code(), Some(2), "{text}");
+    assert!(text.contains("another run is writing the outputs under") && text.contains("done.txt"), "{text}");
+    assert!(text.contains(&format!("held by pid {}", first.id())), "{text}");
+    // The same recipe and cycle in the same store is refused as a second run.
+    let same = runner_in(d, &["run", "slow.yaml", "--db", "r.db", "--cycle", "C1"]);
+    let text = stderr(&same);
+    assert_eq!(same.status.code(), Some(2), "{text}");
+    assert!(text.contains("is still running") && text.contains(&format!("pid {}", first.id())), "{text}");
+    let status = first.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert!(!lock.exists(), "a finished run removes its lock");
+    assert_eq!(std::fs::read_to_string(d.join("out/done.txt")).unwrap(), "ok\n");
+
+    // A holder killed with SIGKILL cannot clean up: its lock is taken over.
+    std::fs::write(d.join("slow.yaml"), slow(8)).unwrap();
+    let mut killed = runner_command(d, &["run", "slow.yaml", "--db", "r.db", "--cycle", "C3"]).spawn().unwrap();
+    wait_for(&lock);
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    std::fs::write(d.join("slow.yaml"), slow(0)).unwrap();
+    let after = runner_in(d, &["run", "slow.yaml", "--db", "r.db", "--cycle", "C3"]);
+    assert_eq!(after.status.code(), Some(0), "{}", stderr(&after));
+}
+
+#[test]
+fn a_closed_stdout_ends_every_printing_command_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("tiny.yaml"), TINY).unwrap();
+    assert_eq!(runner_in(d, &["run", "tiny.yaml", "--db", "r.db", "--cycle", "C1"]).status.code(), Some(0));
+    for args in [
+        &["plugins"][..],
+        &["plan", "tiny.yaml", "--cycle", "C1"],
+        &["history", "--db", "r.db"],
+        &["--help"],
+        &["report", "--db", "r.db", "-o", "p.html"],
+    ] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = runner_command(d, args).stdout(writer).output().unwrap();
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {text}");
+        assert!(!text.contains("panicked") && !text.contains("Broken pipe"), "{args:?}: {text}");
+    }
+}
+
+#[test]
+fn store_errors_say_what_is_wrong_and_exit_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("tiny.yaml"), TINY).unwrap();
+    std::fs::create_dir(d.join("folder.db")).unwrap();
+    let out = runner_in(d, &["run", "tiny.yaml", "--db", "folder.db", "--cycle", "C1"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("folder.db") && text.contains("is a directory"), "{text}");
+    let help = runner_in(d, &["run", "--help"]);
+    let help = String::from_utf8_lossy(&help.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(help.contains("3 the feedback store"), "exit 3 is in --help: {help}");
+
+    // A folder this process cannot write in: as root, the run drops to `nobody` to see it.
+    let ro = d.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    std::fs::copy(d.join("tiny.yaml"), ro.join("tiny.yaml")).unwrap();
+    for path in [d, &ro] {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut command = if root {
+        let mut c = std::process::Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_runner")]);
+        c
+    } else {
+        std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+    };
+    let out = command
+        .args(["run", "tiny.yaml", "--db", "r.db", "--cycle", "C1"])
+        .current_dir(&ro)
+        .env_remove("RUNNER_DB")
+        .env("TMPDIR", "/tmp")
+        .output()
+        .unwrap();
+    let text = stderr(&out);
+    if root && text.contains("Permission denied") && !text.contains("r.db") {
+        eprintln!("skipped the read-only folder case: `nobody` cannot reach {}: {text}", ro.display());
+        return;
+    }
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.to_lowercase().contains("permission denied") && text.contains("r.db"), "{text}");
+}
+
+#[test]
+fn dots_are_refused_as_recipe_names_and_cycle_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("dots.yaml"), "recipe: \"..\"\nsteps:\n  a:\n    plugin: noop\n").unwrap();
+    let out = runner_in(d, &["plan", "dots.yaml", "--cycle", "C1"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("dots.yaml:1:9: the recipe name `..` is only dots"), "{text}");
+    std::fs::write(d.join("tiny.yaml"), TINY).unwrap();
+    for cycle in [".", ".."] {
+        let out = runner_in(d, &["plan", "tiny.yaml", "--cycle", cycle]);
+        let text = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{cycle}: {text}");
+        assert!(text.contains(&format!("cycle id `{cycle}`")), "{cycle}: {text}");
+    }
+}
+
+#[test]
+fn scratch_folders_are_private_and_those_of_dead_runners_are_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let tmp = d.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let left = tmp.join(format!("runner-{dead}-1f2e"));
+    std::fs::create_dir_all(left.join("run-0/scratch")).unwrap();
+    let recipe = "recipe: scratch\nsteps:\n  look:\n    plugin: exec\n    args:\n      \
+                  command: [sh, -c, 'stat -c \"%a %n\" \"$TMPDIR\"/runner-* > \"$1\"', sh, \"{output}\"]\n      \
+                  output: seen.txt\n";
+    std::fs::write(d.join("scratch.yaml"), recipe).unwrap();
+    let out = runner_command(d, &["run", "scratch.yaml", "--db", "r.db", "--cycle", "C1"])
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let seen = std::fs::read_to_string(d.join("seen.txt")).unwrap();
+    let lines: Vec<&str> = seen.lines().collect();
+    assert_eq!(lines.len(), 1, "the dead runner's folder was swept before the run: {seen}");
+    assert!(lines[0].starts_with("700 "), "{seen}");
+    assert!(!left.exists());
+    let remaining: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(remaining.is_empty(), "the run's own folder is removed at the end: {remaining:?}");
+}
+
+#[test]
+fn a_symlinked_folder_does_not_let_outputs_leave_the_working_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&work).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, work.join("out")).unwrap();
+    let recipe = "recipe: escape\ndims:\n  i: 2\nsteps:\n  make:\n    plugin: synth\n    over: [i]\n    args: {ny: 2, nx: 2, wet_fraction: 0.5}\n  \
+                  save:\n    plugin: write_npy\n    over: [i]\n    inputs: [make]\n    args: {path: \"out/x_{i}.npy\"}\n";
+    std::fs::write(work.join("escape.yaml"), recipe).unwrap();
+    let out = runner_in(&work, &["run", "escape.yaml", "--db", "r.db", "--cycle", "C1"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("outside the working directory") && text.contains("through a symlink"), "{text}");
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0, "nothing was written through the link");
+}
+
+#[test]
+fn failures_of_a_step_that_differ_in_numbers_are_told_once_with_the_stderr_tail_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let recipe = "recipe: grouped\ndims:\n  lead: {start: 1, stop: 8}\nsteps:\n  threshold:\n    plugin: exec\n    over: [lead]\n    \
+                  args:\n      command: [python3, -c, \"import sys\\nopen(sys.argv[1])\", \"in/{cycle}/t_T{lead:03}.nc\"]\n";
+    std::fs::write(d.join("grouped.yaml"), recipe).unwrap();
+    let out = runner_in(d, &["run", "grouped.yaml", "--db", "r.db", "--cycle", "2026-12-01T09Z"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let failed: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("failed:")).collect();
+    assert_eq!(failed.len(), 1, "{text}");
+    assert!(failed[0].contains("failed: threshold[lead=1..8] (8 tasks): "), "{text}");
+    assert!(text.contains("in/2026-12-01T09Z/t_T00{1..8}.nc"), "{text}");
+    assert_eq!(text.matches("Traceback").count(), 1, "the stderr tail once: {text}");
+    assert!(text.contains("(logs: ") && text.contains("and 5 more)"), "the other logs listed: {text}");
+}
