@@ -304,6 +304,7 @@ impl Host for JobHost {
         let task = command::TaskCommand {
             default_log: self.log.clone(),
             timeout: self.timeout,
+            started: self.started,
             limit: None,
             tag: self.tag,
             cancelled: &cancelled,
