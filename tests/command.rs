@@ -148,8 +148,8 @@ fn a_tree_of_two_concurrent_300_mib_children_is_recorded_as_their_sum() {
             own.iter().map(|b| b / MIB).collect::<Vec<_>>()
         );
         assert_within(finished.peak_bytes, sum, 0.05, &format!("{isolation:?}: the tree"));
-        // wait4 alone sees only the largest process: the sum comes from sampling the tree.
-        assert!(finished.max_rss < 400 * MIB);
+        // One process's own peak is one child's: the sum comes from sampling the tree.
+        assert!(finished.largest_process < 400 * MIB);
         assert!(finished.sampled_peak > 570 * MIB);
     }
 }
@@ -233,7 +233,7 @@ fn a_timeout_kills_the_whole_tree_and_leaves_no_process() {
         assert_eq!(finished.ending, Ending::TimedOut { after: Duration::from_secs(2) });
         let error = finished.failure().expect("a timeout is a failure");
         assert_eq!(error.kind(), FailureKind::TimedOut);
-        assert!(error.message().contains("timed out after 2.00 s: its process tree was killed"), "{}", error.message());
+        assert!(error.message().contains("timed out after 2 s: its process tree was killed"), "{}", error.message());
         let pids = pids_in(&pids_file);
         match isolation {
             // The daemon left the tree and its process group; only the cgroup still holds it.

@@ -9,7 +9,9 @@
 //! the cgroup's `cgroup.procs`, so everything it starts is in the cgroup from its first page),
 //! `PR_SET_PDEATHSIG`, and `execve`. Should any of it fail, the errno is left in the plan the
 //! two share and the child exits; the parent, which resumes only once the child has exec'd or
-//! exited, reaps it and reports the error.
+//! exited, reaps it and reports the error. The parent returns only once a close-on-exec pipe
+//! the child holds has closed: the kernel wakes a vfork parent just before it gives the child
+//! its new memory, and a `/proc/<pid>/status` read in that moment would show the runner's.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::io;
@@ -78,6 +80,10 @@ pub(super) fn spawn(
         mask: unsafe { std::mem::zeroed() },
         error: AtomicI32::new(0),
     };
+    // Closed in the child by its exec (close-on-exec), or by its exit: once the parent reads
+    // its end, the child's memory is its own. (The kernel wakes a vfork parent a moment
+    // before it switches the child to its new memory; a /proc read then would see the runner's.)
+    let (exec_done, exec_done_write) = super::watch::pipe()?;
     let mut stack = vec![0u8; CHILD_STACK];
     // The stack grows down: the child starts at its (16-byte aligned) top.
     let top = (stack.as_mut_ptr() as usize + CHILD_STACK) & !15;
@@ -100,6 +106,8 @@ pub(super) fn spawn(
     if pid < 0 {
         return Err(io::Error::last_os_error());
     }
+    drop(exec_done_write);
+    wait_for_eof(&exec_done);
     let error = plan.error.load(Ordering::Acquire);
     if error != 0 {
         // SAFETY: reaping the child that just exited.
@@ -107,6 +115,27 @@ pub(super) fn spawn(
         return Err(io::Error::from_raw_os_error(error));
     }
     Ok(pid)
+}
+
+/// Waits until every writer of the (non-blocking) pipe `read` has closed it.
+fn wait_for_eof(read: &std::fs::File) {
+    let mut byte = [0u8; 1];
+    loop {
+        let mut fd = libc::pollfd { fd: read.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; a read into a one-byte buffer.
+        unsafe {
+            if libc::poll(&mut fd, 1, -1) < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                return;
+            }
+            match libc::read(read.as_raw_fd(), byte.as_mut_ptr().cast(), 1) {
+                0 => return,
+                n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::WouldBlock => continue,
+                n if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+                n if n < 0 => return,
+                _ => continue,
+            }
+        }
+    }
 }
 
 /// Runs in the child, on its own stack, sharing the parent's memory: system calls only.
