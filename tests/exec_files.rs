@@ -42,7 +42,7 @@ fn reused(summary: &Json) -> u64 {
 fn keep_mtime(path: &Path, change: impl FnOnce()) {
     let before = std::fs::metadata(path).unwrap().modified().unwrap();
     change();
-    std::fs::File::options().write(true).open(path).unwrap().set_modified(before).unwrap();
+    std::fs::File::open(path).unwrap().set_modified(before).unwrap();
 }
 
 /// Copies the file its argv names (`in/a.txt`, not an `{input.…}`), and lists a folder it
