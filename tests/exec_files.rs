@@ -128,7 +128,9 @@ fn env_names_are_checked_with_the_recipe() {
         write(
             dir.path(),
             "r.yaml",
-            &format!("recipe: env\nsteps:\n  tool:\n    plugin: exec\n    args:\n      command: [env]\n      env: {{\"{name}\": eq}}\n"),
+            &format!(
+                "recipe: env\nsteps:\n  tool:\n    plugin: exec\n    args:\n      command: [env]\n      env: {{\"{name}\": eq}}\n"
+            ),
         );
         let (out, _) = run(dir.path(), &["--no-record"]);
         let err = stderr(&out);

@@ -4,15 +4,15 @@
 //! [`EVERY`] for the whole process: the runner's resident bytes now plus every command tree's
 //! resident bytes now ([`crate::measure::external::total`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often at most the sum is taken.
 const EVERY: Duration = Duration::from_millis(10);
 
 static PEAK: AtomicU64 = AtomicU64::new(0);
-/// When the sum was last taken, in microseconds after [`epoch`].
+/// When the sum was last taken, in microseconds after [`epoch`] (0: never).
 static LAST: AtomicU64 = AtomicU64::new(0);
 
 fn epoch() -> Instant {
@@ -22,9 +22,10 @@ fn epoch() -> Instant {
 
 /// Takes the sum now, unless another thread did within [`EVERY`].
 pub(super) fn note() {
-    let now = epoch().elapsed().as_micros() as u64;
+    // 0 is "never": the first call always takes the sum.
+    let now = (epoch().elapsed().as_micros() as u64).max(1);
     let last = LAST.load(Ordering::Relaxed);
-    if now.saturating_sub(last) < EVERY.as_micros() as u64
+    if (last != 0 && now.saturating_sub(last) < EVERY.as_micros() as u64)
         || LAST.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
     {
         return;
@@ -59,7 +60,6 @@ mod tests {
     #[test]
     fn the_sum_includes_the_runner() {
         LAST.store(0, Ordering::Relaxed);
-        std::thread::sleep(EVERY);
         note();
         assert!(tree_peak() >= runner_resident() / 2, "{}", tree_peak());
     }

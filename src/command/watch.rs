@@ -410,7 +410,6 @@ impl Tail {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -133,7 +133,8 @@ impl Store {
     /// The distinct (recipe, cycle) of `runs`.
     fn cycles_of(&self, runs: &[i64]) -> Result<Vec<(String, String)>, StoreError> {
         let what = "reading the cycles of the runs to prune";
-        let mut stmt = self.conn().prepare("SELECT recipe, cycle FROM runs WHERE run_id = ?1").map_err(|e| self.err(what, e))?;
+        let mut stmt =
+            self.conn().prepare("SELECT recipe, cycle FROM runs WHERE run_id = ?1").map_err(|e| self.err(what, e))?;
         let mut cycles = Vec::new();
         for &run in runs {
             let pair = stmt.query_row([run], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| self.err(what, e))?;

@@ -208,14 +208,21 @@ fn run_and_place(
     match std::fs::symlink_metadata(written) {
         Ok(meta) if meta.is_dir() => {
             let _ = std::fs::remove_dir_all(written);
-            return Err(not_written(&format!("wrote a directory at {}, not the file `output` names", written.display())));
+            return Err(not_written(&format!(
+                "wrote a directory at {}, not the file `output` names",
+                written.display()
+            )));
         }
         Ok(_) if std::fs::metadata(written).is_ok_and(|m| m.is_file()) => {}
         _ => return Err(not_written(&format!("did not write its output {}", written.display()))),
     }
     if written != output {
         std::fs::rename(written, output).map_err(|e| {
-            TaskError::msg(format!("cannot move the output {} into place at {}: {e}", written.display(), output.display()))
+            TaskError::msg(format!(
+                "cannot move the output {} into place at {}: {e}",
+                written.display(),
+                output.display()
+            ))
         })?;
     }
     Ok(Value::Path(output.to_path_buf()))
@@ -312,7 +319,10 @@ impl Parsed {
             Some(other) => return Err(ArgError::new("output", format!("`output` must be a file path, got {other}"))),
         };
         if let Some(item) = command.iter().find(|item| item.contains('\0')) {
-            return Err(ArgError::new("command", format!("`command` item {item:?} holds a NUL byte, which no argv can")));
+            return Err(ArgError::new(
+                "command",
+                format!("`command` item {item:?} holds a NUL byte, which no argv can"),
+            ));
         }
         let env = match args.get("env") {
             None | Some(Json::Null) => Vec::new(),
