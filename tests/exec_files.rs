@@ -211,3 +211,58 @@ fn a_step_timeout_reads_as_a_timeout() {
     assert!(!err.contains("was cancelled"), "{err}");
     assert!(started.elapsed().as_secs() < 20);
 }
+
+fn alive(pid: i32) -> bool {
+    // A zombie has finished: only its parent's wait is left.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|stat| stat.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+#[test]
+fn the_orphans_of_a_killed_runner_are_killed_when_the_next_one_starts() {
+    if let Err(why) = runner::command::support() {
+        eprintln!("skipped: without a cgroup a detached grandchild cannot be found again ({why})");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A grandchild that detaches itself (setsid, double fork) and writes its pid.
+    write(
+        dir.path(),
+        "r.yaml",
+        r#"
+recipe: orphans
+steps:
+  daemon:
+    plugin: exec
+    args:
+      command: [python3, -c, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        open('pid.tmp', 'w').write(str(os.getpid())); os.rename('pid.tmp', 'pid')\n        time.sleep(300)\n    os._exit(0)\ntime.sleep(300)"]
+"#,
+    );
+    let mut first = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["run", "r.yaml", "--cycle", "C", "--no-record"])
+        .current_dir(dir.path())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !dir.path().join("pid").exists() {
+        assert!(started.elapsed().as_secs() < 30, "the daemon never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let daemon: i32 = std::fs::read_to_string(dir.path().join("pid")).unwrap().parse().unwrap();
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(alive(daemon), "the daemon outlived the runner's kill -9");
+    write(dir.path(), "next.yaml", "recipe: next\nsteps:\n  nothing:\n    plugin: noop\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+        .args(["run", "next.yaml", "--cycle", "C", "--no-record"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let started = std::time::Instant::now();
+    while alive(daemon) && started.elapsed().as_secs() < 5 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!alive(daemon), "the next runner's start killed the orphan {daemon}");
+}

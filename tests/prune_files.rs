@@ -9,7 +9,7 @@ recipe: pruned
 steps:
   field:
     plugin: synth
-    args: {ny: 8, nx: 8}
+    args: {ny: 8, nx: 8, wet_fraction: 0.3}
     cache: true
   say:
     plugin: exec

@@ -549,6 +549,12 @@ mod tests {
             (Some("command"), "`{output}` is used but the step has no `output` arg")
         );
         assert!(check(json!({"command": ["x"], "env": {"A": [1]}})).unwrap_err().1.contains("`A` is [1]"));
+        for (name, problem) in [("A=B", "holds `=`"), ("", "is empty"), ("A\u{0}B", "holds a NUL byte")] {
+            let (arg, message) = check(json!({"command": ["env"], "env": {name: "x"}})).unwrap_err();
+            assert_eq!(arg.as_deref(), Some("env"));
+            assert!(message.contains(problem), "{name:?}: {message}");
+        }
+        assert!(check(json!({"command": ["a\u{0}b"]})).unwrap_err().1.contains("NUL byte"));
     }
 
     #[test]
