@@ -172,7 +172,7 @@ impl<'c> Watch<'c> {
     fn sample(&mut self) -> u64 {
         let resident = match self.cgroup {
             Some(cgroup) => {
-                if self.samples % HWM_EVERY == 0 {
+                if self.samples.is_multiple_of(HWM_EVERY) {
                     let mut buffer = std::mem::take(&mut self.stat);
                     for pid in cgroup.pids() {
                         self.cgroup_largest = self.cgroup_largest.max(tree::peak_of(pid, &mut buffer));
