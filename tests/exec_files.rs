@@ -266,3 +266,18 @@ steps:
     }
     assert!(!alive(daemon), "the next runner's start killed the orphan {daemon}");
 }
+
+#[test]
+fn the_summary_and_the_closing_line_give_the_peak_of_the_runner_with_its_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "r.yaml",
+        "recipe: tree\nsteps:\n  hold:\n    plugin: exec\n    args:\n      command: [python3, -c, \"import time; data = b'x' * (150 << 20); time.sleep(0.5)\"]\n",
+    );
+    let (out, summary) = run(dir.path(), &["--no-record"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (rss, tree) = (summary["peak_rss_bytes"].as_u64().unwrap(), summary["peak_bytes"].as_u64().unwrap());
+    assert!(tree >= rss + (145 << 20), "peak_bytes {tree} against the runner's own {rss}: {summary}");
+    assert!(stderr(&out).contains("(with its commands "), "{}", stderr(&out));
+}
