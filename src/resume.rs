@@ -4,10 +4,15 @@
 //! Every recorded task carries three hashes (xxh3, 64 bits). `args_hash` is its step's
 //! fingerprint ([`Fingerprints`]: plugin, name, compiled args, inputs, dims, cycle — what every
 //! task of the step is asked to do). `inputs_hash` hashes what it read: its producers' output
-//! hashes, and the name, size and modification time of each file its args name as input.
-//! `output_hash` hashes what a later run can check of its output: a path's name, size and
-//! modification time (a file rewritten since is a changed output), or a value kept with
-//! `cache: true` by its content; an in-memory value that is not kept is not hashed (0).
+//! hashes, and the name, size and modification time of each file its args name as input
+//! (`ArgKind::InputPath`), and of each item of an argv-like arg (`ArgKind::MayNameInputs`, as
+//! `exec`'s `command`) that names an existing file or folder inside the working directory.
+//! A folder is hashed by its contents ([`path_hash`]: every file under it, recursively, by
+//! relative name, size and modification time — a Zarr store with a chunk deleted or rewritten
+//! is changed, though the folder's own mtime is not). `output_hash` hashes what a later run can
+//! check of its output: a path's name, size and modification time (a file rewritten since is a
+//! changed output), or a value kept with `cache: true` by its content; an in-memory value that
+//! is not kept is not hashed (0).
 //! [`Reuse::plan`] compares them with what the recipe would do now:
 //! 1. a task is reusable when it finished ok last time, its step's fingerprint is unchanged,
 //!    every producer of it is reusable, the inputs hash it would have now is the recorded one,
@@ -57,8 +62,8 @@ impl io::Write for Hasher {
 /// value per step, not one per task.
 pub struct Fingerprints {
     steps: Vec<u64>,
-    /// The args naming files a step's tasks read (`ArgKind::InputPath`).
-    input_paths: Vec<Vec<&'static str>>,
+    /// The args naming files a step's tasks read (`ArgKind::InputPath`, `ArgKind::MayNameInputs`).
+    input_paths: Vec<Vec<(&'static str, ArgKind)>>,
 }
 
 impl Fingerprints {
@@ -80,7 +85,10 @@ impl Fingerprints {
         let input_paths = recipe
             .steps
             .iter()
-            .map(|step| step.plugin.args().iter().filter(|a| a.kind == ArgKind::InputPath).map(|a| a.name).collect())
+            .map(|step| {
+                let reads = |a: &&runner_plugin::ArgSpec| matches!(a.kind, ArgKind::InputPath | ArgKind::MayNameInputs);
+                step.plugin.args().iter().filter(reads).map(|a| (a.name, a.kind)).collect()
+            })
             .collect();
         Fingerprints { steps, input_paths }
     }
@@ -102,8 +110,13 @@ impl Fingerprints {
         let args = recipe.steps[step].args.for_task(&lookup);
         let mut hasher = Xxh3::new();
         hasher.update(&producers.to_le_bytes());
-        for name in names {
-            let mut add = |path: &str| hasher.update(&path_hash(Path::new(path)).to_le_bytes());
+        let work_dir = std::env::current_dir().ok().and_then(|d| d.canonicalize().ok());
+        for &(name, kind) in names {
+            let mut add = |path: &str| {
+                if kind == ArgKind::InputPath || names_a_file_inside(path, work_dir.as_deref()) {
+                    hasher.update(&path_hash(Path::new(path)).to_le_bytes());
+                }
+            };
             match args.get(name) {
                 Some(Json::String(path)) => add(path),
                 Some(Json::Array(paths)) => paths.iter().filter_map(Json::as_str).for_each(add),
@@ -167,17 +180,73 @@ fn content_hash(value: &Value) -> u64 {
     nonzero(hasher.0.digest())
 }
 
-/// Hash of a path output: its name, and its file's size and modification time (0 when the file
-/// is gone, which no output hashes to).
+/// Whether an argv item names an existing file or folder strictly inside the working directory
+/// (`work_dir`, canonical): not the working directory itself nor anything above it (`.` is
+/// not every file of the run), not an option, not a template a plugin fills in.
+fn names_a_file_inside(item: &str, work_dir: Option<&Path>) -> bool {
+    let Some(work_dir) = work_dir else { return false };
+    if item.is_empty() || item.starts_with('-') || item.contains('{') {
+        return false;
+    }
+    match Path::new(item).canonicalize() {
+        Ok(path) => path.starts_with(work_dir) && path != work_dir,
+        Err(_) => false,
+    }
+}
+
+/// Hash of a path: its name, and its file's size and modification time — for a folder, those of
+/// every file and folder under it, recursively, by name relative to it, in name order (0 when
+/// nothing is there, which no output hashes to).
 pub fn path_hash(path: &Path) -> u64 {
     let Ok(meta) = std::fs::metadata(path) else { return 0 };
     let mut hasher = Xxh3::new();
     hasher.update(b"path");
     hasher.update(path.as_os_str().as_encoded_bytes());
+    add_metadata(&mut hasher, &meta);
+    if meta.is_dir() {
+        hasher.update(b"dir");
+        add_folder(&mut hasher, path, Path::new(""));
+    }
+    nonzero(hasher.digest())
+}
+
+/// Size and modification time (for a folder, only its kind: its contents say what changed).
+fn add_metadata(hasher: &mut Xxh3, meta: &std::fs::Metadata) {
+    if meta.is_dir() {
+        return;
+    }
     hasher.update(&meta.len().to_le_bytes());
     let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
     hasher.update(&modified.map_or(0, |d| d.as_nanos()).to_le_bytes());
-    nonzero(hasher.digest())
+}
+
+/// Every entry under `root/relative`, depth first in name order. Symbolic links are hashed by
+/// what they point to, and folders they point to are not entered (no loops).
+fn add_folder(hasher: &mut Xxh3, root: &Path, relative: &Path) {
+    let Ok(entries) = std::fs::read_dir(root.join(relative)) else { return };
+    let mut names: Vec<std::ffi::OsString> = entries.flatten().map(|e| e.file_name()).collect();
+    names.sort_unstable();
+    for name in names {
+        let relative = relative.join(&name);
+        let full = root.join(&relative);
+        hasher.update(relative.as_os_str().as_encoded_bytes());
+        hasher.update(&[0]);
+        let Ok(own) = std::fs::symlink_metadata(&full) else { continue };
+        if own.file_type().is_symlink() {
+            hasher.update(b"link");
+            if let Ok(target) = std::fs::read_link(&full) {
+                hasher.update(target.as_os_str().as_encoded_bytes());
+            }
+            if let Ok(meta) = std::fs::metadata(&full) {
+                add_metadata(hasher, &meta);
+            }
+        } else if own.is_dir() {
+            hasher.update(b"dir");
+            add_folder(hasher, root, &relative);
+        } else {
+            add_metadata(hasher, &own);
+        }
+    }
 }
 
 /// 0 means "no hash" in the store.
@@ -397,4 +466,47 @@ fn producers_of(compiled: &Compiled, steps: &[HashMap<u64, ReusedTask>], step: S
 fn is_value_file(path: &Path) -> bool {
     path.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s.parse::<u64>().is_ok())
         && path.components().any(|c| c.as_os_str() == "runner-cache")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_is_hashed_by_its_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("sst.zarr");
+        std::fs::create_dir_all(store.join("sst/c/0")).unwrap();
+        for chunk in 0..3 {
+            std::fs::write(store.join(format!("sst/c/0/{chunk}")), [chunk as u8; 10]).unwrap();
+        }
+        std::fs::write(store.join("zarr.json"), "{}").unwrap();
+        let before = path_hash(&store);
+        assert_eq!(before, path_hash(&store), "the same contents hash the same");
+        let folder_mtime = std::fs::metadata(&store).unwrap().modified().unwrap();
+        std::fs::remove_file(store.join("sst/c/0/1")).unwrap();
+        assert_eq!(std::fs::metadata(&store).unwrap().modified().unwrap(), folder_mtime, "the folder's mtime stays");
+        let deleted = path_hash(&store);
+        assert_ne!(deleted, before, "a deleted nested chunk is a change");
+        std::fs::write(store.join("sst/c/0/2"), [9u8; 11]).unwrap();
+        assert_ne!(path_hash(&store), deleted, "a rewritten chunk is a change");
+        assert_eq!(path_hash(&dir.path().join("nothing")), 0);
+    }
+
+    #[test]
+    fn argv_items_are_inputs_when_they_name_files_inside_the_working_directory() {
+        let here = std::env::current_dir().unwrap().canonicalize().unwrap();
+        let inside = tempfile::tempdir_in(&here).unwrap();
+        let file = inside.path().join("rain.nc");
+        std::fs::write(&file, "x").unwrap();
+        let relative = file.strip_prefix(&here).unwrap().to_str().unwrap().to_string();
+        assert!(names_a_file_inside(&relative, Some(&here)));
+        assert!(names_a_file_inside(file.to_str().unwrap(), Some(&here)));
+        assert!(!names_a_file_inside(".", Some(&here)), "not the whole working directory");
+        assert!(!names_a_file_inside("..", Some(&here)));
+        assert!(!names_a_file_inside("/etc/hostname", Some(&here)), "outside");
+        assert!(!names_a_file_inside("python3", Some(&here)), "no such file here");
+        assert!(!names_a_file_inside("--out", Some(&here)));
+        assert!(!names_a_file_inside("{input.field}", Some(&here)));
+    }
 }

@@ -466,7 +466,7 @@ fn runner_cgroup_off_forces_the_fallback_and_the_log_says_how_each_peak_was_meas
         }
         let out = command.output().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        let log = std::fs::read_to_string(dir.path().join("runner-logs/one/C/hold/_.log")).unwrap();
+        let log = std::fs::read_to_string(dir.path().join("runner-logs/one/C/hold/%.log")).unwrap();
         log.lines().rfind(|l| l.starts_with("--- runner: exited")).unwrap().to_string()
     };
     let forced = footer(Some("off"));

@@ -320,6 +320,10 @@ struct ResourceArgs {
     /// machine, and with `retries:` it runs again with a larger reservation.
     #[arg(long)]
     enforce_memory: bool,
+    /// Most of each external command's output (stdout + stderr) kept in its log: the first and
+    /// last halves, with a line saying how much was dropped between them [default: 64MiB].
+    #[arg(long, value_name = "SIZE", value_parser = runner_plugin::size::parse_size)]
+    log_limit: Option<u64>,
 }
 
 #[derive(Args, Debug)]

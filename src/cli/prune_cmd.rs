@@ -14,7 +14,8 @@ pub fn prune(args: PruneArgs) -> anyhow::Result<u8> {
     }
     let before = args.before.as_deref().map(parse_before).transpose()?;
     let store = record::open_for_recording(&db)?;
-    let prune = Prune { keep: args.keep, before, recipe: args.recipe.clone() };
+    // Logs and kept values are written relative to the directory runs start in, as is the store by default.
+    let prune = Prune { keep: args.keep, before, recipe: args.recipe.clone(), files_in: Some(".".into()) };
     let pruned = store.prune(&prune, |bytes| {
         eprintln!("reclaiming the space of the deleted rows (rebuilding {}, {})…", db.display(), format_size(bytes));
     })?;
@@ -29,6 +30,14 @@ pub fn prune(args: PruneArgs) -> anyhow::Result<u8> {
             db.display(),
             format_size(pruned.bytes_before),
             format_size(pruned.bytes_after),
+        );
+    }
+    if pruned.folders > 0 {
+        println!(
+            "removed {} folder{} of logs and kept values of cycles no run is left of ({})",
+            pruned.folders,
+            if pruned.folders == 1 { "" } else { "s" },
+            format_size(pruned.folder_bytes)
         );
     }
     Ok(0)

@@ -209,6 +209,11 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
     let work_dir = work_dir();
     super::interrupt::remove_on_interrupt(work_dir.clone());
     let memory_limit = if resources.allow_oversized { None } else { crate::budget::memory_limit() };
+    if let Some(bytes) = resources.log_limit {
+        crate::command::set_log_limit(bytes);
+    }
+    // Empties the cgroups of runners that were killed, and with them their commands' orphans.
+    let _ = crate::command::support();
     Ok(RunOptions {
         workers,
         budget,
@@ -258,6 +263,7 @@ pub fn execute(
     };
     // Each run of a replay reports its own peak, not the process's.
     let _ = measure::reset_peak_rss();
+    crate::command::reset_tree_peak();
     // Sized for the recipe's steps, so that the bar's ETA can use each step's task times.
     let steps = compiled.graph.steps.iter().map(|s| StepProgress { tasks: s.tasks, ..StepProgress::default() });
     let progress = Progress { steps: steps.collect(), ..Progress::default() };

@@ -75,6 +75,9 @@ pub struct RunSummary {
     /// [`NO_LOCAL_BUDGET`] when nothing bounded the memory of the tasks in flight together.
     pub budget_bytes: u64,
     pub peak_rss_bytes: u64,
+    /// The peak of the whole process tree: the runner and its commands at the same moment
+    /// (at least `peak_rss_bytes`).
+    pub peak_bytes: u64,
     pub peak_reserved_bytes: u64,
     pub spilled_bytes: u64,
     pub spill_count: u64,
@@ -149,6 +152,7 @@ impl RunSummary {
             workers: report.workers,
             budget_bytes: report.budget,
             peak_rss_bytes,
+            peak_bytes: peak_rss_bytes.max(crate::command::tree_peak()),
             peak_reserved_bytes: report.peak_reserved,
             spilled_bytes: report.spilled_bytes,
             spill_count: report.spill_count,
@@ -188,6 +192,15 @@ impl RunSummary {
         }
     }
 
+    /// The whole tree's peak, when commands made it more than the runner's own.
+    fn commands_peak(&self) -> String {
+        if self.peak_bytes > self.peak_rss_bytes {
+            format!(" (with its commands {})", format_size(self.peak_bytes))
+        } else {
+            String::new()
+        }
+    }
+
     /// The closing lines for people: outcome, figures, and each failure.
     pub fn print(&self) {
         let outcome = if self.status == RunStatus::Ok { "ok" } else { "FAILED" };
@@ -200,7 +213,7 @@ impl RunSummary {
             estimates.push_str(&format!(" · {} oversized (ran alone, estimate above the budget)", self.oversized));
         }
         eprintln!(
-            "{} {}: {} — {} tasks ({} ok, {reused}{} failed, {} skipped) in {:.2} s · peak RSS {} · {}{estimates}",
+            "{} {}: {} — {} tasks ({} ok, {reused}{} failed, {} skipped) in {:.2} s · peak RSS {}{} · {}{estimates}",
             self.recipe,
             self.cycle,
             outcome,
@@ -210,6 +223,7 @@ impl RunSummary {
             self.tasks_skipped,
             self.wall_s,
             format_size(self.peak_rss_bytes),
+            self.commands_peak(),
             self.reserved_line(),
         );
         if let Some(error) = &self.internal_error {

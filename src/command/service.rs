@@ -24,10 +24,8 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read as _, Seek as _, SeekFrom};
-use std::os::fd::{AsRawFd as _, RawFd};
-use std::os::unix::process::CommandExt as _;
+use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::path::Path;
-use std::process::{ChildStdin, ChildStdout, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
@@ -40,7 +38,7 @@ use runner_plugin::{CommandExit, FailureKind, ServiceIo, ServiceSpec, TaskError,
 use super::cgroup::{self, CgroupVersion, TaskCgroup};
 use super::registry::{self, Registration};
 use super::tree::{self, Tree};
-use super::{CommandMeasured, DEATH_PATIENCE, SAMPLE_INTERVAL, TAIL_BYTES, TAIL_LINES, TaskCommand};
+use super::{CommandMeasured, SAMPLE_INTERVAL, TaskCommand, spawn};
 use crate::measure::{PeakSource, external};
 
 /// The services of this process: idle ones waiting for a task of their spec, and how many of
@@ -75,6 +73,12 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
     POOL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// How long a killed service may take to die before the runner stops waiting for it.
+const DEATH_PATIENCE: Duration = Duration::from_secs(10);
+/// Most of a task's log shown when its service died: the last lines, within the last bytes.
+const TAIL_LINES: usize = 20;
+const TAIL_BYTES: usize = 4096;
+
 /// How long a service that failed its task may take to end by itself before it is taken as
 /// alive (and killed, its conversation being out of step).
 const EXIT_PATIENCE: Duration = Duration::from_millis(500);
@@ -83,8 +87,8 @@ const EXIT_PATIENCE: Duration = Duration::from_millis(500);
 struct Service {
     spec: ServiceSpec,
     pid: i32,
-    requests: ChildStdin,
-    replies: ChildStdout,
+    requests: File,
+    replies: File,
     cgroup: Option<TaskCgroup>,
     /// Bytes counted for it in the standing memory.
     standing: u64,
@@ -568,23 +572,25 @@ fn spawn(
     env: &[(OsString, OsString)],
     log: File,
     procs: Option<RawFd>,
-) -> io::Result<(i32, ChildStdin, ChildStdout)> {
-    let mut command = std::process::Command::new(&argv[0]);
-    command
-        .args(&argv[1..])
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .process_group(0);
-    let parent = std::process::id() as i32;
-    // SAFETY: `enter` makes only async-signal-safe calls on plain integers.
-    unsafe { command.pre_exec(move || super::enter(procs, parent)) };
-    let mut child = command.spawn()?;
-    let requests = child.stdin.take().expect("stdin was piped");
-    let replies = child.stdout.take().expect("stdout was piped");
-    // The service is reaped with waitpid; std's handle neither waits nor kills when dropped.
-    Ok((child.id() as i32, requests, replies))
+) -> io::Result<(i32, File, File)> {
+    let (requests_read, requests) = blocking_pipe()?;
+    let (replies, replies_write) = blocking_pipe()?;
+    let log = OwnedFd::from(log);
+    let stdio = spawn::Stdio { stdin: Some(&requests_read), stdout: &replies_write, stderr: &log };
+    let pid = spawn::spawn(argv, env, stdio, procs)?;
+    // The child holds its own copies; the parent keeps its ends only.
+    Ok((pid, File::from(requests), File::from(replies)))
+}
+
+/// A pipe, both ends blocking and close-on-exec: `(read, write)`.
+fn blocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two fds into the array; each is then owned exactly once.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh fds from pipe2, owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 type Job = Box<dyn FnOnce() + Send>;

@@ -61,24 +61,44 @@ fn children(pid: i32, out: &mut Vec<i32>, buffer: &mut String) {
     }
 }
 
-/// Resident anonymous and shared memory of `pid` (`RssAnon` + `RssShmem`), in bytes: what the
-/// cgroup path counts, without page cache or mapped files.
-fn resident(pid: i32, buffer: &mut String) -> u64 {
-    buffer.clear();
-    if File::open(format!("/proc/{pid}/status")).and_then(|mut f| f.read_to_string(buffer)).is_err() {
-        return 0;
-    }
-    resident_of_status(buffer)
+/// What `/proc/<pid>/status` says of a process's memory, in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Status {
+    /// Resident anonymous and shared memory now (`RssAnon` + `RssShmem`): what the cgroup path
+    /// counts, without page cache or mapped files.
+    pub resident: u64,
+    /// The process's high-water mark less its file pages now (`VmHWM − RssFile`): its
+    /// anonymous + shared peak so far, as long as its file pages did not shrink.
+    pub peak: u64,
 }
 
-pub(crate) fn resident_of_status(status: &str) -> u64 {
+/// `pid`'s memory figures (zero for a process that is gone, or a zombie).
+fn status(pid: i32, buffer: &mut String) -> Status {
+    buffer.clear();
+    if File::open(format!("/proc/{pid}/status")).and_then(|mut f| f.read_to_string(buffer)).is_err() {
+        return Status::default();
+    }
+    status_of(buffer)
+}
+
+/// `pid`'s anonymous + shared peak so far (see [`Status::peak`]).
+pub(crate) fn peak_of(pid: i32, buffer: &mut String) -> u64 {
+    status(pid, buffer).peak
+}
+
+pub(crate) fn status_of(text: &str) -> Status {
     let kib = |name: &str| {
-        status.lines().find_map(|line| {
-            let value = line.strip_prefix(name)?.strip_prefix(':')?;
-            value.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
-        })
+        text.lines()
+            .find_map(|line| {
+                let value = line.strip_prefix(name)?.strip_prefix(':')?;
+                value.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+            })
+            .unwrap_or(0)
+            * 1024
     };
-    (kib("RssAnon").unwrap_or(0) + kib("RssShmem").unwrap_or(0)) * 1024
+    let resident = kib("RssAnon") + kib("RssShmem");
+    // Never below what it holds now (the figures are read at slightly different moments).
+    Status { resident, peak: kib("VmHWM").saturating_sub(kib("RssFile")).max(resident) }
 }
 
 /// Most processes remembered per tree (a command forking without end must not grow this
@@ -93,11 +113,13 @@ pub(crate) struct Tree {
     known: Vec<(i32, u64)>,
     pids: Vec<i32>,
     buffer: String,
+    /// The largest [`Status::peak`] of any process seen.
+    largest: u64,
 }
 
 impl Tree {
     pub fn new(root: i32) -> Tree {
-        Tree { root, known: Vec::new(), pids: Vec::new(), buffer: String::new() }
+        Tree { root, known: Vec::new(), pids: Vec::new(), buffer: String::new(), largest: 0 }
     }
 
     /// Walks the tree from the root; its pids are left in `self.pids`, root first.
@@ -122,13 +144,23 @@ impl Tree {
         }
     }
 
-    /// The tree's resident bytes now (the sum over its processes).
+    /// The tree's resident bytes now (the sum over its processes); notes each one's peak.
     pub fn resident(&mut self) -> u64 {
         self.walk();
         let mut buffer = std::mem::take(&mut self.buffer);
-        let total = self.pids.iter().map(|&pid| resident(pid, &mut buffer)).sum();
+        let mut total = 0;
+        for &pid in &self.pids {
+            let status = status(pid, &mut buffer);
+            total += status.resident;
+            self.largest = self.largest.max(status.peak);
+        }
         self.buffer = buffer;
         total
+    }
+
+    /// The largest anonymous + shared peak of one process of the tree seen by [`Self::resident`].
+    pub fn largest_peak(&self) -> u64 {
+        self.largest
     }
 
     /// Kills the whole tree: its process group, every process it holds now, and every process
@@ -182,8 +214,10 @@ mod tests {
 
     #[test]
     fn resident_counts_anonymous_and_shared_memory() {
-        let status = "Name:\tpython3\nVmRSS:\t  331000 kB\nRssAnon:\t  310000 kB\nRssFile:\t   20000 kB\nRssShmem:\t    1000 kB\n";
-        assert_eq!(resident_of_status(status), (310000 + 1000) * 1024);
+        let status = "Name:\tpython3\nVmHWM:\t  400000 kB\nVmRSS:\t  331000 kB\nRssAnon:\t  310000 kB\nRssFile:\t   20000 kB\nRssShmem:\t    1000 kB\n";
+        assert_eq!(status_of(status), Status { resident: (310000 + 1000) * 1024, peak: (400000 - 20000) * 1024 });
+        // A zombie's status has no memory lines.
+        assert_eq!(status_of("Name:\tx\nState:\tZ (zombie)\n"), Status::default());
     }
 
     #[test]

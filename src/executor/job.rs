@@ -305,6 +305,7 @@ impl Host for JobHost {
         let task = command::TaskCommand {
             default_log: self.log.clone(),
             timeout: self.timeout,
+            started: self.started,
             limit: None,
             tag: self.tag,
             cancelled: &cancelled,
@@ -321,6 +322,7 @@ impl Host for JobHost {
         let task = command::TaskCommand {
             default_log: self.log.clone(),
             timeout: self.timeout,
+            started: self.started,
             limit: None,
             tag: self.tag,
             cancelled: &cancelled,

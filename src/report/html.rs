@@ -256,6 +256,12 @@ fn run_summary(page: &RunPage) -> String {
         _ => String::new(),
     };
     figure(&mut out, "peak RSS", &format!("{}{}", opt_size(run.peak_rss_bytes), of_budget(run.peak_rss_bytes)));
+    // The runner and its commands at the same moment, as sampled: what the budget is about.
+    let tree = page.memory.samples.iter().map(|s| s.rss_bytes + s.external_bytes).max();
+    if page.memory.samples.iter().any(|s| s.external_bytes > 0) {
+        let tree = tree.max(run.peak_rss_bytes);
+        figure(&mut out, "peak with commands", &format!("{}{}", opt_size(tree), of_budget(tree)));
+    }
     figure(
         &mut out,
         "peak reserved",

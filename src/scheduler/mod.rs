@@ -1481,11 +1481,7 @@ impl TaskHost<'_, '_> {
     /// `runner-logs/<recipe>/<cycle>/<step>/<key>.log`.
     fn default_log_path(&self) -> PathBuf {
         let recipe = self.shared.recipe;
-        PathBuf::from("runner-logs")
-            .join(sanitize(&recipe.name))
-            .join(sanitize(&recipe.cycle))
-            .join(sanitize(self.step))
-            .join(format!("{}.log", sanitize(self.key)))
+        command::task_log_path(&recipe.name, &recipe.cycle, self.step, self.key)
     }
 
     fn note_command(&self, update: impl FnOnce(&mut CommandRecord)) {
@@ -1530,6 +1526,7 @@ impl Host for TaskHost<'_, '_> {
         let task = command::TaskCommand {
             default_log: self.default_log_path(),
             timeout: self.timeout,
+            started: self.started,
             limit: self.command_limit,
             tag: self.tag,
             cancelled: &cancelled,
@@ -1553,6 +1550,7 @@ impl Host for TaskHost<'_, '_> {
         let task = command::TaskCommand {
             default_log: self.default_log_path(),
             timeout: self.timeout,
+            started: self.started,
             limit: self.command_limit,
             tag: self.tag,
             cancelled: &cancelled,

@@ -1,5 +1,10 @@
 //! Deleting old runs with everything recorded of them, then giving the space back to the file
-//! system (`runner prune`). Runs still going are never deleted.
+//! system (`runner prune`). Runs still going are never deleted. With a folder to clean
+//! ([`Prune::files_in`], the working directory runs wrote in), the files of a recipe and cycle
+//! none of whose runs is left go too: its commands' logs (`runner-logs/<recipe>/<cycle>/`) and
+//! its kept values (`runner-cache/<recipe>/<cycle>/`).
+
+use std::path::{Path, PathBuf};
 
 use rusqlite::params;
 
@@ -14,6 +19,9 @@ pub struct Prune {
     pub before: Option<String>,
     /// Only runs of this recipe.
     pub recipe: Option<String>,
+    /// Where runs wrote their logs and kept values: those of a recipe and cycle whose last run
+    /// is deleted are removed from here. `None` leaves files alone.
+    pub files_in: Option<PathBuf>,
 }
 
 /// What [`Store::prune`] did.
@@ -24,6 +32,9 @@ pub struct Pruned {
     /// The file's size before and after (after the space was reclaimed).
     pub bytes_before: u64,
     pub bytes_after: u64,
+    /// Folders of logs and kept values removed, and the bytes they held.
+    pub folders: u64,
+    pub folder_bytes: u64,
 }
 
 impl Store {
@@ -66,6 +77,7 @@ impl Store {
         self.writable("pruning")?;
         let bytes_before = self.file_bytes();
         let runs = self.runs_to_prune(prune)?;
+        let cycles = self.cycles_of(&runs)?;
         let mut tasks = 0;
         let delete = |tx: &rusqlite::Transaction<'_>, tasks: &mut u64| -> rusqlite::Result<()> {
             let mut blocks = tx.prepare("SELECT first_task_id, last_task_id FROM task_blocks WHERE run_id = ?1")?;
@@ -96,11 +108,87 @@ impl Store {
                 .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
                 .map_err(|e| self.err("checkpointing after VACUUM", e))?;
         }
-        Ok(Pruned { runs: runs.len() as u64, tasks, bytes_before, bytes_after: self.file_bytes() })
+        let (mut folders, mut folder_bytes) = (0, 0);
+        if let Some(root) = &prune.files_in {
+            for (recipe, cycle) in self.cycles_without_runs(cycles)? {
+                for folder in files_of(root, &recipe, &cycle) {
+                    let bytes = bytes_under(&folder);
+                    if std::fs::remove_dir_all(&folder).is_ok() {
+                        folders += 1;
+                        folder_bytes += bytes;
+                    }
+                }
+            }
+        }
+        Ok(Pruned {
+            runs: runs.len() as u64,
+            tasks,
+            bytes_before,
+            bytes_after: self.file_bytes(),
+            folders,
+            folder_bytes,
+        })
+    }
+
+    /// The distinct (recipe, cycle) of `runs`.
+    fn cycles_of(&self, runs: &[i64]) -> Result<Vec<(String, String)>, StoreError> {
+        let what = "reading the cycles of the runs to prune";
+        let mut stmt =
+            self.conn().prepare("SELECT recipe, cycle FROM runs WHERE run_id = ?1").map_err(|e| self.err(what, e))?;
+        let mut cycles = Vec::new();
+        for &run in runs {
+            let pair = stmt.query_row([run], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| self.err(what, e))?;
+            if !cycles.contains(&pair) {
+                cycles.push(pair);
+            }
+        }
+        Ok(cycles)
+    }
+
+    /// Those of `cycles` no run is left of.
+    fn cycles_without_runs(&self, cycles: Vec<(String, String)>) -> Result<Vec<(String, String)>, StoreError> {
+        let what = "checking which cycles have runs left";
+        let mut stmt = self
+            .conn()
+            .prepare("SELECT count(*) FROM runs WHERE recipe = ?1 AND cycle = ?2")
+            .map_err(|e| self.err(what, e))?;
+        let mut gone = Vec::new();
+        for (recipe, cycle) in cycles {
+            let left: i64 = stmt.query_row([&recipe, &cycle], |r| r.get(0)).map_err(|e| self.err(what, e))?;
+            if left == 0 {
+                gone.push((recipe, cycle));
+            }
+        }
+        Ok(gone)
     }
 
     /// The size of the file (without its `-wal`).
     pub fn file_bytes(&self) -> u64 {
         std::fs::metadata(self.path()).map_or(0, |m| m.len())
     }
+}
+
+/// The folders of a recipe and cycle's logs and kept values under `root`, as runs name them.
+fn files_of(root: &Path, recipe: &str, cycle: &str) -> Vec<PathBuf> {
+    let logs = crate::command::task_log_path(recipe, cycle, "x", "x");
+    let cache = crate::resume::cache_dir(recipe, cycle, "x");
+    [logs.parent().and_then(Path::parent), cache.parent()]
+        .into_iter()
+        .flatten()
+        .map(|folder| root.join(folder))
+        .filter(|folder| folder.is_dir())
+        .collect()
+}
+
+/// The bytes of the files under `dir` (not following links).
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(kind) if kind.is_dir() => bytes_under(&entry.path()),
+            Ok(_) => entry.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
 }

@@ -144,6 +144,8 @@ pub fn tree_rss(pid: i32) -> u64 {
         })
         .sum::<u64>()
         * 1024
+}
+
 /// [`runner`] under the name some tests use.
 pub fn runner_in(dir: &Path, args: &[&str]) -> std::process::Output {
     runner(dir, args)

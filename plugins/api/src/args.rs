@@ -27,6 +27,10 @@ pub enum ArgKind {
     Value,
     /// A file or directory the task reads.
     InputPath,
+    /// Text (a string, or a list of them) some of whose items may name files or directories
+    /// the task reads — an argv: each item naming one that exists under the working directory
+    /// is an input (for `--resume`).
+    MayNameInputs,
     /// A file or directory the task writes: two tasks of a run must never render the same one,
     /// and it must stay inside the working directory unless the recipe allows otherwise.
     OutputPath,
@@ -44,6 +48,13 @@ impl ArgSpec {
     /// This argument names a file or directory the task writes ([`ArgKind::OutputPath`]).
     pub const fn output_path(mut self) -> ArgSpec {
         self.kind = ArgKind::OutputPath;
+        self
+    }
+
+    /// Items of this argument that name existing files are read by the task
+    /// ([`ArgKind::MayNameInputs`]).
+    pub const fn may_name_inputs(mut self) -> ArgSpec {
+        self.kind = ArgKind::MayNameInputs;
         self
     }
 

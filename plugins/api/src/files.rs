@@ -46,8 +46,28 @@ fn temp_path(path: &Path) -> Option<PathBuf> {
     Some(path.with_file_name(name))
 }
 
-/// Whether `file_name` is a temporary file [`write_atomically`] made in process `pid`.
+/// A fresh temporary name for `path` that a tool writes (an `exec` command's `{output}`),
+/// renamed into place by the caller: hidden, beside it, unique, and ending in `path`'s own file
+/// name, so that a tool that goes by the extension (NumPy's `save` adds `.npy` to any other)
+/// writes what it would have: `.<pid>-<n>.tmp.<name>`.
+pub fn temp_path_keeping_name(path: &Path) -> Option<PathBuf> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut name = OsString::from(format!(".{}-{}.tmp.", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed)));
+    name.push(path.file_name()?);
+    Some(path.with_file_name(name))
+}
+
+/// Whether `file_name` is a temporary file [`write_atomically`] or [`temp_path_keeping_name`]
+/// made in process `pid`.
 pub fn is_temp_of(file_name: &str, pid: u32) -> bool {
+    if let Some((owner, rest)) = file_name.strip_prefix('.').and_then(|n| n.split_once('-'))
+        && let Some((counter, _)) = rest.split_once(".tmp.")
+        && owner.parse() == Ok(pid)
+        && !counter.is_empty()
+        && counter.bytes().all(|b| b.is_ascii_digit())
+    {
+        return true;
+    }
     let Some(rest) = file_name.strip_prefix('.').and_then(|n| n.strip_suffix(".tmp")) else { return false };
     let Some((_, tail)) = rest.rsplit_once('.') else { return false };
     let Some((owner, counter)) = tail.split_once('-') else { return false };
@@ -86,5 +106,10 @@ mod tests {
         assert!(!is_temp_of(name, std::process::id() + 1));
         assert!(!is_temp_of("prob.npy", std::process::id()));
         assert!(!is_temp_of(".prob.npy.12-x.tmp", 12));
+        let temp = temp_path_keeping_name(Path::new("a/prob.T001.npy")).unwrap();
+        let name = temp.file_name().unwrap().to_str().unwrap();
+        assert!(name.ends_with(".tmp.prob.T001.npy") && name.starts_with('.'), "{name}");
+        assert!(is_temp_of(name, std::process::id()), "{name}");
+        assert!(!is_temp_of(name, std::process::id() + 1));
     }
 }

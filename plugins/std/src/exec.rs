@@ -7,11 +7,20 @@
 //!   item may hold `{input.NAME}` — the file path of input `NAME` — and `{output}` — the
 //!   `output` path. An item that is exactly `{input.NAME}` of a gathered input becomes one
 //!   argument per gathered value, in dim order; elsewhere a gathered input is an error.
+//!   A path filled in at the start of an item that is relative and starts with `-` gets `./`
+//!   before it, so that the command never reads it as an option.
 //! - `output` (optional): the file the command writes; its parent folders are created, a stale
-//!   file there is removed before the command runs, and the task succeeds only if the command
-//!   exits 0 and the file then exists. The task's value is this path (nothing without `output`).
+//!   file there is removed before the command runs (a directory there is an error: it never
+//!   satisfies a file output), and the task succeeds only if the command exits 0 and the file
+//!   then exists as a file. Written atomically: `{output}` is a hidden temporary name beside it
+//!   (ending in the output's own file name, so tools that go by the extension behave), renamed
+//!   into place once the command succeeded. The task's value is this path (nothing without
+//!   `output`).
 //! - `env` (optional): a map of environment variables added for the command; values may hold
-//!   the same templates as `command`, except gathered inputs.
+//!   the same templates as `command`, except gathered inputs. Names are checked: not empty, no
+//!   `=`, no NUL.
+//! - `reads` (optional): files or folders the command reads that its argv does not name, for
+//!   `--resume` (which also takes every `command` item naming an existing file as an input).
 //!
 //! How inputs become files: a path value is passed as it is (it must exist, else the task fails
 //! as a missing input, which the step's `on_missing` decides about); an array is handed over as
@@ -45,9 +54,12 @@ const ARGS: &[ArgSpec] = &[
     ArgSpec::required(
         "command",
         "the argv, no shell: a list such as [python3, tools/x.py, \"{input.field}\", --out, \"{output}\"]",
-    ),
+    )
+    .may_name_inputs(),
     ArgSpec::optional("output", "none", "the file the command writes; the task's value").output_path(),
     ArgSpec::optional("env", "{}", "environment variables added for the command, e.g. {OMP_NUM_THREADS: \"1\"}"),
+    ArgSpec::optional("reads", "[]", "files or folders the command reads that `command` does not name (for --resume)")
+        .input_path(),
 ];
 
 pub struct Exec;
@@ -132,61 +144,132 @@ fn run_command(
     inputs: &Inputs,
     files: &mut InputFiles,
 ) -> Result<Value, TaskError> {
+    for read in &parsed.reads {
+        if !Path::new(read).exists() {
+            return Err(TaskError::missing(format!("`reads`: no file or folder {read}")));
+        }
+    }
     let output = parsed.output.as_deref().map(PathBuf::from);
+    if let Some(output) = &output {
+        prepare_output(output)?;
+    }
+    // What the command is told to write: a temporary name, renamed into place on success.
+    let written = match &output {
+        Some(output) if parsed.mentions_output() => Some(
+            runner_plugin::files::temp_path_keeping_name(output)
+                .ok_or_else(|| TaskError::msg(format!("output {} does not name a file", output.display())))?,
+        ),
+        _ => output.clone(),
+    };
+    let result = run_and_place(ctx, parsed, inputs, files, output.as_deref(), written.as_deref());
+    if let (Some(output), Some(written)) = (&output, &written)
+        && written != output
+        && result.is_err()
+    {
+        let _ = std::fs::remove_file(written);
+    }
+    result
+}
+
+/// Runs the command, writing `written`, and moves that to `output` once it succeeded.
+fn run_and_place(
+    ctx: &TaskContext,
+    parsed: &Parsed,
+    inputs: &Inputs,
+    files: &mut InputFiles,
+    output: Option<&Path>,
+    written: Option<&Path>,
+) -> Result<Value, TaskError> {
     let mut argv: Vec<OsString> = Vec::with_capacity(parsed.command.len());
     for item in &parsed.command {
         match whole_input(item) {
             Some(name) => {
                 let input = inputs.get(name)?;
                 for at in 0..input.len() {
-                    argv.push(files.path_of(input, at)?.into_os_string());
+                    argv.push(never_an_option(files.path_of(input, at)?).into_os_string());
                 }
             }
-            None => argv.push(render(item, inputs, output.as_deref(), files)?),
+            None => argv.push(render(item, inputs, written, files)?),
         }
     }
     let mut spec = CommandSpec::new(argv);
     for (key, value) in &parsed.env {
-        spec = spec.env(key, render(value, inputs, output.as_deref(), files)?);
-    }
-    if let Some(output) = &output {
-        prepare_output(output)?;
+        spec = spec.env(key, render(value, inputs, written, files)?);
     }
     let outcome = ctx.command(&spec)?.check()?;
-    match output {
-        Some(output) if output.exists() => Ok(Value::Path(output)),
-        Some(output) => Err(TaskError::msg(format!(
-            "command `{}` exited with status 0 but did not write its output {} (log: {})",
+    let (Some(output), Some(written)) = (output, written) else { return Ok(Value::None) };
+    let not_written = |what: &str| {
+        TaskError::msg(format!(
+            "command `{}` exited with status 0 but {what} (log: {})",
             outcome.command,
-            output.display(),
             outcome.log_path.display()
-        ))),
-        None => Ok(Value::None),
+        ))
+    };
+    match std::fs::symlink_metadata(written) {
+        Ok(meta) if meta.is_dir() => {
+            let _ = std::fs::remove_dir_all(written);
+            return Err(not_written(&format!(
+                "wrote a directory at {}, not the file `output` names",
+                written.display()
+            )));
+        }
+        Ok(_) if std::fs::metadata(written).is_ok_and(|m| m.is_file()) => {}
+        _ => return Err(not_written(&format!("did not write its output {}", written.display()))),
     }
+    if written != output {
+        std::fs::rename(written, output).map_err(|e| {
+            TaskError::msg(format!(
+                "cannot move the output {} into place at {}: {e}",
+                written.display(),
+                output.display()
+            ))
+        })?;
+    }
+    Ok(Value::Path(output.to_path_buf()))
 }
 
 /// Creates the output's folder and removes a stale file there, so that "the output exists"
-/// means this command wrote it. A directory (a store some tools write) is left alone.
+/// means this command wrote it. A directory there is an error: it never satisfies a file
+/// output, and is not the runner's to remove.
 fn prepare_output(output: &Path) -> Result<(), TaskError> {
     if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
             .map_err(|e| TaskError::msg(format!("cannot create the folder of output {}: {e}", output.display())))?;
     }
-    if output.is_file() {
+    if output.is_dir() {
+        return Err(TaskError::msg(format!(
+            "output {} is a directory; `output` names the file the command writes (remove the directory, or name \
+             another file)",
+            output.display()
+        )));
+    }
+    if std::fs::symlink_metadata(output).is_ok() {
         std::fs::remove_file(output)
             .map_err(|e| TaskError::msg(format!("cannot remove the stale output {}: {e}", output.display())))?;
     }
     Ok(())
 }
 
+/// A relative path that starts with `-` with `./` before it, so that no command reads it as
+/// an option (`cat -n.txt` would number the lines of stdin).
+fn never_an_option(path: PathBuf) -> PathBuf {
+    if path.is_relative() && path.as_os_str().as_encoded_bytes().first() == Some(&b'-') {
+        Path::new(".").join(path)
+    } else {
+        path
+    }
+}
+
 /// One template item rendered: inputs as their (single) file path, `{output}` as the output.
 fn render(item: &str, inputs: &Inputs, output: Option<&Path>, files: &mut InputFiles) -> Result<OsString, TaskError> {
     let mut out = OsString::new();
-    for piece in pieces(item) {
+    for (at, piece) in pieces(item).into_iter().enumerate() {
+        // Only a path at the start of an item can be read as an option.
+        let path = |path: PathBuf| if at == 0 { never_an_option(path) } else { path };
         match piece {
             Piece::Text(text) => out.push(text),
             Piece::Output => match output {
-                Some(path) => out.push(path),
+                Some(output) => out.push(path(output.to_path_buf())),
                 None => return Err(TaskError::msg("`{output}` is used but the step has no `output` arg")),
             },
             Piece::Input(name) => {
@@ -196,7 +279,7 @@ fn render(item: &str, inputs: &Inputs, output: Option<&Path>, files: &mut InputF
                         "input `{name}` is a gathered list; only a whole item `{{input.{name}}}` of `command` can expand it"
                     )));
                 }
-                out.push(files.path_of(input, 0)?);
+                out.push(path(files.path_of(input, 0)?));
             }
         }
     }
@@ -209,6 +292,7 @@ struct Parsed {
     command: Vec<String>,
     output: Option<String>,
     env: Vec<(String, String)>,
+    reads: Vec<String>,
 }
 
 impl Parsed {
@@ -234,21 +318,46 @@ impl Parsed {
             Some(Json::String(path)) if !path.is_empty() => Some(path.clone()),
             Some(other) => return Err(ArgError::new("output", format!("`output` must be a file path, got {other}"))),
         };
+        if let Some(item) = command.iter().find(|item| item.contains('\0')) {
+            return Err(ArgError::new(
+                "command",
+                format!("`command` item {item:?} holds a NUL byte, which no argv can"),
+            ));
+        }
         let env = match args.get("env") {
             None | Some(Json::Null) => Vec::new(),
             Some(Json::Object(map)) => map
                 .iter()
                 .map(|(key, value)| {
-                    scalar_text(value).map(|v| (key.clone(), v)).ok_or_else(|| {
+                    check_env_name(key)?;
+                    let value = scalar_text(value).ok_or_else(|| {
                         ArgError::new("env", format!("`env` values must be strings; `{key}` is {value}"))
-                    })
+                    })?;
+                    if value.contains('\0') {
+                        return Err(ArgError::new("env", format!("`env` value of `{key}` holds a NUL byte")));
+                    }
+                    Ok((key.clone(), value))
                 })
                 .collect::<Result<Vec<_>, _>>()?,
             Some(other) => {
                 return Err(ArgError::new("env", format!("`env` must be a map of names to strings, got {other}")));
             }
         };
-        Ok(Parsed { command, output, env })
+        const READS: &str = "a list of file or folder paths, e.g. [in/static/orography.nc]";
+        let reads = match args.get("reads") {
+            None | Some(Json::Null) => Vec::new(),
+            Some(Json::String(path)) => vec![path.clone()],
+            Some(Json::Array(items)) => items
+                .iter()
+                .map(|item| {
+                    item.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| ArgError::new("reads", format!("`reads` must be {READS}; got the item {item}")))
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            Some(other) => return Err(ArgError::new("reads", format!("`reads` must be {READS}; got {other}"))),
+        };
+        Ok(Parsed { command, output, env, reads })
     }
 
     /// Every template item with the arg it comes from.
@@ -259,6 +368,21 @@ impl Parsed {
     fn mentions_output(&self) -> bool {
         self.items().any(|(_, item)| pieces(item).iter().any(|p| matches!(p, Piece::Output)))
     }
+}
+
+/// An environment variable's name as the OS takes it: not empty, no `=` (which would end the
+/// name and start its value), no NUL.
+fn check_env_name(name: &str) -> Result<(), ArgError> {
+    let problem = if name.is_empty() {
+        "is empty"
+    } else if name.contains('=') {
+        "holds `=`, which would end the name and begin its value"
+    } else if name.contains('\0') {
+        "holds a NUL byte"
+    } else {
+        return Ok(());
+    };
+    Err(ArgError::new("env", format!("`env` name {name:?} {problem}; expected a name such as OMP_NUM_THREADS")))
 }
 
 /// A string, number or boolean as text.
@@ -425,6 +549,12 @@ mod tests {
             (Some("command"), "`{output}` is used but the step has no `output` arg")
         );
         assert!(check(json!({"command": ["x"], "env": {"A": [1]}})).unwrap_err().1.contains("`A` is [1]"));
+        for (name, problem) in [("A=B", "holds `=`"), ("", "is empty"), ("A\u{0}B", "holds a NUL byte")] {
+            let (arg, message) = check(json!({"command": ["env"], "env": {name: "x"}})).unwrap_err();
+            assert_eq!(arg.as_deref(), Some("env"));
+            assert!(message.contains(problem), "{name:?}: {message}");
+        }
+        assert!(check(json!({"command": ["a\u{0}b"]})).unwrap_err().1.contains("NUL byte"));
     }
 
     #[test]
