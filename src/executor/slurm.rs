@@ -18,8 +18,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use runner_plugin::size::format_size;
-use runner_plugin::{FailureKind, TaskError};
+use runner_plugin::{FailureKind, TaskError, Value};
 
+use super::attempt::TaskOutcome;
 use super::job::{RunFolder, TaskResult, failure_kind};
 use super::{RemoteExecutor, RemoteOutcome, Unit};
 use crate::measure::PeakSource;
@@ -105,8 +106,21 @@ struct InFlight {
     /// Which of `units` are settled (their worker may have taken the result already).
     done: Vec<bool>,
     mem_bytes: u64,
-    /// When each element was first seen ended without all its results, and how it ended.
-    ended: HashMap<u32, (Instant, JobState)>,
+    time_limit: Option<Duration>,
+    /// When each element was first seen ended without all its results (or with a failed one),
+    /// how it ended, and the node(s) it had.
+    ended: HashMap<u32, (Instant, JobState, Option<String>)>,
+}
+
+/// A unit's tasks that did not finish on a node that was lost.
+struct LostUnit {
+    unit: u64,
+    step: String,
+    indices: Vec<u64>,
+    mem_bytes: u64,
+    time_limit: Option<Duration>,
+    element: Element,
+    nodes: Option<String>,
 }
 
 /// A unit that is over: each task's result, or how the job ended without one.
@@ -318,12 +332,15 @@ impl SlurmExecutor {
         let mut queue = self.lock();
         queue.submitting = false;
         for unit in &group {
-            queue.units.insert(unit.unit, (unit.step.clone(), unit.indices.clone()));
+            // A unit submitted again after its node was lost keeps every task it had: its
+            // worker waits for all of their results.
+            queue.units.entry(unit.unit).or_insert_with(|| (unit.step.clone(), unit.indices.clone()));
         }
         match submitted {
             Ok(job) => {
                 let done = vec![false; units.len()];
-                queue.in_flight.push(InFlight { job, step, units, done, mem_bytes, ended: HashMap::new() })
+                let ended = HashMap::new();
+                queue.in_flight.push(InFlight { job, step, units, done, mem_bytes, time_limit, ended })
             }
             Err(error) => {
                 let error = TaskError::msg(format!("submitting to Slurm failed: {error}"));
@@ -356,7 +373,9 @@ impl SlurmExecutor {
             workdir: Some(self.invocation.workdir.clone()),
             partition: self.options.partition.clone(),
             account: self.options.account.clone(),
-            extra_args: self.options.extra_args.clone(),
+            // Slurm must not run an element again by itself (after its node failed): the tasks
+            // it lost are submitted again from here, where their results are waited for.
+            extra_args: [vec!["--no-requeue".to_string()], self.options.extra_args.clone()].concat(),
         };
         let array =
             ArraySpec { job, tasks: units.len() as u32, throttle: None, mapping: TaskMapping::IndexFile(index_file) };
@@ -433,6 +452,7 @@ impl SlurmExecutor {
                 TaskError::msg(format!("asking Slurm about its job failed for {} s: {why}", QUEUE_PATIENCE.as_secs()))
             });
         let mut abandoned = Vec::new();
+        let mut lost_units = Vec::new();
         let Queue { in_flight, units, settled, .. } = &mut *queue;
         for flight in in_flight.iter_mut() {
             for (element, &unit) in flight.units.iter().enumerate() {
@@ -444,14 +464,15 @@ impl SlurmExecutor {
                     continue;
                 };
                 let element_id = Element { job: flight.job.id, index: Some(element as u32) };
-                if let Some(observed) = report.as_ref().map(|r| r.get(element_id)) {
-                    let ended = match observed {
+                if let Some(report) = report.as_ref() {
+                    let ended = match report.get(element_id) {
                         Observed::Known { state, .. } if state.is_finished() => Some(state.clone()),
                         Observed::Vanished => Some(JobState::Unrecognised("gone from the queue".into())),
                         Observed::Known { .. } => None,
                     };
                     if let Some(state) = ended {
-                        flight.ended.entry(element as u32).or_insert((Instant::now(), state));
+                        let nodes = report.nodes(element_id).map(str::to_string);
+                        flight.ended.entry(element as u32).or_insert((Instant::now(), state, nodes));
                     }
                 }
                 // Tasks run one after another, each writing its result: the last one's is there
@@ -463,7 +484,35 @@ impl SlurmExecutor {
                 }
                 let results: Vec<Option<TaskResult>> =
                     indices.iter().map(|&index| self.folder.read_result(step, index)).collect();
-                if results.iter().all(Option::is_some) {
+                if let Some((_, JobState::NodeFail, nodes)) = &ended {
+                    // Its node was lost: what did not succeed there (killed with the node, or
+                    // never started) runs again elsewhere, as if it had not been tried.
+                    let unfinished: Vec<u64> = indices
+                        .iter()
+                        .zip(&results)
+                        .filter(|(_, result)| !result.as_ref().is_some_and(|r| r.ok))
+                        .map(|(&index, _)| index)
+                        .collect();
+                    flight.done[element] = true;
+                    if !unfinished.is_empty() {
+                        let lost = LostUnit {
+                            unit,
+                            step: step.clone(),
+                            indices: unfinished,
+                            mem_bytes: flight.mem_bytes,
+                            time_limit: flight.time_limit,
+                            element: element_id,
+                            nodes: nodes.clone(),
+                        };
+                        lost_units.push(lost);
+                        continue;
+                    }
+                }
+                let all_ok = results.iter().all(|r| r.as_ref().is_some_and(|r| r.ok));
+                // A failed result is trusted once the element is seen ended: a task killed as
+                // its node went down writes one, and only the job's state tells the two apart.
+                let settles = all_ok || (ended.is_some() && results.iter().all(Option::is_some));
+                if settles {
                     let results = results.into_iter().map(|r| Ok(r.expect("all present"))).collect();
                     settled.insert(unit, Settled { results });
                     flight.done[element] = true;
@@ -471,7 +520,9 @@ impl SlurmExecutor {
                 }
                 let error = match (&ended, &gave_up) {
                     // An element that ran out of memory wrote all it will; others get a grace.
-                    (Some((since, state)), _) if *state == JobState::OutOfMemory || since.elapsed() >= RESULT_GRACE => {
+                    (Some((since, state, _)), _)
+                        if *state == JobState::OutOfMemory || since.elapsed() >= RESULT_GRACE =>
+                    {
                         let log = crate::slurm::log_paths(&self.job_spec_for_logs(&flight.step), element_id).1;
                         lost(state, flight.mem_bytes, &log)
                     }
@@ -488,6 +539,9 @@ impl SlurmExecutor {
         }
         in_flight.retain(|f| f.done.iter().any(|done| !done));
         drop(queue);
+        for lost in lost_units {
+            self.submit_again(lost);
+        }
         self.changed.notify_all();
         abandoned.dedup();
         if !abandoned.is_empty()
@@ -495,6 +549,34 @@ impl SlurmExecutor {
         {
             tracing::warn!("cancelling the abandoned Slurm jobs failed: {error}");
         }
+    }
+
+    /// Puts the tasks a lost node took with it back in line for submission, under their unit's
+    /// id (its worker goes on waiting for it), and says so.
+    fn submit_again(&self, lost: LostUnit) {
+        let LostUnit { unit, step, indices, mem_bytes, time_limit, element, nodes } = lost;
+        let node = nodes.as_deref().unwrap_or("its node");
+        tracing::warn!(
+            "node {node} was lost under Slurm job {element} (NODE_FAIL): its {} unfinished task(s) of step \
+             `{step}` (indices {}) are submitted again, elsewhere, not counted as attempts",
+            indices.len(),
+            indices.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
+        );
+        let mut text = String::new();
+        for &index in &indices {
+            // What the task wrote as it was killed is not its result.
+            let _ = std::fs::remove_file(self.folder.result(&step, index));
+            text.push_str(&index.to_string());
+            text.push('\n');
+        }
+        let mut queue = self.lock();
+        if let Err(error) = crate::values::write_atomically(&self.folder.unit(unit), text.as_bytes()) {
+            let error = TaskError::msg(format!("cannot write the unit file to submit it again: {error}"));
+            let tasks = queue.units.get(&unit).map_or(indices.len(), |(_, all)| all.len());
+            queue.fail_unit(unit, tasks, &error);
+            return;
+        }
+        queue.pending.push(Pending { unit, step, indices, mem_bytes, time_limit, since: Instant::now() });
     }
 
     /// The spec's fields that name its log files.
@@ -598,12 +680,19 @@ impl RemoteExecutor for SlurmExecutor {
             .map(|(&index, result)| match result {
                 // A job killed at its limit peaked there: what the retry must be larger than.
                 Err(error) if error.kind() == FailureKind::OutOfMemory => {
-                    RemoteOutcome { peak: job_mem(unit.mem_bytes), ..remote_failure(index, error) }
+                    let mut outcome = remote_failure(index, error);
+                    outcome.outcome.peak = job_mem(unit.mem_bytes);
+                    outcome
                 }
                 Err(error) => remote_failure(index, error),
                 Ok(result) => self.outcome(index, result),
             })
             .collect()
+    }
+
+    /// A value file in the run folder, as a job of this run would have written it.
+    fn adopt(&self, step: &str, index: u64, value: &Value) -> std::io::Result<()> {
+        crate::values::write(&self.folder.values(step), index, value).map(drop)
     }
 
     /// Stops submitting, waits (bounded) for an `sbatch` under way, then cancels every job in
@@ -641,33 +730,31 @@ impl SlurmExecutor {
     fn outcome(&self, index: u64, result: TaskResult) -> RemoteOutcome {
         let peak_source = PeakSource::parse(&result.peak_source).unwrap_or_default();
         let outcome = match (result.ok, result.value) {
-            (true, Some(value)) => Ok(self.folder.root.join(value)),
+            (true, Some(value)) => Ok(Value::Path(self.folder.root.join(value))),
             (true, None) => Err(TaskError::msg("the job reported success but no value file")),
             (false, _) => Err(TaskError::of_kind(
                 failure_kind(result.failure.as_deref().unwrap_or("error")),
                 result.error.unwrap_or_else(|| "failed in its job".to_string()),
             )),
         };
-        RemoteOutcome {
-            index,
+        let outcome = TaskOutcome {
             result: outcome,
             peak: result.peak_bytes,
             peak_source,
-            wall: Duration::from_millis(result.wall_ms),
-            output_bytes: result.output_bytes,
             log_path: result.log_path,
-        }
+            elapsed: Duration::from_millis(result.wall_ms),
+        };
+        RemoteOutcome { index, outcome, output_bytes: result.output_bytes }
     }
 }
 
 fn remote_failure(index: u64, error: TaskError) -> RemoteOutcome {
-    RemoteOutcome {
-        index,
+    let outcome = TaskOutcome {
         result: Err(error),
         peak: 0,
         peak_source: PeakSource::Allocator,
-        wall: Duration::ZERO,
-        output_bytes: 0,
         log_path: None,
-    }
+        elapsed: Duration::ZERO,
+    };
+    RemoteOutcome { index, outcome, output_bytes: 0 }
 }
