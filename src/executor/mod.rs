@@ -52,7 +52,7 @@ pub trait RemoteExecutor: Sync {
     /// Makes the output of a task `--resume` took over (`value`, as the run it comes from left
     /// it) readable by the units that read it, as if the task had run here: remote tasks read
     /// their inputs where the executor keeps its values.
-    fn adopt(&self, step: &str, index: u64, value: &Value) -> std::io::Result<()>;
+    fn adopt(&self, step: &str, index: u64, value: &Value) -> Result<(), crate::values::ValueFileError>;
 
     /// Cancels everything submitted and not finished (Ctrl-C, an aborted run).
     fn cancel_all(&self);

@@ -691,7 +691,7 @@ impl RemoteExecutor for SlurmExecutor {
     }
 
     /// A value file in the run folder, as a job of this run would have written it.
-    fn adopt(&self, step: &str, index: u64, value: &Value) -> std::io::Result<()> {
+    fn adopt(&self, step: &str, index: u64, value: &Value) -> Result<(), crate::values::ValueFileError> {
         crate::values::write(&self.folder.values(step), index, value).map(drop)
     }
 
