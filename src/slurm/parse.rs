@@ -269,10 +269,10 @@ mod tests {
     fn squeue_rows_reject_another_format() {
         let err = squeue_rows("12 12 N/A RUNNING None\n").unwrap_err();
         assert_eq!(err.found, "12 12 N/A RUNNING None");
-        assert!(err.expected.contains("%A|%F|%K|%T|%r"));
-        assert!(squeue_rows("12|12|N/A|RUNNING").is_err(), "no reason column");
-        assert!(squeue_rows("x|12|N/A|RUNNING|None").is_err());
-        assert!(squeue_rows("12|12|5-1|RUNNING|None").is_err());
+        assert!(err.expected.contains("%A|%F|%K|%T|%N|%r"));
+        assert!(squeue_rows("12|12|N/A|RUNNING|n1").is_err(), "no reason column");
+        assert!(squeue_rows("x|12|N/A|RUNNING|n1|None").is_err());
+        assert!(squeue_rows("12|12|5-1|RUNNING|n1|None").is_err());
         assert_eq!(squeue_rows("\n").unwrap(), vec![]);
     }
 
