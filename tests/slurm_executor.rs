@@ -673,10 +673,8 @@ struct NodeBack<'a>(&'a str);
 
 impl Drop for NodeBack<'_> {
     fn drop(&mut self) {
-        let _ = Command::new("scontrol")
-            .args(["update", "nodename=n2", "state=resume"])
-            .env("SLURM_CONF", self.0)
-            .status();
+        let _ =
+            Command::new("scontrol").args(["update", "nodename=n2", "state=resume"]).env("SLURM_CONF", self.0).status();
     }
 }
 

@@ -203,7 +203,11 @@ impl Host for TaskHost<'_> {
     /// the task holds meanwhile, is kept for the task's record whatever happens.
     fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
         let cancelled = || self.cancelled();
-        let log = self.site.log_root().join(file_name(&self.task.step.name)).join(format!("{}.log", file_name(self.task.key)));
+        let log = self
+            .site
+            .log_root()
+            .join(file_name(&self.task.step.name))
+            .join(format!("{}.log", file_name(self.task.key)));
         let task = command::TaskCommand {
             default_log: log,
             timeout: self.limits.timeout,

@@ -345,7 +345,9 @@ pub fn run_with(
         fingerprints: sink.map(|_| Fingerprints::new(recipe)),
         output_claims: output_claims::OutputClaims::new(recipe),
         scratch_root: options.work_dir.join("scratch"),
-        log_root: PathBuf::from("runner-logs").join(attempt::file_name(&recipe.name)).join(attempt::file_name(&recipe.cycle)),
+        log_root: PathBuf::from("runner-logs")
+            .join(attempt::file_name(&recipe.name))
+            .join(attempt::file_name(&recipe.cycle)),
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
     progress.budget.store(options.budget, Ordering::Relaxed);
@@ -414,7 +416,10 @@ fn hand_over_reused(recipe: &Recipe, graph: &Graph, reuse: &Reuse, remote: &dyn 
                     }
                     let name = &recipe.steps[producer].name;
                     if let Err(error) = remote.adopt(name, p, &task.value()) {
-                        tracing::warn!("cannot hand the kept output of {name} task {p} to the {} jobs: {error}", remote.name());
+                        tracing::warn!(
+                            "cannot hand the kept output of {name} task {p} to the {} jobs: {error}",
+                            remote.name()
+                        );
                     }
                 });
             }
@@ -1104,7 +1109,8 @@ impl<'s, 'r> Worker<'s, 'r> {
                 refused.push((at, TaskError::msg(message)));
             }
         }
-        let submitted: Vec<usize> = (0..self.claimed.len()).filter(|at| !refused.iter().any(|(r, _)| r == at)).collect();
+        let submitted: Vec<usize> =
+            (0..self.claimed.len()).filter(|at| !refused.iter().any(|(r, _)| r == at)).collect();
         let indices: Vec<u64> = submitted.iter().map(|&at| self.claimed[at].picked.task.index).collect();
         let unit = Unit {
             step,
@@ -1113,8 +1119,11 @@ impl<'s, 'r> Worker<'s, 'r> {
             mem_bytes: submitted.iter().map(|&at| self.claimed[at].picked.reserved).max().unwrap_or(0),
             time_limit: job_time(step_def.timeout, shared.plan.steps[step].longest_task, indices.len()),
         };
-        let mut outcomes: Vec<(usize, RemoteOutcome)> =
-            if indices.is_empty() { Vec::new() } else { submitted.iter().copied().zip(remote.run_unit(&unit)).collect() };
+        let mut outcomes: Vec<(usize, RemoteOutcome)> = if indices.is_empty() {
+            Vec::new()
+        } else {
+            submitted.iter().copied().zip(remote.run_unit(&unit)).collect()
+        };
         let refused_at: Vec<usize> = refused.iter().map(|(at, _)| *at).collect();
         outcomes.extend(refused.into_iter().map(|(at, error)| {
             let index = self.claimed[at].picked.task.index;

@@ -47,8 +47,7 @@ pub struct QueueRow {
 /// id and index; a collapsed range of pending elements (`0-4%2`, printed without `-r`) is
 /// expanded.
 pub fn squeue_rows(stdout: &str) -> Result<Vec<QueueRow>, Unparsed> {
-    const EXPECTED: &str =
-        "`JOBID|ARRAYJOBID|ARRAYTASKID|STATE|NODELIST|REASON` (squeue -o '%A|%F|%K|%T|%N|%r')";
+    const EXPECTED: &str = "`JOBID|ARRAYJOBID|ARRAYTASKID|STATE|NODELIST|REASON` (squeue -o '%A|%F|%K|%T|%N|%r')";
     let mut rows = Vec::new();
     for line in stdout.lines().map(str::trim).filter(|l| !l.is_empty()) {
         let fields: Vec<&str> = line.splitn(6, '|').collect();
