@@ -228,3 +228,72 @@ impl Host for TaskHost<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use runner_plugin::{ArgSpec, Plugin};
+
+    use super::*;
+    use crate::Compiled;
+    use crate::recipe::CompileOptions;
+    use crate::registry::Registry;
+
+    const MIB: u64 = 1 << 20;
+
+    /// Holds a 64 MiB buffer while its command holds 48 MiB.
+    struct HoldsWhileItsCommandRuns;
+
+    impl Plugin for HoldsWhileItsCommandRuns {
+        fn name(&self) -> &'static str {
+            "holds_while_its_command_runs"
+        }
+        fn about(&self) -> &'static str {
+            "test plugin"
+        }
+        fn args(&self) -> &'static [ArgSpec] {
+            &[]
+        }
+        fn run(&self, ctx: &TaskContext, _args: &Args, _inputs: &Inputs) -> Result<Value, TaskError> {
+            let held = vec![1u8; (64 * MIB) as usize];
+            let script = "import time\nx = b'x' * (48 << 20)\ntime.sleep(0.3)";
+            ctx.command(&CommandSpec::new(["python3", "-c", script]))?;
+            Ok(Value::Json(serde_json::json!(held.len())))
+        }
+    }
+
+    struct Here(PathBuf);
+
+    impl Site for Here {
+        fn claim_outputs(&self, _args: &Args) -> Result<(), String> {
+            Ok(())
+        }
+        fn scratch_root(&self) -> &Path {
+            &self.0
+        }
+        fn log_root(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    #[test]
+    fn a_task_s_peak_is_its_heap_and_its_command_together() {
+        let registry = Registry::new([Arc::new(HoldsWhileItsCommandRuns) as Arc<dyn runner_plugin::Plugin>]);
+        let options = CompileOptions { cycle: "c".into(), set: vec![] };
+        let text = "recipe: r\nsteps:\n  s:\n    plugin: holds_while_its_command_runs\n";
+        let compiled = Compiled::from_text(Path::new("r.yaml"), text, &options, &registry).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let inputs = Inputs::new(&[]);
+        let step = &compiled.recipe.steps[0];
+        let task = TaskToRun { step, key: "", index: &[], cycle: "c", inputs: &inputs };
+        let limits = Limits { started: Instant::now(), timeout: None, command_limit: None };
+        let outcome = attempt(&task, &Here(dir.path().to_path_buf()), &limits);
+        assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+        // What the ledger counted while the command ran: the 64 MiB buffer and the command's
+        // 48 MiB (and Python's own), not the larger of the two.
+        assert!(outcome.peak >= 112 * MIB, "peak {} MiB", outcome.peak / MIB);
+        assert_ne!(outcome.peak_source, PeakSource::Allocator, "the command set the peak");
+        assert!(outcome.log_path.is_some_and(|log| log.starts_with(dir.path())));
+    }
+}
