@@ -993,20 +993,16 @@ impl<'s, 'r> Worker<'s, 'r> {
         let picked = self.claimed[at].picked;
         let TaskRef { step, index } = picked.task;
         let on_missing = self.shared.recipe.steps[step].on_missing;
-        let (result, output) = match outcome.result {
-            Ok(output) => (Outcome::Ok, Ok(output)),
+        let (result, output, error) = match outcome.result {
+            Ok(output) => (Outcome::Ok, output, None),
             Err(error) => {
                 let result = match (error.kind(), on_missing) {
                     (FailureKind::MissingInput, OnMissing::Skip) => Outcome::Skipped,
                     (FailureKind::MissingInput, OnMissing::Ignore) => Outcome::Dropped,
                     _ => Outcome::Failed,
                 };
-                (result, Err(error.to_string()))
+                (result, Value::None, Some(error.to_string()))
             }
-        };
-        let (output, error) = match output {
-            Ok(output) => (output, None),
-            Err(error) => (Value::None, Some(error)),
         };
         let output_bytes = remote_output_bytes.unwrap_or_else(|| output.buffer_bytes());
         // Consumers learn from the size of a path output's file (for a task run elsewhere, its
