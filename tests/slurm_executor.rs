@@ -1,6 +1,7 @@
-//! `runner run --executor slurm` against a real cluster: the single-node one `.ci/slurm/up`
+//! `runner run --executor slurm` against a real cluster: the three-node one `.ci/slurm/up`
 //! starts (found through its env file under `$RUNNER_SLURM_DIR`, default `target/slurm`). Without
-//! a running cluster these tests fail and say to run `.ci/slurm/up`; they never skip.
+//! a running cluster these tests fail and say to run `.ci/slurm/up`; they never skip. The test
+//! that takes a node down runs alone ([`CLUSTER`]): the others' jobs must not be lost with it.
 //!
 //! Each test runs the `runner` binary in a fresh directory with `SLURM_CONF` pointing at the
 //! cluster, and checks what a user would: the outputs (byte for byte against the local
@@ -16,6 +17,13 @@ use runner::executor::slurm::JOB_BASELINE;
 use runner::plan::PLUGIN_ESTIMATE_ALLOWANCE;
 
 const MIB: u64 = 1 << 20;
+
+/// Every test shares the cluster (a read lock) except the one that loses a node (the write lock).
+static CLUSTER: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+fn sharing_the_cluster() -> std::sync::RwLockReadGuard<'static, ()> {
+    CLUSTER.read().unwrap_or_else(|p| p.into_inner())
+}
 
 fn cluster_dir() -> PathBuf {
     std::env::var_os("RUNNER_SLURM_DIR")
@@ -198,6 +206,7 @@ fn executors(db: &rusqlite::Connection) -> Vec<String> {
 
 #[test]
 fn the_quickstart_on_slurm_writes_the_local_outputs_and_records_every_task() {
+    let _cluster = sharing_the_cluster();
     let conf = slurm_conf();
     let recipe =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/quickstart.yaml")).unwrap();
@@ -286,6 +295,7 @@ steps:
 
 #[test]
 fn a_recipe_of_commands_on_slurm_writes_the_local_outputs() {
+    let _cluster = sharing_the_cluster();
     let conf = slurm_conf();
     let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     for dir in [local.path(), remote.path()] {
@@ -319,14 +329,15 @@ fn a_recipe_of_commands_on_slurm_writes_the_local_outputs() {
 
 #[test]
 fn a_job_over_its_mem_is_retried_bigger_and_succeeds() {
+    let _cluster = sharing_the_cluster();
     let conf = slurm_conf();
     let dir = tempfile::tempdir().unwrap();
     // The plugin claims 1 MiB and allocates 150 MiB without telling the ledger: the first job's
-    // --mem (1 MiB + the baseline) cannot hold it.
+    // --mem (1 MiB + the baseline) cannot hold it; `retries: 1` runs it again, bigger.
     write(
         dir.path(),
         "outgrows.yaml",
-        "recipe: outgrows\nsteps:\n  grow:\n    plugin: alloc\n    \
+        "recipe: outgrows\nsteps:\n  grow:\n    plugin: alloc\n    retries: 1\n    \
          args: {bytes: 150MiB, estimate: 1MiB, announce: false, output_bytes: 1KiB}\n",
     );
     let args = ["run", "outgrows.yaml", "--cycle", "C", "--executor", "slurm", "--shared-dir", "shared"];
@@ -361,6 +372,7 @@ const LEARNS: &str = "recipe: learns\ndims: {member: 4}\nsteps:\n  hold:\n    pl
 
 #[test]
 fn a_later_cycle_s_mem_is_learned_from_the_earlier_ones() {
+    let _cluster = sharing_the_cluster();
     let conf = slurm_conf();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "learns.yaml", LEARNS);
@@ -422,6 +434,7 @@ fn a_later_cycle_s_mem_is_learned_from_the_earlier_ones() {
 
 #[test]
 fn ctrl_c_cancels_the_run_s_jobs() {
+    let _cluster = sharing_the_cluster();
     let conf = slurm_conf();
     let dir = tempfile::tempdir().unwrap();
     write(
@@ -480,6 +493,7 @@ fn ctrl_c_cancels_the_run_s_jobs() {
 
 #[test]
 fn a_job_slurm_refuses_fails_its_tasks_with_slurm_s_error() {
+    let _cluster = sharing_the_cluster();
     let conf = slurm_conf();
     let dir = tempfile::tempdir().unwrap();
     // No node has 100 TiB: sbatch refuses the job at once.
@@ -506,6 +520,7 @@ fn a_job_slurm_refuses_fails_its_tasks_with_slurm_s_error() {
 
 #[test]
 fn a_job_whose_runner_dies_fails_its_task_with_the_job_s_state_and_log() {
+    let _cluster = sharing_the_cluster();
     let conf = slurm_conf();
     let dir = tempfile::tempdir().unwrap();
     // The command kills the `runner task` that started it: the job ends without a result file.
@@ -528,6 +543,7 @@ fn a_job_whose_runner_dies_fails_its_task_with_the_job_s_state_and_log() {
 
 #[test]
 fn quick_tasks_share_a_job_once_their_times_are_known() {
+    let _cluster = sharing_the_cluster();
     let conf = slurm_conf();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "quick.yaml", "recipe: quick\ndims: {i: 8}\nsteps:\n  a:\n    plugin: noop\n    over: [i]\n");
@@ -544,4 +560,181 @@ fn quick_tasks_share_a_job_once_their_times_are_known() {
     // Cycle 1 knows nothing of the tasks: spread over --workers jobs, one task each. Cycle 2
     // knows they take no time: one job runs all eight (a job costs a second to start).
     assert_eq!(elements, [8, 1]);
+}
+
+/// Copies a member field after `sleep` seconds (argv: in.npy out.npy sleep).
+const SLOW_COPY: &str = r#"
+import sys, time, numpy as np
+field = np.load(sys.argv[1])
+time.sleep(float(sys.argv[3]))
+np.save(sys.argv[2], field * 2)
+"#;
+
+/// Six fields (kept for `--resume` by `cache: true`), each doubled by a command that takes
+/// 1 to 6 s, and their mean.
+const RESUMABLE: &str = r#"recipe: slurm-resume
+dims:
+  i: 6
+steps:
+  field:
+    plugin: synth
+    over: [i]
+    cache: true
+    args: {ny: 30, nx: 40, wet_fraction: 0.4, seed: "{i}"}
+  slow:
+    plugin: exec
+    over: [i]
+    inputs: {field: field}
+    memory: 64MiB
+    args:
+      command: [python3, tools/slow.py, "{input.field}", "{output}", "{i}"]
+      output: "out/slow_{i}.npy"
+      env: {OMP_NUM_THREADS: "1"}
+  blend:
+    plugin: exec
+    inputs: {members: slow}
+    memory: 64MiB
+    args:
+      command: [python3, tools/mean.py, "{output}", "{input.members}"]
+      output: "out/mean.npy"
+"#;
+
+/// The rows of run `run` of the store in `dir`, per status.
+fn statuses(dir: &Path, run: i64) -> BTreeMap<String, u64> {
+    let db = store(dir);
+    let mut statement = db.prepare("SELECT status, count(*) FROM tasks WHERE run_id = ?1 GROUP BY status").unwrap();
+    statement
+        .query_map([run], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)? as u64)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Waits (at most `limit`) until `done` says so, polling every 100 ms.
+fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not after {} s", limit.as_secs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_run_killed_mid_way_resumes_on_slurm_and_writes_the_local_outputs() {
+    let _cluster = sharing_the_cluster();
+    let conf = slurm_conf();
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for dir in [local.path(), remote.path()] {
+        write(dir, "tools/slow.py", SLOW_COPY);
+        write(dir, "tools/mean.py", MEAN);
+        write(dir, "resumable.yaml", RESUMABLE);
+    }
+    let out = runner(local.path(), &conf, &["run", "resumable.yaml", "--cycle", "C", "--workers", "6", "--no-record"]);
+    assert_exit(&out, 0);
+
+    let args = ["run", "resumable.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "6"];
+    let args = [&args[..], &["--shared-dir", "shared", "--db", "r.db"]].concat();
+    let mut first = runner_command(remote.path(), &conf, &args).stderr(Stdio::null()).spawn().unwrap();
+    // Killed once two slow tasks are recorded, while the others still run.
+    let recorded = || -> i64 {
+        let Ok(db) = rusqlite::Connection::open(remote.path().join("r.db")) else { return 0 };
+        db.query_row("SELECT count(*) FROM tasks WHERE step = 'slow' AND status = 'ok'", [], |r| r.get(0)).unwrap_or(0)
+    };
+    wait_until(Duration::from_secs(90), "two of the slow tasks recorded", || recorded() >= 2);
+    assert!(!remote.path().join("out/slow_5.npy").exists(), "the slowest task still runs when the runner is killed");
+    first.kill().unwrap();
+    first.wait().unwrap();
+    // What a user does next: cancel the killed run's jobs (nobody waits for them any more).
+    let killed_jobs: Vec<String> =
+        run_folders(remote.path()).iter().flat_map(|f| submitted(f)).map(|j| j.job.to_string()).collect();
+    let _ = Command::new("scancel").args(&killed_jobs).env("SLURM_CONF", &conf).status();
+
+    let out = runner(remote.path(), &conf, &[&args[..], &["--resume"]].concat());
+    assert_exit(&out, 0);
+    let said = stderr(&out);
+    assert!(said.contains("--resume: run 1 (killed)"), "{said}");
+    assert_eq!(assert_same_files(&local.path().join("out"), &remote.path().join("out")), 7);
+
+    let resumed = statuses(remote.path(), 2);
+    let reused = resumed.get("reused").copied().unwrap_or(0);
+    let ran = resumed.get("ok").copied().unwrap_or(0);
+    assert_eq!(reused + ran, 13, "every task is recorded once: {resumed:?}");
+    // The six fields are kept values, two slow tasks finished: at least eight are taken over.
+    assert!(reused >= 8, "fewer tasks ran again than the whole: {resumed:?}");
+    let db = store(remote.path());
+    let hashed: i64 = db
+        .query_row("SELECT count(*) FROM tasks WHERE run_id = 2 AND args_hash IS NOT NULL", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(hashed, 13, "the resumed run's tasks record their hashes too, for a later --resume");
+}
+
+/// Brings node `n2` back when the test ends, whatever happened.
+struct NodeBack<'a>(&'a str);
+
+impl Drop for NodeBack<'_> {
+    fn drop(&mut self) {
+        let _ =
+            Command::new("scontrol").args(["update", "nodename=n2", "state=resume"]).env("SLURM_CONF", self.0).status();
+    }
+}
+
+/// The node-list column of every running job of the cluster.
+fn running_on(conf: &str) -> Vec<String> {
+    let out = Command::new("squeue")
+        .args(["-h", "-t", "running", "-o", "%N"])
+        .env("SLURM_CONF", conf)
+        .output()
+        .expect("squeue");
+    String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn a_node_lost_mid_run_has_its_tasks_run_elsewhere() {
+    let _alone = CLUSTER.write().unwrap_or_else(|p| p.into_inner());
+    let conf = slurm_conf();
+    let recipe = r#"recipe: node-loss
+dims: {i: 6}
+steps:
+  work:
+    plugin: exec
+    over: [i]
+    memory: 16MiB
+    args:
+      command: [sh, -c, 'sleep 4 && echo {i} > "$0"', "{output}"]
+      output: "out/work_{i}.txt"
+"#;
+    let (local, remote) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for dir in [local.path(), remote.path()] {
+        write(dir, "loss.yaml", recipe);
+    }
+    let out = runner(local.path(), &conf, &["run", "loss.yaml", "--cycle", "C", "--workers", "6", "--no-record"]);
+    assert_exit(&out, 0);
+
+    let args = ["run", "loss.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "6", "--shared-dir", "shared"];
+    let mut child = runner_command(remote.path(), &conf, &[&args[..], &["--db", "r.db"]].concat())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _back = NodeBack(&conf);
+    // Six 4-second tasks, two a node: n2 goes down under two of them.
+    wait_until(Duration::from_secs(60), "tasks running on n2", || running_on(&conf).iter().any(|n| n == "n2"));
+    let down = Command::new("scontrol")
+        .args(["update", "nodename=n2", "state=down", "reason=runner-test"])
+        .env("SLURM_CONF", &conf)
+        .status()
+        .unwrap();
+    assert!(down.success());
+    let status = child.wait().unwrap();
+    let mut said = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut said).unwrap();
+    assert_eq!(status.code(), Some(0), "{said}");
+    assert!(said.contains("node n2 was lost"), "the node's loss is named: {said}");
+    assert!(said.contains("ok — 6 tasks (6 ok, 0 failed, 0 skipped)"), "{said}");
+    assert_eq!(assert_same_files(&local.path().join("out"), &remote.path().join("out")), 6);
+    // Not counted as attempts: every task has one, and no error.
+    let rows = rows_per_step(&store(remote.path()));
+    assert_eq!(rows["work"], (6, 6, 6, rows["work"].3), "{rows:?}");
+    // The lost tasks' second jobs ran on the nodes left.
+    let jobs = submitted(&run_folders(remote.path())[0]);
+    assert!(jobs.len() >= 2, "the lost tasks were submitted again: {jobs:?}");
 }

@@ -1,9 +1,19 @@
 # shellcheck shell=bash
-# Shared by .ci/slurm/{up,down,env}: where the single-node cluster lives. Sourced, not run.
+# Shared by .ci/slurm/{up,down,env}: where the three-node cluster lives and what its nodes are
+# called. Sourced, not run.
 #
 # Everything the cluster writes (config, munge key and socket, state, spool, logs, pid files) is
 # under one directory, $RUNNER_SLURM_DIR (default: target/slurm of the repository), so starting
 # and stopping it changes nothing else on the machine beyond the installed packages.
+
+# The cluster's nodes, each one slurmd on this host (`slurmd -N <name>`).
+# shellcheck disable=SC2034 # used by the scripts that source this file
+slurm_nodes=(n1 n2 n3)
+
+# The pid file of node $2's slurmd in cluster directory $1 (SlurmdPidFile=.../slurmd-%n.pid).
+slurmd_pidfile() {
+    echo "$1/run/slurmd-$2.pid"
+}
 
 slurm_repo_root() {
     (cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)

@@ -38,14 +38,6 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
         check_writable(path).with_context(|| format!("the summary cannot be written to {}", path.display()))?;
     }
     let slurm = args.executor.executor == super::ExecutorKind::Slurm;
-    if slurm && args.resume {
-        // Jobs hand values back as files in a run folder whose values the run removes when it
-        // ends, and they record no content hashes yet: nothing of such a run could be taken over.
-        return Err(super::UsageError(
-            "--resume works for runs in this process; it cannot yet resume runs with --executor slurm".into(),
-        )
-        .into());
-    }
     let mut options = if slurm { remote_options(&args.resources)? } else { run_options(&args.resources)? };
     let store = if args.no_record { record::open_history(&db)? } else { Some(record::open_for_recording(&db)?) };
     let remote = if slurm { Some(slurm_executor(&compiled, &args)?) } else { None };

@@ -10,20 +10,14 @@
 //! - `jobs.tsv`: every job submitted (id, step, elements, `--mem`, `--time`);
 //! - `logs/`, `scratch/`: the jobs' logs and the tasks' scratch folders.
 
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use runner_plugin::{
-    CommandOutcome, CommandSpec, DimValue, FailureKind, Host, Input, Inputs, ServiceIo, ServiceSpec, TaskContext,
-    TaskError, Value, task_tag,
-};
+use runner_plugin::{FailureKind, Input, Inputs, TaskError, Value};
 use serde::{Deserialize, Serialize};
 
+use super::attempt::{Limits, Site, TaskOutcome, TaskToRun, attempt};
 use crate::Compiled;
-use crate::command;
-use crate::measure::{self, PeakSource};
 use crate::recipe::StepId;
 use crate::values;
 
@@ -138,98 +132,57 @@ pub fn run_tasks(compiled: &Compiled, folder: &RunFolder, step: &str, indices: &
     Ok(())
 }
 
-/// Runs one task, measured, and writes its value.
+/// Runs one task, measured ([`attempt`]), and writes its value.
 fn run_one(compiled: &Compiled, folder: &RunFolder, step_id: StepId, index: u64) -> TaskResult {
     let started = Instant::now();
     let step = &compiled.recipe.steps[step_id];
     let (mut key, mut pairs) = (String::new(), Vec::new());
     compiled.graph.describe_task(&compiled.recipe, step_id, index, &mut key, &mut pairs);
-    let failed = |error: TaskError, peak: u64, log_path: Option<PathBuf>| TaskResult {
-        ok: false,
-        failure: Some(failure_name(error.kind()).to_string()),
-        error: Some(error.to_string()),
-        peak_bytes: peak,
-        peak_source: PeakSource::Allocator.as_str().to_string(),
-        wall_ms: started.elapsed().as_millis() as u64,
-        output_bytes: 0,
-        value: None,
-        log_path,
-    };
-    let (values, counts) = match read_inputs(compiled, folder, step_id, index) {
-        Ok(inputs) => inputs,
-        Err(error) => return failed(error, 0, None),
-    };
-    let tag = match measure::begin_new_task() {
-        Ok(tag) => tag,
-        Err(error) => return failed(TaskError::msg(format!("cannot measure the task: {error}")), 0, None),
-    };
-    let lookup = |name: &str| pairs.iter().find(|(n, _): &&(&str, DimValue)| *n == name).map(|(_, v)| v.clone());
-    let args = step.args.for_task(&lookup);
-    let host = JobHost {
-        scratch: folder.root.join("scratch").join(&step.name).join(sanitize(&key)),
-        log: folder.logs().join(&step.name).join(format!("{}.log", sanitize(&key))),
-        timeout: step.timeout,
-        started,
-        tag,
-        commands: Mutex::new(None),
-    };
-    let ctx = TaskContext::new(&step.name, &key, &compiled.recipe.cycle, &pairs, tag, &host);
-    let mut inputs: Vec<Input<'_>> = Vec::new();
-    let mut at = 0;
-    for (&edge, &count) in compiled.graph.steps[step_id].inputs.iter().zip(&counts) {
-        let e = &compiled.graph.edges[edge];
-        inputs.push(Input::new(&step.inputs[e.input].name, e.gathered, &values[at..at + count]));
-        at += count;
-    }
-    let outcome =
-        task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, &Inputs::new(&inputs)))));
-    let memory = measure::end_task(tag).ok();
-    let mut peak = memory.map_or(0, |m| m.peak_bytes);
-    let mut peak_source = PeakSource::Allocator;
-    let command = host.commands.into_inner().unwrap_or_else(|p| p.into_inner());
-    if let Some(command) = &command
-        && command.peak > peak
-    {
-        (peak, peak_source) = (command.peak, command.source);
-    }
-    let log_path = command.map(|c| c.log_path);
-    let outcome = match outcome {
-        Ok(result) => result,
-        Err(panic) => Err(TaskError::msg(format!("panicked: {}", crate::panics::message(&*panic)))),
-    };
-    let outcome = match (outcome, step.timeout) {
-        (Ok(_), Some(limit)) if started.elapsed() > limit => Err(TaskError::of_kind(
-            FailureKind::TimedOut,
-            format!(
-                "timed out: it ran {:.1} s, its step's timeout is {:.1} s",
-                started.elapsed().as_secs_f64(),
-                limit.as_secs_f64()
-            ),
-        )),
-        (outcome, _) => outcome,
-    };
-    let output = match outcome {
-        Ok(output) => output,
-        Err(error) => {
-            return TaskResult { peak_source: peak_source.as_str().to_string(), ..failed(error, peak, log_path) };
+    let outcome = match read_inputs(compiled, folder, step_id, index) {
+        Err(error) => TaskOutcome::failed(error, started),
+        Ok((values, counts)) => {
+            let mut inputs: Vec<Input<'_>> = Vec::new();
+            let mut at = 0;
+            for (&edge, &count) in compiled.graph.steps[step_id].inputs.iter().zip(&counts) {
+                let e = &compiled.graph.edges[edge];
+                inputs.push(Input::new(&step.inputs[e.input].name, e.gathered, &values[at..at + count]));
+                at += count;
+            }
+            let inputs = Inputs::new(&inputs);
+            let task = TaskToRun { step, key: &key, index: &pairs, cycle: &compiled.recipe.cycle, inputs: &inputs };
+            let site = JobSite { scratch: folder.root.join("scratch"), logs: folder.logs() };
+            // The job's `--mem` is its memory limit: its commands need none of their own.
+            let limits = Limits { started, timeout: step.timeout, command_limit: None };
+            attempt(&task, &site, &limits)
         }
     };
-    let output_bytes = output.buffer_bytes();
-    let value = match values::write(&folder.values(&step.name), index, &output) {
-        Ok(path) => path.strip_prefix(&folder.root).map(Path::to_path_buf).unwrap_or(path),
-        Err(error) => return failed(TaskError::msg(format!("cannot keep the output: {error}")), peak, log_path),
-    };
-    TaskResult {
-        ok: true,
+    let mut result = TaskResult {
+        ok: false,
         failure: None,
         error: None,
-        peak_bytes: peak,
-        peak_source: peak_source.as_str().to_string(),
-        wall_ms: started.elapsed().as_millis() as u64,
-        output_bytes,
-        value: Some(value),
-        log_path,
+        peak_bytes: outcome.peak,
+        peak_source: outcome.peak_source.as_str().to_string(),
+        wall_ms: 0,
+        output_bytes: 0,
+        value: None,
+        log_path: outcome.log_path,
+    };
+    let kept = outcome.result.and_then(|output| {
+        let path = values::write(&folder.values(&step.name), index, &output)
+            .map_err(|error| TaskError::msg(format!("cannot keep the output: {error}")))?;
+        Ok((output.buffer_bytes(), path.strip_prefix(&folder.root).map(Path::to_path_buf).unwrap_or(path)))
+    });
+    match kept {
+        Ok((output_bytes, value)) => {
+            (result.ok, result.output_bytes, result.value) = (true, output_bytes, Some(value));
+        }
+        Err(error) => {
+            result.failure = Some(failure_name(error.kind()).to_string());
+            result.error = Some(error.to_string());
+        }
     }
+    result.wall_ms = started.elapsed().as_millis() as u64;
+    result
 }
 
 /// The inputs of task `index` of `step_id`, from its producers' value files, edge by edge in
@@ -269,74 +222,24 @@ fn read_inputs(
     Ok((values, counts))
 }
 
-/// Makes a task key usable as a file name.
-fn sanitize(key: &str) -> String {
-    if key.is_empty() {
-        return "_".into();
-    }
-    key.chars().map(|c| if c.is_alphanumeric() || "=-_.,".contains(c) { c } else { '_' }).collect()
-}
-
-/// The engine services of a task inside a job: a scratch folder, commands measured and logged,
-/// the step's timeout. The job's `--mem` is its memory limit, so there is no ledger to grow.
-struct JobHost {
+/// Where a task runs inside a job: scratch folders and logs in the run folder. The submitting
+/// run claimed the task's outputs before it handed the unit over, and the job's `--mem` is its
+/// memory limit, so there is no ledger to grow.
+struct JobSite {
     scratch: PathBuf,
-    log: PathBuf,
-    timeout: Option<Duration>,
-    started: Instant,
-    tag: u32,
-    commands: Mutex<Option<command::CommandMeasured>>,
+    logs: PathBuf,
 }
 
-impl Host for JobHost {
-    fn scratch_dir(&self) -> std::io::Result<PathBuf> {
-        std::fs::create_dir_all(&self.scratch)?;
-        Ok(self.scratch.clone())
+impl Site for JobSite {
+    fn claim_outputs(&self, _args: &runner_plugin::Args) -> Result<(), String> {
+        Ok(())
     }
 
-    fn will_allocate(&self, _bytes: u64) {}
-
-    fn cancelled(&self) -> bool {
-        self.timeout.is_some_and(|limit| self.started.elapsed() > limit)
+    fn scratch_root(&self) -> &Path {
+        &self.scratch
     }
 
-    fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
-        let cancelled = || self.cancelled();
-        let task = command::TaskCommand {
-            default_log: self.log.clone(),
-            timeout: self.timeout,
-            started: self.started,
-            limit: None,
-            tag: self.tag,
-            cancelled: &cancelled,
-        };
-        command::run_for_task(spec, &task, |measured| self.note_measured(measured))
-    }
-
-    fn serve(
-        &self,
-        spec: &ServiceSpec,
-        work: &mut dyn FnMut(ServiceIo<'_>) -> Result<Value, TaskError>,
-    ) -> Result<Value, TaskError> {
-        let cancelled = || self.cancelled();
-        let task = command::TaskCommand {
-            default_log: self.log.clone(),
-            timeout: self.timeout,
-            started: self.started,
-            limit: None,
-            tag: self.tag,
-            cancelled: &cancelled,
-        };
-        command::service::serve_for_task(spec, &task, work, |measured| self.note_measured(measured))
-    }
-}
-
-impl JobHost {
-    fn note_measured(&self, measured: &command::CommandMeasured) {
-        let mut record = self.commands.lock().unwrap_or_else(|p| p.into_inner());
-        match record.as_mut() {
-            Some(r) if r.peak > measured.peak => r.log_path = measured.log_path.clone(),
-            _ => *record = Some(measured.clone()),
-        }
+    fn log_root(&self) -> &Path {
+        &self.logs
     }
 }

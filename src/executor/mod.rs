@@ -5,16 +5,16 @@
 //!   to it and waits; the tasks run elsewhere (`runner task`, [`job`]) and come back as value
 //!   and result files in a shared folder.
 
+pub mod attempt;
 pub mod job;
 pub mod slurm;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use runner_plugin::TaskError;
+use runner_plugin::Value;
 
-use crate::measure::PeakSource;
 use crate::recipe::StepId;
+use attempt::TaskOutcome;
 
 /// Tasks of one step that run together in one job (one after another), with what the job may
 /// use.
@@ -29,17 +29,14 @@ pub struct Unit<'a> {
     pub time_limit: Option<Duration>,
 }
 
-/// How one task of a unit ended.
+/// How one task of a unit ended: its attempt's outcome as the job measured it (its value a
+/// [`Value::Path`](runner_plugin::Value::Path) to its value file), and the bytes its output
+/// held there.
 #[derive(Debug)]
 pub struct RemoteOutcome {
     pub index: u64,
-    /// The task's value file, or why it failed.
-    pub result: Result<PathBuf, TaskError>,
-    pub peak: u64,
-    pub peak_source: PeakSource,
-    pub wall: Duration,
+    pub outcome: TaskOutcome,
     pub output_bytes: u64,
-    pub log_path: Option<PathBuf>,
 }
 
 /// Runs units of tasks somewhere other than the local worker pool.
@@ -51,6 +48,11 @@ pub trait RemoteExecutor: Sync {
     /// order. A job that ends without a task's result gives that task a failure saying how the
     /// job ended (out of memory, cancelled, timed out...).
     fn run_unit(&self, unit: &Unit<'_>) -> Vec<RemoteOutcome>;
+
+    /// Makes the output of a task `--resume` took over (`value`, as the run it comes from left
+    /// it) readable by the units that read it, as if the task had run here: remote tasks read
+    /// their inputs where the executor keeps its values.
+    fn adopt(&self, step: &str, index: u64, value: &Value) -> Result<(), crate::values::ValueFileError>;
 
     /// Cancels everything submitted and not finished (Ctrl-C, an aborted run).
     fn cancel_all(&self);

@@ -20,16 +20,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use runner_plugin::{
-    CommandOutcome, CommandSpec, DimValue, FailureKind, Host, Input, Inputs, InputsForEstimate, ServiceIo, ServiceSpec,
-    TaskContext, TaskError, Value, task_tag,
-};
+use runner_plugin::{DimValue, FailureKind, Input, Inputs, InputsForEstimate, TaskError, Value};
 use smallvec::SmallVec;
 
-use crate::command;
+use crate::executor::attempt::{self, TaskOutcome};
 use crate::executor::{RemoteExecutor, RemoteOutcome, Unit};
 use crate::graph::Graph;
-use crate::measure::{self, PeakSource, TaskMemory};
+use crate::measure::{self, PeakSource};
 use crate::memory::spill::{SpillDir, release_value_pages};
 use crate::memory::{Admission, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
@@ -253,6 +250,10 @@ struct Shared<'r> {
     fingerprints: Option<Fingerprints>,
     /// The output paths tasks have claimed: two tasks never write one file.
     output_claims: output_claims::OutputClaims,
+    /// Where tasks' scratch folders go (removed with the work dir) and their commands' logs
+    /// (kept: `runner-logs/<recipe>/<cycle>`).
+    scratch_root: PathBuf,
+    log_root: PathBuf,
 }
 
 impl<'r> Shared<'r> {
@@ -321,6 +322,9 @@ pub fn run_with(
             spill.parent().display()
         );
     }
+    if let (Some(remote), Some(reuse)) = (remote, reuse) {
+        hand_over_reused(recipe, graph, reuse, remote);
+    }
     let meter = RunMeter::new(workers * MAX_BATCH);
     let mut state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, reuse);
     state.take_over_reused();
@@ -340,6 +344,10 @@ pub fn run_with(
         reuse,
         fingerprints: sink.map(|_| Fingerprints::new(recipe)),
         output_claims: output_claims::OutputClaims::new(recipe),
+        scratch_root: options.work_dir.join("scratch"),
+        log_root: PathBuf::from("runner-logs")
+            .join(attempt::file_name(&recipe.name))
+            .join(attempt::file_name(&recipe.cycle)),
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
     progress.budget.store(options.budget, Ordering::Relaxed);
@@ -390,6 +398,32 @@ pub fn run_with(
         not_run: state.unfinished(),
         spills,
         missing,
+    }
+}
+
+/// Gives `remote` the outputs of the tasks `--resume` takes over that a task that runs again
+/// reads (each once), so that its jobs find them as they find the outputs of this run's tasks.
+fn hand_over_reused(recipe: &Recipe, graph: &Graph, reuse: &Reuse, remote: &dyn RemoteExecutor) {
+    let mut handed: Vec<std::collections::HashSet<u64>> = vec![Default::default(); recipe.steps.len()];
+    for &step in &graph.topo {
+        for index in (0..graph.steps[step].tasks).filter(|&index| reuse.get(step, index).is_none()) {
+            for &edge in &graph.steps[step].inputs {
+                let producer = graph.edges[edge].producer;
+                graph.for_each_producer(edge, index, |p| {
+                    let Some(task) = reuse.get(producer, p) else { return };
+                    if !handed[producer].insert(p) {
+                        return;
+                    }
+                    let name = &recipe.steps[producer].name;
+                    if let Err(error) = remote.adopt(name, p, &task.value()) {
+                        tracing::warn!(
+                            "cannot hand the kept output of {name} task {p} to the {} jobs: {error}",
+                            remote.name()
+                        );
+                    }
+                });
+            }
+        }
     }
 }
 
@@ -908,7 +942,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         let picked = self.claimed[at].picked;
         let TaskRef { step, index } = picked.task;
         self.describe_task(step, index);
-        let picked = match self.own_estimate(at) {
+        let mut picked = match self.own_estimate(at) {
             Some(plugin_estimate) if plugin_estimate > picked.plugin_estimate => {
                 self.regrow.push((picked, plugin_estimate));
                 return None;
@@ -917,61 +951,95 @@ impl<'s, 'r> Worker<'s, 'r> {
             None => picked,
         };
         let step_def = &self.shared.recipe.steps[step];
-        let (on_missing, retries, timeout) = (step_def.on_missing, step_def.retries, step_def.timeout);
-        let mut picked = picked;
         let mut attempts = 0;
-        let (attempt, result, wall) = loop {
+        let outcome = loop {
             attempts += 1;
             // The first attempt starts when the task does: one clock reading a task.
             let attempt_started = if attempts == 1 { started } else { Instant::now() };
-            let attempt = self.attempt(at, &picked, timeout, attempt_started);
-            match &attempt.result {
-                // A missing input is not retried: `on_missing` says what it means.
-                Err(error) if error.kind() != FailureKind::MissingInput && attempts <= retries => {
+            let outcome = self.attempt(at, &picked, attempt_started);
+            match &outcome.result {
+                Err(error) if attempt::may_retry(error, attempts, step_def.retries) => {
                     tracing::info!(
                         "task {}[{}] failed, attempt {attempts} of {}: {error}",
                         step_def.name,
                         self.key,
-                        retries + 1
+                        step_def.retries + 1
                     );
                     if error.kind() == FailureKind::OutOfMemory {
-                        picked = self.grow_after_oom(picked, attempt.peak);
+                        picked = self.grow_after_oom(picked, outcome.peak);
                     }
                 }
-                _ => {
-                    let wall = if attempts == 1 { attempt.elapsed } else { started.elapsed() };
-                    break (attempt.measured(started), attempt.result, wall);
-                }
+                _ => break outcome,
             }
         };
-        let (outcome, output, error) = match result {
+        let wall = if attempts == 1 { outcome.elapsed } else { started.elapsed() };
+        self.claimed[at].picked = picked;
+        Some(self.conclude(at, outcome, attempts, wall, started, None))
+    }
+
+    /// Applies what follows an outcome, once, wherever the task ran: `on_missing`, the resume
+    /// hashes and kept value, the record, the step's statistics, the failure for the report.
+    /// `remote_output_bytes` is what a task run elsewhere said its output held (its value here
+    /// is a value file, which holds no buffer).
+    fn conclude(
+        &mut self,
+        at: usize,
+        outcome: TaskOutcome,
+        attempts: u32,
+        wall: Duration,
+        started: Instant,
+        remote_output_bytes: Option<u64>,
+    ) -> Finished {
+        let picked = self.claimed[at].picked;
+        let TaskRef { step, index } = picked.task;
+        let on_missing = self.shared.recipe.steps[step].on_missing;
+        let (result, output, error) = match outcome.result {
             Ok(output) => (Outcome::Ok, output, None),
-            Err(error) => match (error.kind(), on_missing) {
-                (FailureKind::MissingInput, OnMissing::Skip) => {
-                    (Outcome::Skipped, Value::None, Some(error.to_string()))
-                }
-                (FailureKind::MissingInput, OnMissing::Ignore) => {
-                    (Outcome::Dropped, Value::None, Some(error.to_string()))
-                }
-                _ => (Outcome::Failed, Value::None, Some(error.to_string())),
-            },
+            Err(error) => {
+                let result = match (error.kind(), on_missing) {
+                    (FailureKind::MissingInput, OnMissing::Skip) => Outcome::Skipped,
+                    (FailureKind::MissingInput, OnMissing::Ignore) => Outcome::Dropped,
+                    _ => Outcome::Failed,
+                };
+                (result, Value::None, Some(error.to_string()))
+            }
         };
-        let output_bytes = output.buffer_bytes();
+        let output_bytes = remote_output_bytes.unwrap_or_else(|| output.buffer_bytes());
+        // Consumers learn from the size of a path output's file (for a task run elsewhere, its
+        // value file: the output's data), as from a buffer.
         let file_bytes = match &output {
             Value::Path(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
             _ => 0,
         };
-        let producers_hash = self.claimed[at].producers_hash;
-        let (hashes, output_path) = if outcome == Outcome::Ok {
-            self.hash_and_keep(picked.task, producers_hash, &output)
-        } else {
-            (None, None)
+        let (hashes, output_path) = match result {
+            Outcome::Ok => {
+                let producers_hash = self.claimed[at].producers_hash;
+                match (remote_output_bytes, &output) {
+                    // Hashed as the task returned it: the value its value file holds.
+                    (Some(_), Value::Path(file)) => match file.parent().map(|dir| crate::values::map(dir, index)) {
+                        Some(Ok(returned)) => self.hash_and_keep(picked.task, producers_hash, &returned),
+                        _ => (None, None),
+                    },
+                    _ => self.hash_and_keep(picked.task, producers_hash, &output),
+                }
+            }
+            _ => (None, None),
         };
         // Reported first: should the sink fail, the task is counted once, as the failure it becomes.
-        let measured = Measured { output_bytes, wall, attempts, hashes, output_path, ..attempt };
-        self.report(&picked, outcome, &measured, error.as_deref());
+        let measured = Measured {
+            peak: outcome.peak,
+            peak_source: outcome.peak_source,
+            output_bytes,
+            wall,
+            started,
+            attempts,
+            log_path: outcome.log_path,
+            hashes,
+            output_path,
+        };
+        self.report(&picked, result, &measured, error.as_deref());
         self.count(&picked, measured.peak, wall);
-        match outcome {
+        match result {
             Outcome::Ok => {
                 self.stats[step].ok += 1;
                 self.stats[step].output_bytes += output_bytes;
@@ -979,14 +1047,13 @@ impl<'s, 'r> Worker<'s, 'r> {
             Outcome::Failed => self.stats[step].failed += 1,
             Outcome::Skipped | Outcome::Dropped | Outcome::Reused => self.stats[step].skipped += 1,
         }
-        match (error, outcome) {
+        match (error, result) {
             (Some(error), Outcome::Failed) => self.fail(picked.task, error),
             (Some(error), _) => self.missing.push(self.failure(picked.task, error)),
             (None, _) => {}
         }
-        self.claimed[at].picked = picked;
         let hash = hashes.map_or(0, |h| h.output);
-        Some(Finished { outcome, output, file_bytes, hash, peak: measured.peak, wall })
+        Finished { outcome: result, output, file_bytes, hash, peak: measured.peak, wall }
     }
 
     /// For `--resume`, when the run is recorded: the hashes of what the task (described in
@@ -1019,145 +1086,101 @@ impl<'s, 'r> Worker<'s, 'r> {
     }
 
     /// Runs the claimed tasks (of one step) as one unit on the remote executor, then each task
-    /// that failed and may be retried again on its own — one that ran out of memory with a
-    /// larger reservation, at least once (a job that outgrew its `--mem` is retried bigger) —
-    /// and reports them all.
+    /// that failed and may be retried again on its own (one that ran out of memory with a
+    /// larger reservation), and reports them all. Each task's output paths are claimed here,
+    /// before it is handed over: a task whose claim fails is not submitted.
     fn run_remote(&mut self, remote: &dyn RemoteExecutor) {
         let Some(first) = self.claimed.first().map(|c| c.picked) else { return };
         let step = first.task.step;
-        let step_def = &self.shared.recipe.steps[step];
-        let (retries, on_missing) = (step_def.retries, step_def.on_missing);
+        let shared = self.shared;
+        let step_def = &shared.recipe.steps[step];
         let started = Instant::now();
-        let indices: Vec<u64> = self.claimed.iter().map(|c| c.picked.task.index).collect();
+        let mut refused: Vec<(usize, TaskError)> = Vec::new();
+        for at in 0..self.claimed.len() {
+            let task = self.claimed[at].picked.task;
+            self.describe_task(task.step, task.index);
+            let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
+            let args = step_def.args.for_task(&lookup);
+            if let Err(message) = shared.output_claims.claim(shared.recipe, shared.graph, task, &args) {
+                refused.push((at, TaskError::msg(message)));
+            }
+        }
+        let submitted: Vec<usize> =
+            (0..self.claimed.len()).filter(|at| !refused.iter().any(|(r, _)| r == at)).collect();
+        let indices: Vec<u64> = submitted.iter().map(|&at| self.claimed[at].picked.task.index).collect();
         let unit = Unit {
             step,
             step_name: &step_def.name,
             indices: &indices,
-            mem_bytes: self.claimed.iter().map(|c| c.picked.reserved).max().unwrap_or(0),
-            time_limit: job_time(step_def.timeout, self.shared.plan.steps[step].longest_task, indices.len()),
+            mem_bytes: submitted.iter().map(|&at| self.claimed[at].picked.reserved).max().unwrap_or(0),
+            time_limit: job_time(step_def.timeout, shared.plan.steps[step].longest_task, indices.len()),
         };
-        let outcomes = remote.run_unit(&unit);
-        for (at, mut outcome) in outcomes.into_iter().enumerate() {
+        let mut outcomes: Vec<(usize, RemoteOutcome)> = if indices.is_empty() {
+            Vec::new()
+        } else {
+            submitted.iter().copied().zip(remote.run_unit(&unit)).collect()
+        };
+        let refused_at: Vec<usize> = refused.iter().map(|(at, _)| *at).collect();
+        outcomes.extend(refused.into_iter().map(|(at, error)| {
+            let index = self.claimed[at].picked.task.index;
+            (at, RemoteOutcome { index, outcome: TaskOutcome::failed(error, started), output_bytes: 0 })
+        }));
+        for (at, mut remote_outcome) in outcomes {
             let mut picked = self.claimed[at].picked;
             let mut attempts = 1;
-            while let Err(error) = &outcome.result {
-                let kind = error.kind();
-                let allowed = if kind == FailureKind::OutOfMemory { retries.max(1) } else { retries };
-                if kind == FailureKind::MissingInput || attempts > allowed {
+            while let Err(error) = &remote_outcome.outcome.result {
+                // A task whose outputs another task claimed is never submitted.
+                if refused_at.contains(&at) || !attempt::may_retry(error, attempts, step_def.retries) {
                     break;
                 }
-                if kind == FailureKind::OutOfMemory {
-                    picked = self.grow_after_oom(picked, outcome.peak.max(picked.reserved));
+                if error.kind() == FailureKind::OutOfMemory {
+                    picked = self.grow_after_oom(picked, remote_outcome.outcome.peak.max(picked.reserved));
                 }
                 attempts += 1;
                 let one = [picked.task.index];
-                let time_limit = job_time(step_def.timeout, self.shared.plan.steps[step].longest_task, 1);
+                let time_limit = job_time(step_def.timeout, shared.plan.steps[step].longest_task, 1);
                 let retry = Unit { indices: &one, mem_bytes: picked.reserved, time_limit, ..unit.clone() };
                 match remote.run_unit(&retry).pop() {
-                    Some(again) => outcome = again,
+                    Some(again) => remote_outcome = again,
                     None => break,
                 }
             }
             self.claimed[at].picked = picked;
-            self.finish_remote(at, outcome, attempts, on_missing, started);
+            self.describe_task(picked.task.step, picked.task.index);
+            let wall = remote_outcome.outcome.elapsed;
+            let output_bytes = Some(remote_outcome.output_bytes);
+            let finished = self.conclude(at, remote_outcome.outcome, attempts, wall, started, output_bytes);
+            self.done.push((picked, finished));
         }
         self.claimed.clear();
         self.values.clear();
         self.counts.clear();
     }
 
-    /// Reports claimed task `at`, which ran remotely and ended with `outcome`.
-    fn finish_remote(
-        &mut self,
-        at: usize,
-        outcome: RemoteOutcome,
-        attempts: u32,
-        on_missing: OnMissing,
-        started: Instant,
-    ) {
-        let picked = self.claimed[at].picked;
-        let TaskRef { step, index } = picked.task;
-        self.describe_task(step, index);
-        let (outcome_kind, output, error) = match outcome.result {
-            Ok(path) => (Outcome::Ok, Value::Path(path), None),
-            Err(error) => match (error.kind(), on_missing) {
-                (FailureKind::MissingInput, OnMissing::Skip) => {
-                    (Outcome::Skipped, Value::None, Some(error.to_string()))
-                }
-                (FailureKind::MissingInput, OnMissing::Ignore) => {
-                    (Outcome::Dropped, Value::None, Some(error.to_string()))
-                }
-                _ => (Outcome::Failed, Value::None, Some(error.to_string())),
-            },
-        };
-        // Consumers learn from the size of the value file (the output's data), as from a buffer.
-        let file_bytes = match &output {
-            Value::Path(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
-            _ => 0,
-        };
-        let measured = Measured {
-            peak: outcome.peak,
-            peak_source: outcome.peak_source,
-            output_bytes: outcome.output_bytes,
-            wall: outcome.wall,
-            started,
-            attempts,
-            log_path: outcome.log_path,
-            hashes: None,
-            output_path: None,
-        };
-        self.report(&picked, outcome_kind, &measured, error.as_deref());
-        self.count(&picked, measured.peak, measured.wall);
-        match outcome_kind {
-            Outcome::Ok => {
-                self.stats[step].ok += 1;
-                self.stats[step].output_bytes += measured.output_bytes;
-            }
-            Outcome::Failed => self.stats[step].failed += 1,
-            Outcome::Skipped | Outcome::Dropped | Outcome::Reused => self.stats[step].skipped += 1,
-        }
-        match (error, outcome_kind) {
-            (Some(error), Outcome::Failed) => self.fail(picked.task, error),
-            (Some(error), _) => self.missing.push(self.failure(picked.task, error)),
-            (None, _) => {}
-        }
-        let finished =
-            Finished { outcome: outcome_kind, output, file_bytes, hash: 0, peak: measured.peak, wall: measured.wall };
-        self.done.push((picked, finished));
-    }
-
     /// One attempt at claimed task `at` under its reservation `picked`, starting at `started`:
-    /// refused when it needs more than the machine could give, failed when it outran `timeout`.
-    fn attempt(&self, at: usize, picked: &Picked, timeout: Option<Duration>, started: Instant) -> Attempt {
-        let (result, memory, command) = match self.shared.options.memory_limit {
-            Some(limit) if picked.reserved > limit => (Ok(Err(too_big_for_the_machine(picked, limit))), None, None),
-            _ => self.run_plugin(at, picked.reserved, started),
-        };
-        let elapsed = started.elapsed();
-        // A task that ran external commands or used a service holds its heap and their trees'
-        // memory at once (as the ledger counts them): its peak is their sum, measured as theirs.
-        let mut peak = memory.map_or(0, |m| m.peak_bytes);
-        let mut peak_source = PeakSource::Allocator;
-        if let Some(command) = &command {
-            (peak, peak_source) = (peak.saturating_add(command.peak), command.source);
+    /// refused when it needs more than the machine could give.
+    fn attempt(&self, at: usize, picked: &Picked, started: Instant) -> TaskOutcome {
+        let shared = self.shared;
+        if let Some(limit) = shared.options.memory_limit
+            && picked.reserved > limit
+        {
+            return TaskOutcome::failed(too_big_for_the_machine(picked, limit), started);
         }
-        let result = match result {
-            Ok(result) => result,
-            Err(panic) => Err(TaskError::msg(format!("panicked: {}", crate::panics::message(&*panic)))),
+        let claimed = &self.claimed[at];
+        let step_id = claimed.picked.task.step;
+        let step = &shared.recipe.steps[step_id];
+        let site = LocalSite { shared, task: picked.task, slot: picked.slot };
+        let limits = attempt::Limits {
+            started,
+            timeout: step.timeout,
+            // `--enforce-memory`: a command's tree may hold its task's reservation and a quarter more.
+            command_limit: shared.options.enforce_memory.then(|| picked.reserved.saturating_add(picked.reserved / 4)),
         };
-        // An in-process task cannot be stopped: one that returns after its timeout has failed.
-        let result = match (result, timeout) {
-            (Ok(_), Some(limit)) if elapsed > limit => Err(TaskError::of_kind(
-                FailureKind::TimedOut,
-                format!(
-                    "timed out: it ran {:.1} s, its step's timeout is {:.1} s",
-                    elapsed.as_secs_f64(),
-                    limit.as_secs_f64()
-                ),
-            )),
-            (result, _) => result,
-        };
-        Attempt { result, peak, peak_source, log_path: command.and_then(|c| c.log_path), elapsed }
+        self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
+            let task =
+                attempt::TaskToRun { step, key: &self.key, index: &self.index, cycle: &shared.recipe.cycle, inputs };
+            attempt::attempt(&task, &site, &limits)
+        })
     }
 
     /// An attempt ran out of memory under its reservation: the step's figure learns the peak,
@@ -1269,52 +1292,6 @@ impl<'s, 'r> Worker<'s, 'r> {
         Failure { step, key: self.key.clone(), error, step_id: task.step, index: task.index }
     }
 
-    /// Calls the plugin of claimed task `at` with its inputs, measured under a fresh tag and
-    /// catching panics; returns what it returned, what it allocated (`None` when no measurement
-    /// could be made, which the task's error then says), and what its external commands
-    /// measured if it ran any.
-    #[allow(clippy::type_complexity)]
-    fn run_plugin(
-        &self,
-        at: usize,
-        reserved: u64,
-        started: Instant,
-    ) -> (std::thread::Result<Result<Value, TaskError>>, Option<TaskMemory>, Option<CommandRecord>) {
-        let shared = self.shared;
-        let claimed = &self.claimed[at];
-        let step_id = claimed.picked.task.step;
-        let step = &shared.recipe.steps[step_id];
-        let lookup = |name: &str| self.index.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone());
-        let args = step.args.for_task(&lookup);
-        if let Err(message) = shared.output_claims.claim(shared.recipe, shared.graph, claimed.picked.task, &args) {
-            return (Ok(Err(TaskError::msg(message))), None, None);
-        }
-        let tag = match measure::begin_new_task() {
-            Ok(tag) => tag,
-            Err(error) => return (Ok(Err(TaskError::msg(format!("cannot measure the task: {error}")))), None, None),
-        };
-        shared.meter.attach(claimed.picked.slot, tag);
-        let host = TaskHost {
-            shared,
-            slot: claimed.picked.slot,
-            tag,
-            step: &step.name,
-            key: &self.key,
-            timeout: step.timeout,
-            started,
-            // `--enforce-memory`: a command's tree may hold its task's reservation and a quarter more.
-            command_limit: shared.options.enforce_memory.then(|| reserved.saturating_add(reserved / 4)),
-            commands: Mutex::new(None),
-        };
-        let ctx = TaskContext::new(&step.name, &self.key, &shared.recipe.cycle, &self.index, tag, &host);
-        let result = self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
-            task_tag::with(tag, || catch_unwind(AssertUnwindSafe(|| step.plugin.run(&ctx, &args, inputs))))
-        });
-        shared.meter.detach(claimed.picked.slot);
-        let commands = host.commands.into_inner().unwrap_or_else(|p| p.into_inner());
-        (result, measure::end_task(tag).ok(), commands)
-    }
-
     /// A panic outside any plugin (an engine bug, or a sink's): the tasks this worker claimed
     /// and ran fail with its message, so their dependants are skipped and nothing waits for
     /// them forever; the run goes on and ends failed.
@@ -1376,33 +1353,6 @@ struct Measured {
     output_path: Option<PathBuf>,
 }
 
-/// What one attempt at a task gave.
-struct Attempt {
-    result: Result<Value, TaskError>,
-    peak: u64,
-    peak_source: PeakSource,
-    log_path: Option<PathBuf>,
-    /// From its start to its end.
-    elapsed: Duration,
-}
-
-impl Attempt {
-    /// The attempt's figures, for the report of a task that started at `started`.
-    fn measured(&self, started: Instant) -> Measured {
-        Measured {
-            peak: self.peak,
-            peak_source: self.peak_source,
-            output_bytes: 0,
-            wall: Duration::ZERO,
-            started,
-            attempts: 1,
-            log_path: self.log_path.clone(),
-            hashes: None,
-            output_path: None,
-        }
-    }
-}
-
 /// The failure of a task that needs more memory than the process could ever have.
 fn too_big_for_the_machine(picked: &Picked, limit: u64) -> TaskError {
     use runner_plugin::size::format_size;
@@ -1440,66 +1390,40 @@ fn task_output(
     }
 }
 
-/// Makes a task key usable as a directory name.
-fn sanitize(key: &str) -> String {
-    if key.is_empty() {
-        return "_".into();
-    }
-    key.chars().map(|c| if c.is_alphanumeric() || "=-_.,".contains(c) { c } else { '_' }).collect()
-}
-
-/// The engine services of one running task; built on the stack, so it costs nothing unless
-/// the task asks for something.
-struct TaskHost<'a, 'r> {
+/// Where a local task's attempt runs: its outputs claimed in this run, its live bytes read by
+/// the ledger through its reservation slot, its reservation grown as it announces allocations.
+struct LocalSite<'a, 'r> {
     shared: &'a Shared<'r>,
+    task: TaskRef,
     slot: TaskSlot,
-    tag: u32,
-    step: &'a str,
-    key: &'a str,
-    /// The step's `timeout:`, which also bounds each command the task runs, and when this attempt
-    /// started.
-    timeout: Option<Duration>,
-    started: Instant,
-    /// The memory limit of the commands the task runs (`--enforce-memory`), unless the plugin
-    /// sets its own.
-    command_limit: Option<u64>,
-    /// What the task's external commands measured, if it ran any.
-    commands: Mutex<Option<CommandRecord>>,
 }
 
-/// The external commands of one task: their highest peak, how it was measured, their log.
-#[derive(Debug, Clone)]
-struct CommandRecord {
-    peak: u64,
-    source: PeakSource,
-    log_path: Option<PathBuf>,
-}
-
-impl TaskHost<'_, '_> {
-    /// Where a task's commands write when the plugin does not say: a file per task that
-    /// outlives the run, relative to the directory the runner started in, like outputs:
-    /// `runner-logs/<recipe>/<cycle>/<step>/<key>.log`.
-    fn default_log_path(&self) -> PathBuf {
-        let recipe = self.shared.recipe;
-        command::task_log_path(&recipe.name, &recipe.cycle, self.step, self.key)
+impl attempt::Site for LocalSite<'_, '_> {
+    fn claim_outputs(&self, args: &runner_plugin::Args) -> Result<(), String> {
+        let shared = self.shared;
+        shared.output_claims.claim(shared.recipe, shared.graph, self.task, args)
     }
 
-    fn note_command(&self, update: impl FnOnce(&mut CommandRecord)) {
-        let mut record = self.commands.lock().unwrap_or_else(|p| p.into_inner());
-        update(record.get_or_insert(CommandRecord { peak: 0, source: PeakSource::Cgroup, log_path: None }));
-    }
-}
-
-impl Host for TaskHost<'_, '_> {
-    fn scratch_dir(&self) -> std::io::Result<PathBuf> {
-        let dir = self.shared.options.work_dir.join("scratch").join(self.step).join(sanitize(self.key));
-        std::fs::create_dir_all(&dir)?;
-        Ok(dir)
+    fn scratch_root(&self) -> &std::path::Path {
+        &self.shared.scratch_root
     }
 
-    /// True once the attempt has run past its step's timeout (a plugin that polls it can stop).
-    fn cancelled(&self) -> bool {
-        self.timeout.is_some_and(|limit| self.started.elapsed() > limit)
+    /// A file per task that outlives the run, relative to the directory the runner started in,
+    /// like outputs: `runner-logs/<recipe>/<cycle>/<step>/<key>.log`.
+    fn log_root(&self) -> &std::path::Path {
+        &self.shared.log_root
+    }
+
+    fn measured(&self, tag: u32) {
+        self.shared.meter.attach(self.slot, tag);
+    }
+
+    fn unmeasured(&self) {
+        self.shared.meter.detach(self.slot);
+    }
+
+    fn workers(&self) -> usize {
+        self.shared.options.workers
     }
 
     /// Grows the task's reservation before a large allocation, waiting while the budget has
@@ -1516,56 +1440,5 @@ impl Host for TaskHost<'_, '_> {
         }
         state.ledger.stop_growing(self.slot);
         shared.progress.reserved.store(state.ledger.used(), Ordering::Relaxed);
-    }
-
-    /// Runs the command as part of the task ([`crate::command`]): killed at the sooner of the
-    /// spec's and the step's timeout or when the task is cancelled; its peak is kept for the
-    /// task's record whatever happens.
-    fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
-        let cancelled = || self.cancelled();
-        let task = command::TaskCommand {
-            default_log: self.default_log_path(),
-            timeout: self.timeout,
-            started: self.started,
-            limit: self.command_limit,
-            tag: self.tag,
-            cancelled: &cancelled,
-        };
-        command::run_for_task(spec, &task, |measured| self.note_measured(measured))
-    }
-
-    /// A spare service for the run's other workers ([`command::service::prestart`]).
-    fn prestart(&self, spec: &ServiceSpec, warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>) {
-        let log = self.default_log_path().with_file_name("warm-up.log");
-        command::service::prestart(spec, self.shared.options.workers, &log, warm);
-    }
-
-    /// Lends the task a service process ([`command::service`]), measured like a command.
-    fn serve(
-        &self,
-        spec: &ServiceSpec,
-        work: &mut dyn FnMut(ServiceIo<'_>) -> Result<Value, TaskError>,
-    ) -> Result<Value, TaskError> {
-        let cancelled = || self.cancelled();
-        let task = command::TaskCommand {
-            default_log: self.default_log_path(),
-            timeout: self.timeout,
-            started: self.started,
-            limit: self.command_limit,
-            tag: self.tag,
-            cancelled: &cancelled,
-        };
-        command::service::serve_for_task(spec, &task, work, |measured| self.note_measured(measured))
-    }
-}
-
-impl TaskHost<'_, '_> {
-    fn note_measured(&self, measured: &command::CommandMeasured) {
-        self.note_command(|r| {
-            r.log_path = Some(measured.log_path.clone());
-            if measured.peak >= r.peak {
-                (r.peak, r.source) = (measured.peak, measured.source);
-            }
-        })
     }
 }

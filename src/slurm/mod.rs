@@ -58,12 +58,19 @@ struct CompletionLogCache {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PollReport {
     pub elements: BTreeMap<Element, Observed>,
+    /// The node(s) each element was given, where `squeue` still says (`n2`, `n[1-3]`).
+    pub nodes: BTreeMap<Element, String>,
 }
 
 impl PollReport {
     /// What is known about `element`; an element of no polled job is [`Observed::Vanished`].
     pub fn get(&self, element: Element) -> &Observed {
         self.elements.get(&element).unwrap_or(&Observed::Vanished)
+    }
+
+    /// The node(s) `element` ran on, where known.
+    pub fn nodes(&self, element: Element) -> Option<&str> {
+        self.nodes.get(&element).map(String::as_str)
     }
 
     /// True when every element is finished or vanished: nothing will change any more.
@@ -147,7 +154,8 @@ impl Slurm {
         if jobs.is_empty() {
             return Ok(report);
         }
-        let mut known = self.queue_states(jobs)?;
+        let (mut known, nodes) = self.queue_states(jobs)?;
+        report.nodes = nodes;
         let missing = |known: &HashMap<Element, (JobState, StateSource)>| -> Vec<Job> {
             jobs.iter().filter(|job| job.elements().any(|e| !known.contains_key(&e))).copied().collect()
         };
@@ -180,7 +188,12 @@ impl Slurm {
         Ok(report)
     }
 
-    fn queue_states(&self, jobs: &[Job]) -> Result<HashMap<Element, (JobState, StateSource)>, SlurmError> {
+    /// `squeue`'s state of each element it lists, and the node(s) of those given some.
+    #[allow(clippy::type_complexity)]
+    fn queue_states(
+        &self,
+        jobs: &[Job],
+    ) -> Result<(HashMap<Element, (JobState, StateSource)>, BTreeMap<Element, String>), SlurmError> {
         let args = vec![
             "-h".into(),
             "-r".into(),
@@ -194,11 +207,13 @@ impl Slurm {
         let ran = self.run("squeue", &args, None)?;
         // Asked about one job only, squeue fails when the controller no longer knows it.
         if !ran.status.success() && ran.stderr.contains("Invalid job id specified") {
-            return Ok(HashMap::new());
+            return Ok((HashMap::new(), BTreeMap::new()));
         }
         let command = ran.command.clone();
         let rows = parse::squeue_rows(&ran.into_stdout()?).map_err(|u| parse_error(&command, u))?;
-        Ok(rows.into_iter().map(|row| (row.element, (row.state, StateSource::Queue(row.reason)))).collect())
+        let nodes = rows.iter().filter_map(|row| Some((row.element, row.nodes.clone()?))).collect();
+        let states = rows.into_iter().map(|row| (row.element, (row.state, StateSource::Queue(row.reason)))).collect();
+        Ok((states, nodes))
     }
 
     fn accounting_states(&self, jobs: &[Job]) -> Result<Vec<(Element, JobState)>, SlurmError> {

@@ -28,30 +28,34 @@ pub fn sbatch_job_id(stdout: &str) -> Result<JobId, Unparsed> {
 }
 
 /// The `squeue -o` format [`squeue_rows`] reads: raw job id, array job id, array task id, state,
-/// reason (why it waits or why it ended).
-pub const SQUEUE_FORMAT: &str = "%A|%F|%K|%T|%r";
+/// the node it runs (or ran) on, reason (why it waits or why it ended).
+pub const SQUEUE_FORMAT: &str = "%A|%F|%K|%T|%N|%r";
 
 /// One element as `squeue` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct QueueRow {
     pub element: Element,
     pub state: JobState,
+    /// The node(s) it was given, as Slurm writes a node list (`n2`, `n[1-3]`); `None` while
+    /// it waits.
+    pub nodes: Option<String>,
     /// Slurm's reason (`Resources`, `JobHeldUser`, `OutOfMemory`...); `None` when it says `None`.
     pub reason: Option<String>,
 }
 
-/// Rows of `squeue -h -r -t all -o '%A|%F|%K|%T|%r'`. An array element is named by its array's
+/// Rows of `squeue -h -r -t all -o '%A|%F|%K|%T|%N|%r'`. An array element is named by its array's
 /// id and index; a collapsed range of pending elements (`0-4%2`, printed without `-r`) is
 /// expanded.
 pub fn squeue_rows(stdout: &str) -> Result<Vec<QueueRow>, Unparsed> {
-    const EXPECTED: &str = "`JOBID|ARRAYJOBID|ARRAYTASKID|STATE|REASON` (squeue -o '%A|%F|%K|%T|%r')";
+    const EXPECTED: &str = "`JOBID|ARRAYJOBID|ARRAYTASKID|STATE|NODELIST|REASON` (squeue -o '%A|%F|%K|%T|%N|%r')";
     let mut rows = Vec::new();
     for line in stdout.lines().map(str::trim).filter(|l| !l.is_empty()) {
-        let fields: Vec<&str> = line.splitn(5, '|').collect();
-        let [raw, array, task, state, reason] = fields[..] else { return Err(Unparsed::new(EXPECTED, line)) };
+        let fields: Vec<&str> = line.splitn(6, '|').collect();
+        let [raw, array, task, state, nodes, reason] = fields[..] else { return Err(Unparsed::new(EXPECTED, line)) };
         let state = JobState::parse(state);
+        let nodes = (!nodes.is_empty()).then(|| nodes.to_string());
         let reason = (reason != "None" && !reason.is_empty()).then(|| reason.to_string());
-        let row = |element| QueueRow { element, state: state.clone(), reason: reason.clone() };
+        let row = |element| QueueRow { element, state: state.clone(), nodes: nodes.clone(), reason: reason.clone() };
         if task == "N/A" {
             let id = raw.parse().map_err(|_| Unparsed::new(EXPECTED, line))?;
             rows.push(row(Element { job: JobId(id), index: None }));
@@ -223,6 +227,9 @@ mod tests {
         assert_eq!(reason_of(elem(10, 0)).as_deref(), Some("JobHeldUser"));
         assert_eq!(reason_of(single(11)).as_deref(), Some("Resources"));
         assert_eq!(reason_of(single(7)), None);
+        let nodes_of = |e: Element| rows.iter().find(|r| r.element == e).and_then(|r| r.nodes.clone());
+        assert!(nodes_of(single(7)).is_some_and(|n| n.starts_with('n')), "a running job has its node");
+        assert_eq!(nodes_of(single(11)), None, "a pending job has none");
         assert_eq!(state_of(single(12)), Some(JobState::Cancelled));
         assert_eq!(state_of(single(8)), Some(JobState::Failed));
         assert_eq!(state_of(single(3)), Some(JobState::OutOfMemory));
@@ -261,10 +268,10 @@ mod tests {
     fn squeue_rows_reject_another_format() {
         let err = squeue_rows("12 12 N/A RUNNING None\n").unwrap_err();
         assert_eq!(err.found, "12 12 N/A RUNNING None");
-        assert!(err.expected.contains("%A|%F|%K|%T|%r"));
-        assert!(squeue_rows("12|12|N/A|RUNNING").is_err(), "no reason column");
-        assert!(squeue_rows("x|12|N/A|RUNNING|None").is_err());
-        assert!(squeue_rows("12|12|5-1|RUNNING|None").is_err());
+        assert!(err.expected.contains("%A|%F|%K|%T|%N|%r"));
+        assert!(squeue_rows("12|12|N/A|RUNNING|n1").is_err(), "no reason column");
+        assert!(squeue_rows("x|12|N/A|RUNNING|n1|None").is_err());
+        assert!(squeue_rows("12|12|5-1|RUNNING|n1|None").is_err());
         assert_eq!(squeue_rows("\n").unwrap(), vec![]);
     }
 

@@ -5,11 +5,13 @@
 //! Workers hand units to [`SlurmExecutor::run_unit`] and wait. One service thread
 //! ([`SlurmExecutor::serve`]) gathers the units waiting to be submitted into job arrays (units
 //! of one step that ask for the same memory and time become the elements of one array: one
-//! `sbatch` call), then watches what is in flight: a unit is done when every task of it has a
-//! result file in the run folder, or when its job element has ended (Slurm's state says how:
-//! `OUT_OF_MEMORY` makes the tasks without a result out-of-memory failures, which the
-//! scheduler retries with a larger `--mem`). Job states come from one `squeue` call for all
-//! jobs in flight; result files are the truth for what ran.
+//! `sbatch` call, `--no-requeue`), then watches what is in flight ([`settle`]): a unit is done
+//! when every task of it has a result file in the run folder, or when its job element has ended
+//! (Slurm's state says how: `OUT_OF_MEMORY` makes the tasks without a result out-of-memory
+//! failures, which the scheduler retries with a larger `--mem`; `NODE_FAIL` has what had not
+//! succeeded submitted again).
+
+mod settle;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,14 +19,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use runner_plugin::size::format_size;
-use runner_plugin::{FailureKind, TaskError};
+use runner_plugin::{FailureKind, TaskError, Value};
 
+use super::attempt::TaskOutcome;
 use super::job::{RunFolder, TaskResult, failure_kind};
 use super::{RemoteExecutor, RemoteOutcome, Unit};
 use crate::measure::PeakSource;
 use crate::slurm::submit::shell_quote;
-use crate::slurm::{ArraySpec, Element, Job, JobId, JobSpec, JobState, Observed, Slurm, TASK_INDEX_VAR, TaskMapping};
+use crate::slurm::{ArraySpec, Job, JobId, JobSpec, JobState, Slurm, TASK_INDEX_VAR, TaskMapping};
 
 /// How `runner task` is started in a job: this binary, the recipe and what fills it in.
 #[derive(Debug, Clone)]
@@ -105,8 +107,10 @@ struct InFlight {
     /// Which of `units` are settled (their worker may have taken the result already).
     done: Vec<bool>,
     mem_bytes: u64,
-    /// When each element was first seen ended without all its results, and how it ended.
-    ended: HashMap<u32, (Instant, JobState)>,
+    time_limit: Option<Duration>,
+    /// When each element was first seen ended without all its results (or with a failed one),
+    /// how it ended, and the node(s) it had.
+    ended: HashMap<u32, (Instant, JobState, Option<String>)>,
 }
 
 /// A unit that is over: each task's result, or how the job ended without one.
@@ -318,12 +322,15 @@ impl SlurmExecutor {
         let mut queue = self.lock();
         queue.submitting = false;
         for unit in &group {
-            queue.units.insert(unit.unit, (unit.step.clone(), unit.indices.clone()));
+            // A unit submitted again after its node was lost keeps every task it had: its
+            // worker waits for all of their results.
+            queue.units.entry(unit.unit).or_insert_with(|| (unit.step.clone(), unit.indices.clone()));
         }
         match submitted {
             Ok(job) => {
                 let done = vec![false; units.len()];
-                queue.in_flight.push(InFlight { job, step, units, done, mem_bytes, ended: HashMap::new() })
+                let ended = HashMap::new();
+                queue.in_flight.push(InFlight { job, step, units, done, mem_bytes, time_limit, ended })
             }
             Err(error) => {
                 let error = TaskError::msg(format!("submitting to Slurm failed: {error}"));
@@ -356,7 +363,9 @@ impl SlurmExecutor {
             workdir: Some(self.invocation.workdir.clone()),
             partition: self.options.partition.clone(),
             account: self.options.account.clone(),
-            extra_args: self.options.extra_args.clone(),
+            // Slurm must not run an element again by itself (after its node failed): the tasks
+            // it lost are submitted again from here, where their results are waited for.
+            extra_args: [vec!["--no-requeue".to_string()], self.options.extra_args.clone()].concat(),
         };
         let array =
             ArraySpec { job, tasks: units.len() as u32, throttle: None, mapping: TaskMapping::IndexFile(index_file) };
@@ -405,145 +414,11 @@ impl SlurmExecutor {
         line.push(format!("\"${TASK_INDEX_VAR}\""));
         format!("exec {}", line.join(" "))
     }
-
-    /// Settles the units whose results are all there and, with `ask_queue`, the ones whose job
-    /// element has ended without them (after [`RESULT_GRACE`], except out of memory).
-    fn poll(&self, ask_queue: bool) {
-        let report = if ask_queue {
-            let jobs: Vec<Job> = self.lock().in_flight.iter().map(|f| f.job).collect();
-            Some(self.slurm.poll(&jobs))
-        } else {
-            None
-        };
-        let mut queue = self.lock();
-        let report = match report {
-            Some(Ok(report)) => {
-                queue.queue_failing = None;
-                Some(report)
-            }
-            Some(Err(error)) => {
-                let since = queue.queue_failing.as_ref().map_or_else(Instant::now, |(since, _)| *since);
-                queue.queue_failing = Some((since, error.to_string()));
-                None
-            }
-            None => None,
-        };
-        let gave_up =
-            queue.queue_failing.as_ref().filter(|(since, _)| since.elapsed() >= QUEUE_PATIENCE).map(|(_, why)| {
-                TaskError::msg(format!("asking Slurm about its job failed for {} s: {why}", QUEUE_PATIENCE.as_secs()))
-            });
-        let mut abandoned = Vec::new();
-        let Queue { in_flight, units, settled, .. } = &mut *queue;
-        for flight in in_flight.iter_mut() {
-            for (element, &unit) in flight.units.iter().enumerate() {
-                if flight.done[element] {
-                    continue;
-                }
-                let Some((step, indices)) = units.get(&unit) else {
-                    flight.done[element] = true;
-                    continue;
-                };
-                let element_id = Element { job: flight.job.id, index: Some(element as u32) };
-                if let Some(observed) = report.as_ref().map(|r| r.get(element_id)) {
-                    let ended = match observed {
-                        Observed::Known { state, .. } if state.is_finished() => Some(state.clone()),
-                        Observed::Vanished => Some(JobState::Unrecognised("gone from the queue".into())),
-                        Observed::Known { .. } => None,
-                    };
-                    if let Some(state) = ended {
-                        flight.ended.entry(element as u32).or_insert((Instant::now(), state));
-                    }
-                }
-                // Tasks run one after another, each writing its result: the last one's is there
-                // only when all are (or the job ended: then some may be missing).
-                let last = *indices.last().expect("a unit has tasks");
-                let ended = flight.ended.get(&(element as u32)).cloned();
-                if ended.is_none() && gave_up.is_none() && !self.folder.result(step, last).exists() {
-                    continue;
-                }
-                let results: Vec<Option<TaskResult>> =
-                    indices.iter().map(|&index| self.folder.read_result(step, index)).collect();
-                if results.iter().all(Option::is_some) {
-                    let results = results.into_iter().map(|r| Ok(r.expect("all present"))).collect();
-                    settled.insert(unit, Settled { results });
-                    flight.done[element] = true;
-                    continue;
-                }
-                let error = match (&ended, &gave_up) {
-                    // An element that ran out of memory wrote all it will; others get a grace.
-                    (Some((since, state)), _) if *state == JobState::OutOfMemory || since.elapsed() >= RESULT_GRACE => {
-                        let log = crate::slurm::log_paths(&self.job_spec_for_logs(&flight.step), element_id).1;
-                        lost(state, flight.mem_bytes, &log)
-                    }
-                    (_, Some(gave_up)) => {
-                        abandoned.push(flight.job.id);
-                        gave_up.clone()
-                    }
-                    _ => continue,
-                };
-                let results = results.into_iter().map(|r| r.ok_or_else(|| error.clone())).collect();
-                settled.insert(unit, Settled { results });
-                flight.done[element] = true;
-            }
-        }
-        in_flight.retain(|f| f.done.iter().any(|done| !done));
-        drop(queue);
-        self.changed.notify_all();
-        abandoned.dedup();
-        if !abandoned.is_empty()
-            && let Err(error) = self.slurm.cancel(&abandoned)
-        {
-            tracing::warn!("cancelling the abandoned Slurm jobs failed: {error}");
-        }
-    }
-
-    /// The spec's fields that name its log files.
-    fn job_spec_for_logs(&self, step: &str) -> JobSpec {
-        JobSpec {
-            name: format!("{}/{step}", self.options.recipe),
-            command: String::new(),
-            mem_bytes: 1,
-            cpus_per_task: 1,
-            time_limit: None,
-            log_dir: self.folder.logs(),
-            workdir: None,
-            partition: None,
-            account: None,
-            extra_args: Vec::new(),
-        }
-    }
 }
 
 /// `--mem` of a job whose tasks reserve `reserved`.
 fn job_mem(reserved: u64) -> u64 {
     reserved.saturating_add(JOB_BASELINE)
-}
-
-/// The failure of a task whose job element ended (in `state`) without its result.
-fn lost(state: &JobState, mem_bytes: u64, log: &Path) -> TaskError {
-    match state {
-        JobState::OutOfMemory => TaskError::of_kind(
-            FailureKind::OutOfMemory,
-            format!(
-                "its Slurm job ran out of memory (--mem {}); the job's log: {}",
-                format_size(job_mem(mem_bytes)),
-                log.display()
-            ),
-        ),
-        JobState::Timeout => TaskError::of_kind(
-            FailureKind::TimedOut,
-            format!("its Slurm job reached its time limit; the job's log: {}", log.display()),
-        ),
-        JobState::Cancelled => TaskError::of_kind(
-            FailureKind::Cancelled,
-            format!("its Slurm job was cancelled; the job's log: {}", log.display()),
-        ),
-        other => TaskError::msg(format!(
-            "its Slurm job ended ({}) without the task's result; the job's log: {}",
-            other.name(),
-            log.display()
-        )),
-    }
 }
 
 impl RemoteExecutor for SlurmExecutor {
@@ -598,12 +473,19 @@ impl RemoteExecutor for SlurmExecutor {
             .map(|(&index, result)| match result {
                 // A job killed at its limit peaked there: what the retry must be larger than.
                 Err(error) if error.kind() == FailureKind::OutOfMemory => {
-                    RemoteOutcome { peak: job_mem(unit.mem_bytes), ..remote_failure(index, error) }
+                    let mut outcome = remote_failure(index, error);
+                    outcome.outcome.peak = job_mem(unit.mem_bytes);
+                    outcome
                 }
                 Err(error) => remote_failure(index, error),
                 Ok(result) => self.outcome(index, result),
             })
             .collect()
+    }
+
+    /// A value file in the run folder, as a job of this run would have written it.
+    fn adopt(&self, step: &str, index: u64, value: &Value) -> Result<(), crate::values::ValueFileError> {
+        crate::values::write(&self.folder.values(step), index, value).map(drop)
     }
 
     /// Stops submitting, waits (bounded) for an `sbatch` under way, then cancels every job in
@@ -641,33 +523,31 @@ impl SlurmExecutor {
     fn outcome(&self, index: u64, result: TaskResult) -> RemoteOutcome {
         let peak_source = PeakSource::parse(&result.peak_source).unwrap_or_default();
         let outcome = match (result.ok, result.value) {
-            (true, Some(value)) => Ok(self.folder.root.join(value)),
+            (true, Some(value)) => Ok(Value::Path(self.folder.root.join(value))),
             (true, None) => Err(TaskError::msg("the job reported success but no value file")),
             (false, _) => Err(TaskError::of_kind(
                 failure_kind(result.failure.as_deref().unwrap_or("error")),
                 result.error.unwrap_or_else(|| "failed in its job".to_string()),
             )),
         };
-        RemoteOutcome {
-            index,
+        let outcome = TaskOutcome {
             result: outcome,
             peak: result.peak_bytes,
             peak_source,
-            wall: Duration::from_millis(result.wall_ms),
-            output_bytes: result.output_bytes,
             log_path: result.log_path,
-        }
+            elapsed: Duration::from_millis(result.wall_ms),
+        };
+        RemoteOutcome { index, outcome, output_bytes: result.output_bytes }
     }
 }
 
 fn remote_failure(index: u64, error: TaskError) -> RemoteOutcome {
-    RemoteOutcome {
-        index,
+    let outcome = TaskOutcome {
         result: Err(error),
         peak: 0,
         peak_source: PeakSource::Allocator,
-        wall: Duration::ZERO,
-        output_bytes: 0,
         log_path: None,
-    }
+        elapsed: Duration::ZERO,
+    };
+    RemoteOutcome { index, outcome, output_bytes: 0 }
 }
