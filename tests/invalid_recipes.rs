@@ -111,6 +111,12 @@ const CASES: &[(&str, u32, u32, &[&str])] = &[
     ("list_file_duplicate.yaml", 3, 16, &["list file `lists/duplicate.txt` lists `b.nc` twice (lines 2 and 5)", "expected distinct values"]),
     ("group_size_out_of_range.yaml", 4, 30, &["the size of group dim `chunk` is 18446744073709551615: out of range", "expected at most 281474976710656"]),
     ("count_out_of_range.yaml", 3, 11, &["the count of dim `member` is 1e23: out of range", "expected at most 281474976710656 values"]),
+    // Lookups per dim value, date-time arithmetic, dims relative to the cycle.
+    ("lookup_missing_value.yaml", 10, 51, &["`{radii[lead]}`: var `radii` has no entry for lead `3`; its keys are: 1, 2", "expected a key for every value of dim `lead` (1, 2, 3)"]),
+    ("lookup_list_too_short.yaml", 10, 51, &["var `radii` lists 2 items but dim `lead` has 3 values", "expected one item per value of `lead`, in its order (1, 2, 3)"]),
+    ("lookup_by_a_dim_not_in_over.yaml", 11, 51, &["`{radii[member]}` indexes var `radii` by `member`, which is a dim that step `smooth` does not run over", "expected a dim the step runs over (lead)"]),
+    ("time_arithmetic_on_a_string_dim.yaml", 8, 51, &["`{cycle + model h}`: `model h` needs a number before the unit, but dim `model` has string values", "expected an integer dim"]),
+    ("relative_dim_refers_to_a_dim.yaml", 4, 18, &["`start` of dim `valid` (\"{cycle + lead h}\") refers to `lead`", "expected only the cycle and vars in a dim's `start` and `stop`"]),
     // Paths that tasks write.
     ("output_path_omits_dim.yaml", 13, 18, &["arg `path` of step `save` does not depend on dim `member`: the 4 tasks over `member` would all write `out/x.npy`", "expected `{member}` in the path"]),
     ("output_path_merges_days.yaml", 13, 18, &["would write `out/198109.npy` for both day 1981-09-01 and day 1981-09-02", "e.g. `{day:%Y%m%d}`"]),

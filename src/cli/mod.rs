@@ -401,6 +401,8 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
         Command::Task(args) => task_cmd::task(&registry, args),
     });
     crate::budget::release();
+    // Warm interpreters and other services end with the runner, their cgroups removed.
+    crate::command::service::shutdown_all();
     scratch::remove();
     match code {
         Ok(code) => ExitCode::from(code),

@@ -192,7 +192,8 @@ fn template_roots(template: &ArgTemplate, roots: &mut Vec<String>) {
             for segment in &text.segments {
                 match segment {
                     Segment::Literal(literal) => prefix.push_str(literal),
-                    Segment::Ref { .. } => break,
+                    // A dim reference, a lookup or time arithmetic: what follows varies.
+                    _ => break,
                 }
             }
             let folder = match prefix.rfind('/') {

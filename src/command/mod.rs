@@ -30,6 +30,7 @@
 
 mod cgroup;
 mod registry;
+pub mod service;
 mod tree;
 
 use std::ffi::OsString;

@@ -16,7 +16,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use runner_plugin::{
-    CommandOutcome, CommandSpec, DimValue, FailureKind, Host, Input, Inputs, TaskContext, TaskError, Value, task_tag,
+    CommandOutcome, CommandSpec, DimValue, FailureKind, Host, Input, Inputs, ServiceIo, ServiceSpec, TaskContext,
+    TaskError, Value, task_tag,
 };
 use serde::{Deserialize, Serialize};
 
@@ -308,12 +309,32 @@ impl Host for JobHost {
             tag: self.tag,
             cancelled: &cancelled,
         };
-        command::run_for_task(spec, &task, |measured| {
-            let mut record = self.commands.lock().unwrap_or_else(|p| p.into_inner());
-            match record.as_mut() {
-                Some(r) if r.peak > measured.peak => r.log_path = measured.log_path.clone(),
-                _ => *record = Some(measured.clone()),
-            }
-        })
+        command::run_for_task(spec, &task, |measured| self.note_measured(measured))
+    }
+
+    fn serve(
+        &self,
+        spec: &ServiceSpec,
+        work: &mut dyn FnMut(ServiceIo<'_>) -> Result<Value, TaskError>,
+    ) -> Result<Value, TaskError> {
+        let cancelled = || self.cancelled();
+        let task = command::TaskCommand {
+            default_log: self.log.clone(),
+            timeout: self.timeout,
+            limit: None,
+            tag: self.tag,
+            cancelled: &cancelled,
+        };
+        command::service::serve_for_task(spec, &task, work, |measured| self.note_measured(measured))
+    }
+}
+
+impl JobHost {
+    fn note_measured(&self, measured: &command::CommandMeasured) {
+        let mut record = self.commands.lock().unwrap_or_else(|p| p.into_inner());
+        match record.as_mut() {
+            Some(r) if r.peak > measured.peak => r.log_path = measured.log_path.clone(),
+            _ => *record = Some(measured.clone()),
+        }
     }
 }

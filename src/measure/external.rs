@@ -100,6 +100,26 @@ pub fn total() -> u64 {
     TOTAL.load(Relaxed)
 }
 
+/// Resident bytes of idle and lent service processes at their baseline (warm interpreters and
+/// what they imported): memory of the run that no task is charged for, counted by the ledger.
+static STANDING: AtomicU64 = AtomicU64::new(0);
+
+/// A service's baseline of `bytes` is counted from now on.
+pub fn add_standing(bytes: u64) {
+    STANDING.fetch_add(bytes, Relaxed);
+}
+
+/// A service's baseline of `bytes` (as added) is no longer counted.
+pub fn remove_standing(bytes: u64) {
+    // Never below 0, even if a caller's figures drifted.
+    let _ = STANDING.fetch_update(Relaxed, Relaxed, |now| Some(now.saturating_sub(bytes)));
+}
+
+/// What every service process holds at its baseline.
+pub fn standing() -> u64 {
+    STANDING.load(Relaxed)
+}
+
 fn adjust_total(previous: u64, now: u64) {
     if now >= previous {
         TOTAL.fetch_add(now - previous, Relaxed);

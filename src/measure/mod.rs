@@ -86,6 +86,12 @@ pub enum PeakSource {
     /// No cgroup could be made: the largest process's `ru_maxrss` from `wait4`, and the tree's
     /// resident bytes sampled from `/proc`.
     Wait4Sampled,
+    /// A service process lent to the task (a warm interpreter), in a memory cgroup of its own:
+    /// its tree's resident bytes above its baseline, sampled, and its root's `VmHWM` above the
+    /// baseline (reset at the task's start), whichever is larger.
+    ServiceCgroup,
+    /// The same without a cgroup: the tree's resident bytes summed over `/proc`, and `VmHWM`.
+    ServiceProc,
 }
 
 impl PeakSource {
@@ -94,11 +100,21 @@ impl PeakSource {
             PeakSource::Allocator => "allocator",
             PeakSource::Cgroup => "cgroup",
             PeakSource::Wait4Sampled => "wait4+sampled",
+            PeakSource::ServiceCgroup => "service+cgroup",
+            PeakSource::ServiceProc => "service+proc",
         }
     }
 
     pub fn parse(text: &str) -> Option<PeakSource> {
-        [PeakSource::Allocator, PeakSource::Cgroup, PeakSource::Wait4Sampled].into_iter().find(|s| s.as_str() == text)
+        [
+            PeakSource::Allocator,
+            PeakSource::Cgroup,
+            PeakSource::Wait4Sampled,
+            PeakSource::ServiceCgroup,
+            PeakSource::ServiceProc,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == text)
     }
 }
 

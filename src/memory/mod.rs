@@ -17,6 +17,11 @@ pub trait Meter: Sync {
     fn task_live(&self, slot: TaskSlot) -> u64;
     /// Bytes live in the whole process: its heap, plus what external processes hold.
     fn process_live(&self) -> u64;
+    /// Bytes held for the run by no task: service processes at their baseline (warm
+    /// interpreters between tasks). Counted in [`Ledger::used`].
+    fn standing(&self) -> u64 {
+        0
+    }
 }
 
 /// Names one running task's reservation; chosen by the scheduler, which maps it to whatever
@@ -84,9 +89,10 @@ impl<'m> Ledger<'m> {
         self.resident
     }
 
-    /// Everything the ledger counts.
+    /// Everything the ledger counts: running tasks, buffers kept for consumers, and memory
+    /// standing for the run (service processes at their baseline).
     pub fn used(&self) -> u64 {
-        self.held_by_tasks() + self.resident
+        self.held_by_tasks() + self.resident + self.meter.standing()
     }
 
     /// The highest `used()` seen at any admission, growth or new buffer.

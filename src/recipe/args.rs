@@ -11,12 +11,12 @@ use serde_json::{Map, Value as Json};
 
 use super::compiler::Compiler;
 use super::diagnostic::{Diagnostic, Loc};
-use super::dims::{DimId, DimValues};
+use super::dims::DimId;
 use super::limits::MAX_ARG_BYTES;
 use super::plugin_check::check_args;
 use super::raw::{Field, Located, to_json};
 use super::suggest::{closest, suggestion};
-use super::template::{Filled, Format, Template, TemplateValue};
+use super::template::{Filled, Segment, Template, TemplateValue};
 use super::yaml::Item;
 
 /// A step's arguments: fixed for every task, or with templates over the step's dims that are
@@ -41,10 +41,9 @@ impl ArgTemplate {
         match self {
             ArgTemplate::Json(json) => json.clone(),
             ArgTemplate::Text(template) => {
-                // Only dims of the step are left (at most `MAX_DIMS`), each looked up once.
-                let values: Vec<(&str, DimValue)> =
-                    template.distinct_names().into_iter().filter_map(|n| lookup(n).map(|v| (n, v))).collect();
-                let find = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| TemplateValue::Dim(v));
+                // Only dims of the step are left (at most `MAX_DIMS`): a lookup of one clones a
+                // number or a shared string, so each use looks its dim up again.
+                let find = |name: &str| lookup(name).map(TemplateValue::Dim);
                 match template.fill(&find) {
                     Ok(Filled::Value(json)) => json,
                     // Names and formats were checked against every dim's kind at compile time.
@@ -297,17 +296,20 @@ impl Compiler<'_> {
     ) -> Result<(), String> {
         match value {
             Json::String(text) => {
-                let template = Template::parse(text)?;
-                let lone =
-                    matches!(template.segments.as_slice(), [super::template::Segment::Ref { has_spec: false, .. }]);
+                let template = self.parse_template(text)?;
+                let lone = matches!(
+                    template.segments.as_slice(),
+                    [Segment::Ref { has_spec: false, .. } | Segment::Lookup { has_spec: false, .. }]
+                );
                 for segment in &template.segments {
+                    let len = self.segment_len(step, segment, lone, over, over_known)?;
                     match segment {
-                        super::template::Segment::Literal(l) => expansion.add_literal(l.len()),
-                        super::template::Segment::Ref { name, format, .. } => {
-                            let len = self.reference_len(step, name, format, over, over_known)?;
-                            let bytes = if lone { len } else { format.max_len(len) };
-                            expansion.add_reference(name, bytes);
+                        Segment::Literal(_) => expansion.add_literal(len),
+                        Segment::Ref { name, .. } => expansion.add_reference(name, len),
+                        Segment::Lookup { lookup, .. } => {
+                            expansion.add_reference(&format!("{}[{}]", lookup.table, lookup.key), len)
                         }
+                        Segment::Time(expr) => expansion.add_reference(&expr.text, len),
                     }
                 }
                 Ok(())
@@ -329,95 +331,10 @@ impl Compiler<'_> {
         }
     }
 
-    /// Checks reference `{name:format}` and returns the longest text its value can have.
-    fn reference_len(
-        &mut self,
-        step: &str,
-        name: &str,
-        format: &Format,
-        over: &[DimId],
-        over_known: bool,
-    ) -> Result<usize, String> {
-        if name == "cycle" {
-            return Ok(self.options.cycle.len());
-        }
-        if let Some(&at) = self.var_ids.get(name) {
-            return Ok(json_len(&self.vars[at].1));
-        }
-        if self.rejected_vars.contains(name) {
-            self.tainted = true;
-            return Ok(0);
-        }
-        let Ok(dim) = self.dim(name) else { return Ok(0) };
-        let on_step = dim.filter(|d| over.contains(d));
-        match (dim, on_step) {
-            (Some(d), Some(_)) => {
-                let dim = &self.dims[d];
-                if format.needs_number() && !dim.is_integer() {
-                    let date_format = if dim.is_time() {
-                        format!(", or a date format such as `{{{name}:%Y%m%d}}`")
-                    } else {
-                        String::new()
-                    };
-                    return Err(format!(
-                        "`{{{name}}}` has a numeric format but dim `{name}` has {} values; expected `{{{name}}}` or a width alone, e.g. `{{{name}:8}}`{date_format}",
-                        dim.kind()
-                    ));
-                }
-                if format.is_time() && !dim.is_time() {
-                    return Err(format!(
-                        "`{{{name}}}` has a date format but dim `{name}` has {} values; expected a date dim (`{{start: 1981-09-01, stop: 2021-01-05, step: 1d}}`) or a format such as `03`",
-                        dim.kind()
-                    ));
-                }
-                Ok(self.value_len(d))
-            }
-            _ if !over_known || self.vars_unreadable => {
-                self.tainted = true;
-                Ok(0)
-            }
-            (Some(_), None) => {
-                let runs_over: Vec<&str> = over.iter().map(|&d| self.dims[d].name.as_str()).collect();
-                Err(format!(
-                    "`{{{name}}}` refers to dim `{name}`, but step `{step}` does not run over it; expected a dim the step runs over ({}), a var or `cycle`",
-                    if runs_over.is_empty() { "nothing".to_string() } else { runs_over.join(", ") }
-                ))
-            }
-            (None, _) => {
-                let candidates = self
-                    .vars
-                    .iter()
-                    .map(|(v, _)| v.as_str())
-                    .chain(over.iter().map(|&d| self.dims[d].name.as_str()))
-                    .chain(["cycle"]);
-                Err(format!(
-                    "unknown name `{{{name}}}` in a template; expected a dim of the step, a var or `cycle`: {}",
-                    suggestion(name, candidates)
-                ))
-            }
-        }
-    }
-
-    /// Longest text of a value of dim `d` (computed once per dim: linear in a list's length).
-    pub(super) fn value_len(&mut self, d: DimId) -> usize {
-        if let Some(&len) = self.value_lens.get(&d) {
-            return len;
-        }
-        let dim = &self.dims[d];
-        let len = match &dim.values {
-            DimValues::List(values) => values.iter().map(|v| v.to_string().len()).max().unwrap_or(0),
-            DimValues::Time { .. } => "2026-11-01T03:00:00Z".len(),
-            // Integers print at most 20 characters.
-            DimValues::Range { .. } | DimValues::Group { .. } => 20,
-        };
-        self.value_lens.insert(d, len);
-        len
-    }
-
     /// Fills vars and the cycle into `value` (already checked); dims stay.
-    pub(super) fn fill_fixed(&self, value: &Json) -> Result<ArgTemplate, String> {
+    pub(super) fn fill_fixed(&mut self, value: &Json) -> Result<ArgTemplate, String> {
         match value {
-            Json::String(text) => match Template::parse(text)?.fill(&|name| self.fixed_value(name))? {
+            Json::String(text) => match self.fixed_template(text)? {
                 Filled::Value(json) => Ok(ArgTemplate::Json(json)),
                 Filled::Partial(rest) => Ok(ArgTemplate::Text(rest)),
             },
@@ -443,14 +360,6 @@ impl Compiler<'_> {
             other => Ok(ArgTemplate::Json(other.clone())),
         }
     }
-
-    /// The value of a var or of `cycle`, as templates see it at compile time.
-    pub(super) fn fixed_value(&self, name: &str) -> Option<TemplateValue<'_>> {
-        if name == "cycle" {
-            return Some(TemplateValue::Text(&self.options.cycle));
-        }
-        self.var_ids.get(name).map(|&at| TemplateValue::Json(&self.vars[at].1))
-    }
 }
 
 impl ArgTemplate {
@@ -464,7 +373,7 @@ impl ArgTemplate {
 }
 
 /// Bytes of `value` as JSON text (strings without quotes), counted without building it.
-fn json_len(value: &Json) -> usize {
+pub(super) fn json_len(value: &Json) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {

@@ -13,8 +13,9 @@ use super::compiler::Compiler;
 use super::diagnostic::{Diagnostic, Loc};
 use super::dims::{Dim, DimValues};
 use super::limits::{MAX_LIST_FILE_BYTES, MAX_TASKS};
-use super::raw::{Located, RawDim, RawDimEntry, bounded, integer};
+use super::raw::{Located, RangeEnd, RawDim, RawDimEntry, bounded, integer};
 use super::suggest::suggestion;
+use super::template::Filled;
 use super::time::{INSTANT_FORMS, Instant, parse_instant};
 use super::yaml::{Item, Node};
 
@@ -40,7 +41,7 @@ impl Compiler<'_> {
                 Some(RawDim::Count(count)) => self.count_dim(&name, count),
                 Some(RawDim::List(items)) => self.list_dim(&name, entry.loc, items).map(DimValues::List),
                 Some(RawDim::File(file)) => self.file_dim(&name, file).map(DimValues::List),
-                Some(RawDim::Range { start, stop, step }) => self.range_dim(&name, entry.loc, start, stop, *step),
+                Some(RawDim::Range { start, end, step }) => self.range_dim(&name, entry.loc, start, *end, *step),
                 Some(RawDim::Group { group, size }) => self.group_dim(&name, group, size, &kinds).map(|size| {
                     groups.push((name.clone(), group.value.clone()));
                     // The grouped dim's id and length are known once it is compiled.
@@ -159,25 +160,24 @@ impl Compiler<'_> {
         Some(values)
     }
 
-    /// `{start, stop, step}` of integers, or of dates and times.
-    fn range_dim(&mut self, name: &str, loc: Loc, start: &Item, stop: &Item, step: Option<&Item>) -> Option<DimValues> {
+    /// `{start, stop, step}` (or `count` instead of `stop`) of integers, or of dates and times.
+    fn range_dim(
+        &mut self,
+        name: &str,
+        loc: Loc,
+        start: &Item,
+        end: RangeEnd,
+        step: Option<&Item>,
+    ) -> Option<DimValues> {
         if let Node::Str(text) = &start.node {
-            let Some(first) = parse_instant(text) else {
-                let message = format!("`start` of dim `{name}` is \"{}\"", super::diagnostic::shorten(text, 40));
-                self.error(Diagnostic::new(start.loc, message).expected(format!("an integer, or {INSTANT_FORMS}")));
-                return None;
-            };
-            return self.time_dim(name, loc, first, stop, step);
+            let first = self.dim_instant(name, "start", start.loc, text)?;
+            return self.time_dim(name, loc, first, end, step);
         }
         let report = |this: &mut Self, d: Diagnostic| {
             this.error(d);
             None
         };
         let first = match integer(start, format!("`start` of dim `{name}`")) {
-            Ok(v) => v,
-            Err(d) => return report(self, d),
-        };
-        let last = match integer(stop, format!("`stop` of dim `{name}`")) {
             Ok(v) => v,
             Err(d) => return report(self, d),
         };
@@ -193,6 +193,25 @@ impl Compiler<'_> {
                 Diagnostic::new(at, format!("dim `{name}` has step {step_value}")).expected("a step of at least 1"),
             );
         }
+        let stop = match end {
+            RangeEnd::Stop(stop) => stop,
+            RangeEnd::Count(count) => {
+                let len = self.range_count(name, count)?;
+                let last = i128::from(first) + i128::from(step_value) * (i128::from(len) - 1);
+                if last > i128::from(i64::MAX) {
+                    let message = format!("dim `{name}` would end at {last}: out of range");
+                    return report(
+                        self,
+                        Diagnostic::new(count.loc, message).expected(format!("values of at most {}", i64::MAX)),
+                    );
+                }
+                return Some(DimValues::Range { start: first, step: step_value, len });
+            }
+        };
+        let last = match integer(stop, format!("`stop` of dim `{name}`")) {
+            Ok(v) => v,
+            Err(d) => return report(self, d),
+        };
         if last < first {
             let message = format!("dim `{name}` stops ({last}) before it starts ({first})");
             return report(
@@ -207,43 +226,107 @@ impl Compiler<'_> {
         Some(DimValues::Range { start: first, step: step_value, len: len as u64 })
     }
 
+    /// `count` of a range dim: at least one value, at most [`MAX_TASKS`].
+    fn range_count(&mut self, name: &str, count: &Item) -> Option<u64> {
+        bounded(count, format!("`count` of dim `{name}`"), 1, MAX_TASKS)
+            .map_err(|d| self.error(Diagnostic { expected: d.expected.or_else(|| Some(max_values())), ..d }))
+            .ok()
+    }
+
+    /// The instant `start` or `stop` (`key`) of date dim `name` writes: a date or date-time,
+    /// or a template of the cycle and vars (`"{cycle}"`, `"{cycle - 6h}"`) that gives one.
+    fn dim_instant(&mut self, name: &str, key: &str, loc: Loc, text: &str) -> Option<Instant> {
+        let shown = |text: &str| super::diagnostic::shorten(text, 40).into_owned();
+        if !text.contains('{') {
+            let instant = parse_instant(text);
+            if instant.is_none() {
+                let message = format!("`{key}` of dim `{name}` is \"{}\"", shown(text));
+                let expected =
+                    if key == "start" { format!("an integer, or {INSTANT_FORMS}") } else { INSTANT_FORMS.to_string() };
+                self.error(Diagnostic::new(loc, message).expected(expected));
+            }
+            return instant;
+        }
+        let filled = match self.fixed_template(text) {
+            Ok(Filled::Value(serde_json::Value::String(filled))) => filled,
+            Ok(Filled::Value(other)) => other.to_string(),
+            Ok(Filled::Partial(rest)) => {
+                let names: Vec<String> = rest.distinct_names().iter().map(|n| format!("`{n}`")).collect();
+                let message = format!("`{key}` of dim `{name}` (\"{}\") refers to {}", shown(text), names.join(", "));
+                self.error(Diagnostic::new(loc, message).expected(
+                    "only the cycle and vars in a dim's `start` and `stop`, e.g. \"{cycle}\" or \"{cycle - 6h}\"",
+                ));
+                return None;
+            }
+            Err(problem) => {
+                let message = format!("`{key}` of dim `{name}`: {problem}");
+                self.error(Diagnostic::with_expectation(loc, message));
+                return None;
+            }
+        };
+        let instant = parse_instant(&filled);
+        if instant.is_none() {
+            let message = format!("`{key}` of dim `{name}` is \"{}\", which is \"{}\"", shown(text), shown(&filled));
+            let hint =
+                if text.contains("{cycle") { " (the cycle id, `--cycle`, must then be a date-time)" } else { "" };
+            self.error(Diagnostic::new(loc, message).expected(format!("{INSTANT_FORMS}{hint}")));
+        }
+        instant
+    }
+
     /// `{start: 1981-09-01, stop: 2021-01-05, step: 1d}` or with times (`2026-11-01T00Z`,
-    /// `step: 3h`). The step defaults to one unit of what `start` writes: a day or an hour.
+    /// `step: 3h`), or `count` values from `start`. The step defaults to one unit of what
+    /// `start` writes: a day or an hour.
     fn time_dim(
         &mut self,
         name: &str,
         loc: Loc,
         first: Instant,
-        stop: &Item,
+        end: RangeEnd,
         step: Option<&Item>,
     ) -> Option<DimValues> {
-        let last = match &stop.node {
-            Node::Str(text) => parse_instant(text),
-            _ => None,
-        };
-        let Some(last) = last else {
-            let message = format!("`stop` of date dim `{name}` is {}", stop.node.kind());
-            self.error(Diagnostic::new(stop.loc, message).expected(INSTANT_FORMS));
-            return None;
-        };
         let step_seconds = match step {
             None if first.has_time => 3600,
             None => SECONDS_PER_DAY,
             Some(item) => self.time_step(name, item)?,
         };
-        if last.seconds < first.seconds {
-            let message = format!("date dim `{name}` stops before it starts");
-            self.error(
-                Diagnostic::new(stop.loc, message).expected("`stop` at or after `start` (the range is inclusive)"),
-            );
-            return None;
-        }
-        let len = (last.seconds - first.seconds) / step_seconds + 1;
+        let (len, last_has_time) = match end {
+            RangeEnd::Count(count) => {
+                let len = self.range_count(name, count)?;
+                let last = i128::from(first.seconds) + i128::from(step_seconds) * (i128::from(len) - 1);
+                let formattable = i64::try_from(last).ok().and_then(|s| chrono::DateTime::from_timestamp(s, 0));
+                if formattable.is_none() {
+                    let message = format!("date dim `{name}` would end {last} seconds after 1970: out of range");
+                    self.error(Diagnostic::new(count.loc, message).expected("dates within years -262143 to 262142"));
+                    return None;
+                }
+                (len as i64, false)
+            }
+            RangeEnd::Stop(stop) => {
+                let last = match &stop.node {
+                    Node::Str(text) => self.dim_instant(name, "stop", stop.loc, text)?,
+                    other => {
+                        let message = format!("`stop` of date dim `{name}` is {}", other.kind());
+                        self.error(Diagnostic::new(stop.loc, message).expected(INSTANT_FORMS));
+                        return None;
+                    }
+                };
+                if last.seconds < first.seconds {
+                    let message = format!("date dim `{name}` stops before it starts");
+                    self.error(
+                        Diagnostic::new(stop.loc, message)
+                            .expected("`stop` at or after `start` (the range is inclusive)"),
+                    );
+                    return None;
+                }
+                ((last.seconds - first.seconds) / step_seconds + 1, last.has_time)
+            }
+        };
         if len as u64 > MAX_TASKS {
             self.error(Diagnostic::new(loc, format!("date dim `{name}` has {len} values")).expected(max_values()));
             return None;
         }
-        let dates = !first.has_time && !last.has_time && step_seconds % SECONDS_PER_DAY == 0;
+        let dates = !first.has_time && !last_has_time && step_seconds % SECONDS_PER_DAY == 0;
         Some(DimValues::Time { start: first.seconds, step: step_seconds, len: len as u64, dates })
     }
 

@@ -60,6 +60,8 @@ pub(super) struct Compiler<'a> {
     list_positions: HashMap<DimId, HashMap<DimValue, u64>>,
     /// Longest text of each dim's values, for the size bounds of templates.
     pub(super) value_lens: HashMap<DimId, usize>,
+    /// Lookup tables by (var, dim), built on first use (`{radii[lead]}`).
+    pub(super) lookup_tables: HashMap<(usize, DimId), Result<super::template_check::TableUse, String>>,
 }
 
 impl<'a> Compiler<'a> {
@@ -86,6 +88,7 @@ impl<'a> Compiler<'a> {
             paths: PathPolicy::default(),
             list_positions: HashMap::new(),
             value_lens: HashMap::new(),
+            lookup_tables: HashMap::new(),
         }
     }
 }

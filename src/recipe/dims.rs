@@ -73,6 +73,22 @@ impl Dim {
         }
     }
 
+    /// The least and the greatest value, as integers or seconds since the epoch; `None` for a
+    /// list that is not all integers. Linear in a listed dim's length.
+    pub fn extent(&self) -> Option<(i64, i64)> {
+        match &self.values {
+            DimValues::Range { start, step, len } | DimValues::Time { start, step, len, .. } => {
+                // The last value lies within the range that was compiled: no overflow.
+                Some((*start, start.wrapping_add(step.wrapping_mul(len.saturating_sub(1) as i64))))
+            }
+            DimValues::Group { len, .. } => Some((0, len.saturating_sub(1) as i64)),
+            DimValues::List(values) => values.iter().try_fold((i64::MAX, i64::MIN), |(least, most), v| match v {
+                DimValue::Int(i) => Some((least.min(*i), most.max(*i))),
+                _ => None,
+            }),
+        }
+    }
+
     /// True when every value is an integer (templates with numeric formats need that).
     pub fn is_integer(&self) -> bool {
         match &self.values {
@@ -131,5 +147,15 @@ mod tests {
         assert_eq!(days.position(&DimValue::Time(12 * day + 1)), None);
         assert_eq!(days.position(&DimValue::Int(12 * day)), None);
         assert!(days.is_time() && !days.is_integer());
+        assert_eq!(days.extent(), Some((10 * day, 14 * day)));
+    }
+
+    #[test]
+    fn extents() {
+        let list = |values: Vec<DimValue>| Dim { name: "l".into(), values: DimValues::List(values) };
+        assert_eq!(list(vec![DimValue::Int(6), DimValue::Int(-1), DimValue::Int(3)]).extent(), Some((-1, 6)));
+        assert_eq!(list(vec![DimValue::Int(6), DimValue::Str(std::sync::Arc::from("x"))]).extent(), None);
+        let hours = Dim { name: "hour".into(), values: DimValues::Range { start: 0, step: 3, len: 8 } };
+        assert_eq!(hours.extent(), Some((0, 21)));
     }
 }

@@ -14,14 +14,19 @@ mod cycle;
 mod diagnostic;
 pub mod dims;
 pub mod limits;
+mod lookup;
 mod output_paths;
 mod plugin_check;
 mod raw;
+mod raw_dims;
 mod suggest;
 pub mod template;
+mod template_check;
+mod template_format;
 #[cfg(test)]
 mod tests;
 mod time;
+mod time_expr;
 mod yaml;
 mod yaml_errors;
 

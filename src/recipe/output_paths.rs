@@ -47,7 +47,7 @@ impl Compiler<'_> {
 
     fn path_problem(&mut self, step: &str, arg: &str, written: &str, over: &[DimId]) -> Option<Diagnostic> {
         // Names and formats were checked already.
-        let template = match Template::parse(written).ok()?.fill(&|name| self.fixed_value(name)).ok()? {
+        let template = match self.fixed_template(written).ok()? {
             Filled::Value(Json::String(path)) => Template { segments: vec![Segment::Literal(path)] },
             Filled::Value(_) => return None,
             Filled::Partial(template) => template,
@@ -71,7 +71,7 @@ impl Compiler<'_> {
         first: &str,
         over: &[DimId],
     ) -> Option<Diagnostic> {
-        let referenced = |d: DimId| template.names().any(|(n, _)| n == self.dims[d].name);
+        let referenced = |d: DimId| template.names().any(|n| n == self.dims[d].name);
         let missing: Vec<DimId> = over.iter().copied().filter(|&d| self.dims[d].len() > 1 && !referenced(d)).collect();
         if let Some(&d) = missing.first() {
             let dim = &self.dims[d];
@@ -90,8 +90,9 @@ impl Compiler<'_> {
             );
         }
         for &d in over {
-            let merging = template.names().any(|(n, format)| n == self.dims[d].name && format.may_merge_values());
-            if merging && let Some(problem) = self.merged_values(step, arg, template, d) {
+            if template.may_merge(&self.dims[d].name)
+                && let Some(problem) = self.merged_values(step, arg, template, d)
+            {
                 return Some(problem);
             }
         }
@@ -152,7 +153,7 @@ impl Compiler<'_> {
         }
         let lists: Vec<DimId> = template
             .names()
-            .filter_map(|(n, _)| self.dim_ids.get(n).copied())
+            .filter_map(|n| self.dim_ids.get(n).copied())
             .filter(|&d| matches!(self.dims[d].values, DimValues::List(_)))
             .collect();
         for d in lists {
@@ -163,6 +164,24 @@ impl Compiler<'_> {
                 let path = self.render(template, &lookup);
                 if leaves_working_dir(&path) {
                     return Some(refuse(&path, format!(" for {name} `{}`", shorten(&value.to_string(), 60))));
+                }
+            }
+        }
+        // A lookup's entries are text from a var: each that is not harmless is tried.
+        for lookup in template.text_lookups() {
+            let Some(table) = &lookup.entries else { continue };
+            let risky = |entry: &Json| entry.as_str().is_some_and(|s| !is_harmless(&DimValue::Str(s.into())));
+            for (value, _) in table.entries().filter(|(_, entry)| risky(entry)) {
+                let lookup_value = |n: &str| if n == lookup.key { Some(value.clone()) } else { self.stand_in(n) };
+                let path = self.render(template, &lookup_value);
+                if leaves_working_dir(&path) {
+                    let from = format!(
+                        " for {} `{}` (from var `{}`)",
+                        lookup.key,
+                        shorten(&value.to_string(), 60),
+                        lookup.table
+                    );
+                    return Some(refuse(&path, from));
                 }
             }
         }
@@ -188,7 +207,7 @@ impl Compiler<'_> {
                 Some((name, value))
             })
             .collect();
-        let find = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| TemplateValue::Dim(v));
+        let find = |name: &str| values.iter().find(|(n, _)| *n == name).map(|(_, v)| TemplateValue::Dim(v.clone()));
         match template.fill(&find) {
             Ok(Filled::Value(Json::String(text))) => text,
             Ok(Filled::Value(other)) => other.to_string(),

@@ -12,6 +12,7 @@ use std::fmt::Display;
 use serde_json::{Map, Value as Json};
 
 use super::diagnostic::{Diagnostic, Loc};
+pub use super::raw_dims::{RangeEnd, RawDim, RawDimEntry};
 use super::suggest::{closest, suggestion};
 use super::yaml::{Item, Node};
 
@@ -66,9 +67,6 @@ pub const RECIPE_KEYS: &[&str] = &["recipe", "description", "dims", "vars", "ste
 /// Keys of a step.
 pub const STEP_KEYS: &[&str] =
     &["plugin", "description", "over", "inputs", "args", "memory", "retries", "timeout", "on_missing", "cache"];
-const RANGE_KEYS: &[&str] = &["start", "stop", "step"];
-const GROUP_KEYS: &[&str] = &["group", "size"];
-const FILE_KEYS: &[&str] = &["file"];
 const SELECT_KEYS: &[&str] = &["step", "select"];
 const PATHS_KEYS: &[&str] = &["allow_outside"];
 
@@ -83,26 +81,6 @@ pub struct RawRecipe<'t> {
     pub vars: Field<Vec<(Located<String>, &'t Item)>>,
     pub steps: Field<Located<Vec<RawStep<'t>>>>,
     pub allow_outside: Field<Located<bool>>,
-}
-
-/// One entry of `dims:`.
-#[derive(Debug)]
-pub struct RawDimEntry<'t> {
-    pub name: Located<String>,
-    /// Where its value is written.
-    pub loc: Loc,
-    /// `None` when its shape was wrong (already reported).
-    pub dim: Option<RawDim<'t>>,
-}
-
-/// A dim as written. Scalars are checked by the compiler, which knows what each must be.
-#[derive(Debug)]
-pub enum RawDim<'t> {
-    Count(&'t Item),
-    List(&'t [Item]),
-    Range { start: &'t Item, stop: &'t Item, step: Option<&'t Item> },
-    Group { group: Located<String>, size: &'t Item },
-    File(Located<String>),
 }
 
 /// One step as written.
@@ -137,14 +115,14 @@ pub struct Reader<'d> {
 }
 
 /// The entries of a mapping with a fixed set of keys, each known key at most once.
-struct Keys<'t> {
+pub(super) struct Keys<'t> {
     found: Vec<(&'static str, &'t Item)>,
     /// Known keys that an unknown key was probably meant to be.
     misspelt: Vec<&'static str>,
 }
 
 impl<'t> Keys<'t> {
-    fn get(&self, name: &str) -> Field<&'t Item> {
+    pub(super) fn get(&self, name: &str) -> Field<&'t Item> {
         match self.found.iter().find(|(key, _)| *key == name) {
             Some((_, item)) => Field::Given(*item),
             None if self.misspelt.contains(&name) => Field::Broken,
@@ -158,7 +136,7 @@ impl<'d> Reader<'d> {
         Reader { diagnostics }
     }
 
-    fn report(&mut self, diagnostic: Diagnostic) {
+    pub(super) fn report(&mut self, diagnostic: Diagnostic) {
         self.diagnostics.push(diagnostic);
     }
 
@@ -191,73 +169,6 @@ impl<'d> Reader<'d> {
     fn paths(&mut self, item: &Item) -> Option<Field<Located<bool>>> {
         let keys = self.keys(item, "in `paths`", PATHS_KEYS)?;
         Some(keys.get("allow_outside").and_then(|i| self.boolean(i, "`allow_outside` of `paths`")))
-    }
-
-    fn dims<'t>(&mut self, item: &'t Item) -> Option<Vec<RawDimEntry<'t>>> {
-        let entries = self.entries(item, "`dims`", "dim")?;
-        Some(
-            entries
-                .into_iter()
-                .map(|(name, value)| {
-                    let dim = self.dim(&name.value, value);
-                    RawDimEntry { name, loc: value.loc, dim }
-                })
-                .collect(),
-        )
-    }
-
-    fn dim<'t>(&mut self, name: &str, item: &'t Item) -> Option<RawDim<'t>> {
-        match &item.node {
-            // An integral number beyond the integers is a count out of range, said so later.
-            Node::Int(_) | Node::UInt(_) => Some(RawDim::Count(item)),
-            Node::Float(x) if x.fract() == 0.0 && x.abs() >= 9.2e18 => Some(RawDim::Count(item)),
-            Node::Seq(values) => Some(RawDim::List(values)),
-            Node::Map(entries) => {
-                let has = |key: &str| entries.iter().any(|(k, _)| matches!(&k.node, Node::Str(s) if &**s == key));
-                let context = format!("in dim `{name}`");
-                if has("group") {
-                    let keys = self.keys(item, &context, GROUP_KEYS)?;
-                    let group = self.name(keys.get("group").given().copied()?, format!("`group` of dim `{name}`"));
-                    let Some(size) = keys.get("size").given().copied() else {
-                        self.report(
-                            Diagnostic::new(item.loc, format!("group dim `{name}` has no `size`"))
-                                .expected("`{group: DIM, size: N}`, e.g. `{group: hour, size: 6}`"),
-                        );
-                        return None;
-                    };
-                    Some(RawDim::Group { group: group?, size })
-                } else if has("file") {
-                    let keys = self.keys(item, &context, FILE_KEYS)?;
-                    let file = self.name(keys.get("file").given().copied()?, format!("`file` of dim `{name}`"))?;
-                    Some(RawDim::File(file))
-                } else {
-                    let keys = self.keys(item, &context, RANGE_KEYS)?;
-                    let example = "`{start: N, stop: M}`, e.g. `{start: 0, stop: 23}` or `{start: 1981-09-01, stop: 2021-01-05, step: 1d}`";
-                    let (Field::Given(start), Field::Given(stop)) = (keys.get("start"), keys.get("stop")) else {
-                        let missing = if keys.get("start").given().is_none() { "start" } else { "stop" };
-                        if !keys.get(missing).is_broken() {
-                            self.report(
-                                Diagnostic::new(item.loc, format!("range dim `{name}` has no `{missing}`"))
-                                    .expected(example),
-                            );
-                        }
-                        return None;
-                    };
-                    if keys.get("step").is_broken() {
-                        return None;
-                    }
-                    Some(RawDim::Range { start, stop, step: keys.get("step").given().copied() })
-                }
-            }
-            other => {
-                self.report(Diagnostic::new(item.loc, format!("dim `{name}` is {}", other.kind())).expected(
-                    "a dim: a count (`12`), a list (`[1, 2, 3]`), a range (`{start: 0, stop: 23}`), \
-                     a date range (`{start: 1981-09-01, stop: 2021-01-05, step: 1d}`), a group \
-                     (`{group: hour, size: 6}`) or a list file (`{file: values.txt}`)",
-                ));
-                None
-            }
-        }
     }
 
     fn steps<'t>(&mut self, item: &'t Item) -> Option<Located<Vec<RawStep<'t>>>> {
@@ -387,7 +298,12 @@ impl<'d> Reader<'d> {
 
     /// The entries of a mapping whose keys are names (steps, dims, vars, args): each name at
     /// most once. An empty value is an empty mapping.
-    fn entries<'t>(&mut self, item: &'t Item, what: &str, entry: &str) -> Option<Vec<(Located<String>, &'t Item)>> {
+    pub(super) fn entries<'t>(
+        &mut self,
+        item: &'t Item,
+        what: &str,
+        entry: &str,
+    ) -> Option<Vec<(Located<String>, &'t Item)>> {
         let entries = match &item.node {
             Node::Map(entries) => entries,
             Node::Null => return Some(Vec::new()),
@@ -419,7 +335,12 @@ impl<'d> Reader<'d> {
 
     /// The entries of a mapping whose keys must be among `known`; reports unknown and
     /// repeated keys. `None` when `item` is not a mapping.
-    fn keys<'t>(&mut self, item: &'t Item, context: &str, known: &'static [&'static str]) -> Option<Keys<'t>> {
+    pub(super) fn keys<'t>(
+        &mut self,
+        item: &'t Item,
+        context: &str,
+        known: &'static [&'static str],
+    ) -> Option<Keys<'t>> {
         let entries = match &item.node {
             Node::Map(entries) => entries.as_slice(),
             Node::Null => &[],
@@ -471,7 +392,7 @@ impl<'d> Reader<'d> {
     }
 
     /// A name (of a plugin, dim, step...): a string, or a number or boolean in its text form.
-    fn name(&mut self, item: &Item, what: impl Display) -> Option<Located<String>> {
+    pub(super) fn name(&mut self, item: &Item, what: impl Display) -> Option<Located<String>> {
         let text = match &item.node {
             Node::Str(s) => s.to_string(),
             Node::Int(i) => i.to_string(),

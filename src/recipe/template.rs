@@ -1,268 +1,51 @@
 //! String templates in recipe args: `{dim}`, `{var}`, `{cycle}`, with an optional format
 //! (`{lead:03}`, `{wet:.2f}`, or strftime for dates: `{day:%Y%m%d}`, `{cycle:%Y%m%dT%H%MZ}`);
-//! `{{` and `}}` are literal braces.
+//! lookups per dim value (`{radii[lead]}`, [`super::lookup`]); date-time arithmetic
+//! (`{cycle + lead h:%Y%m%dT%H%MZ}`, `{lead h:PT%4HH%MM}`, [`super::time_expr`]); `{{` and `}}`
+//! are literal braces.
 //!
 //! Vars and the cycle are filled in once when the recipe is compiled; dim references stay until
-//! a task is dispatched, so a step whose args do not mention a dim costs nothing per task.
+//! a task is dispatched, so a step whose args do not mention a dim costs nothing per task. What
+//! a value brings in is never read as a template again: a var or table entry holding `{lead}`
+//! is written as that text.
 
-use std::fmt::Write as _;
-
-use runner_plugin::DimValue;
 use serde_json::Value as Json;
 
-use super::time::{TimeFormat, parse_instant};
-
-/// How to format one value: `[0][width][.precision][type]` with type `d`, `f`, `x` or `s`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct FormatSpec {
-    pub zero_pad: bool,
-    pub width: usize,
-    pub precision: Option<usize>,
-    pub kind: Option<char>,
-}
-
-impl FormatSpec {
-    const EXPECTED: &'static str = "a format like `03`, `5`, `.2f`, `x` or `s` \
-        ([0][width][.precision][d|f|x|s])";
-    /// Widest width and longest precision (the formatter itself takes at most 65535).
-    const MAX_DIGITS: usize = 255;
-
-    fn parse(spec: &str) -> Result<FormatSpec, String> {
-        let mut rest = spec;
-        let zero_pad = rest.starts_with('0') && rest.len() > 1;
-        if zero_pad {
-            rest = &rest[1..];
-        }
-        let digits = rest.chars().take_while(char::is_ascii_digit).count();
-        let width = if digits == 0 { 0 } else { rest[..digits].parse().map_err(|_| Self::EXPECTED.to_string())? };
-        rest = &rest[digits..];
-        let mut precision = None;
-        if let Some(after_dot) = rest.strip_prefix('.') {
-            let digits = after_dot.chars().take_while(char::is_ascii_digit).count();
-            if digits == 0 {
-                return Err(Self::EXPECTED.to_string());
-            }
-            precision = Some(after_dot[..digits].parse().map_err(|_| Self::EXPECTED.to_string())?);
-            rest = &after_dot[digits..];
-        }
-        let kind = match rest {
-            "" => None,
-            "d" | "f" | "x" | "s" => rest.chars().next(),
-            _ => return Err(Self::EXPECTED.to_string()),
-        };
-        if precision.is_some() && matches!(kind, Some('d' | 'x')) {
-            return Err(format!("precision does not apply to integers; expected {}", Self::EXPECTED));
-        }
-        if width.max(precision.unwrap_or(0)) > Self::MAX_DIGITS {
-            return Err(format!("width or precision too large; expected at most {}", Self::MAX_DIGITS));
-        }
-        Ok(FormatSpec { zero_pad, width, precision, kind })
-    }
-
-    /// True when the format needs an integer (`d`, `x`) or a number (`f`).
-    pub fn needs_number(&self) -> bool {
-        matches!(self.kind, Some('d' | 'x' | 'f')) || self.zero_pad
-    }
-}
-
-/// How to format one value: `[0][width][.precision][type]`, or strftime (it has a `%`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Format {
-    Plain(FormatSpec),
-    Time(TimeFormat),
-}
-
-impl Default for Format {
-    fn default() -> Format {
-        Format::Plain(FormatSpec::default())
-    }
-}
-
-impl Format {
-    fn parse(text: &str) -> Result<Format, String> {
-        if text.contains('%') {
-            TimeFormat::parse(text).map(Format::Time)
-        } else {
-            FormatSpec::parse(text).map(Format::Plain)
-        }
-    }
-
-    /// True when the format needs a number: a dim of strings or dates cannot have it.
-    pub fn needs_number(&self) -> bool {
-        matches!(self, Format::Plain(spec) if spec.needs_number())
-    }
-
-    /// True for a strftime format: only dates, times and values that parse as one can have it.
-    pub fn is_time(&self) -> bool {
-        matches!(self, Format::Time(_))
-    }
-
-    /// True when two different values may format alike (a string cut to a precision, a date
-    /// format without every field of the dim's step).
-    pub fn may_merge_values(&self) -> bool {
-        match self {
-            Format::Plain(spec) => spec.precision.is_some() && !matches!(spec.kind, Some('f')),
-            Format::Time(_) => true,
-        }
-    }
-
-    /// Most bytes a value whose own text (`{name}` without a format) is at most `value_len`
-    /// bytes formats to: a number gains at most a point and its precision's digits.
-    pub fn max_len(&self, value_len: usize) -> usize {
-        match self {
-            Format::Plain(spec) => (value_len + 1 + spec.precision.unwrap_or(6)).max(spec.width),
-            Format::Time(format) => format.max_len(),
-        }
-    }
-}
-
-/// A value a template can refer to.
-#[derive(Debug, Clone, Copy)]
-pub enum TemplateValue<'a> {
-    Dim(&'a DimValue),
-    Json(&'a Json),
-    Text(&'a str),
-}
-
-impl TemplateValue<'_> {
-    /// The value as typed JSON (used when a string is exactly one reference with no format).
-    fn to_json(self) -> Json {
-        match self {
-            TemplateValue::Dim(DimValue::Int(i)) => Json::from(*i),
-            TemplateValue::Dim(DimValue::Str(s)) => Json::from(&**s),
-            TemplateValue::Dim(time @ (DimValue::Date(_) | DimValue::Time(_))) => Json::from(time.to_string()),
-            TemplateValue::Json(j) => j.clone(),
-            TemplateValue::Text(t) => Json::from(t),
-        }
-    }
-
-    fn format(self, format: &Format, out: &mut String) -> Result<(), String> {
-        match format {
-            Format::Plain(spec) => self.format_plain(spec, out),
-            Format::Time(format) => self.format_time(format, out),
-        }
-    }
-
-    /// strftime of a date dim's value, or of a string that is a date or date-time.
-    fn format_time(self, format: &TimeFormat, out: &mut String) -> Result<(), String> {
-        let seconds = match self {
-            TemplateValue::Dim(value) => value.as_epoch_seconds(),
-            TemplateValue::Json(Json::String(s)) => parse_instant(s).map(|i| i.seconds),
-            TemplateValue::Text(s) => parse_instant(s).map(|i| i.seconds),
-            TemplateValue::Json(_) => None,
-        };
-        match seconds {
-            Some(seconds) => format.write(seconds, out),
-            None => Err(format!(
-                "the date format `{}` needs a date or date-time, but the value is `{}`; expected {}",
-                format.as_str(),
-                super::diagnostic::shorten(&self.text(), 40),
-                super::time::INSTANT_FORMS
-            )),
-        }
-    }
-
-    /// The value's text as a plain `{name}` shows it.
-    fn text(self) -> String {
-        match self {
-            TemplateValue::Dim(d) => d.to_string(),
-            TemplateValue::Json(Json::String(s)) => s.clone(),
-            TemplateValue::Json(j) => j.to_string(),
-            TemplateValue::Text(t) => t.to_string(),
-        }
-    }
-
-    fn format_plain(self, spec: &FormatSpec, out: &mut String) -> Result<(), String> {
-        enum Num {
-            Int(i64),
-            Float(f64),
-        }
-        let number = match self {
-            TemplateValue::Dim(DimValue::Int(i)) => Some(Num::Int(*i)),
-            TemplateValue::Json(Json::Number(n)) => match n.as_i64() {
-                Some(i) => Some(Num::Int(i)),
-                None => n.as_f64().map(Num::Float),
-            },
-            TemplateValue::Json(Json::String(s)) if spec.needs_number() => parse_number(s),
-            TemplateValue::Text(s) if spec.needs_number() => parse_number(s),
-            _ => None,
-        };
-        fn parse_number(s: &str) -> Option<Num> {
-            match s.trim().parse::<i64>() {
-                Ok(i) => Some(Num::Int(i)),
-                Err(_) => s.trim().parse::<f64>().ok().map(Num::Float),
-            }
-        }
-        let width = spec.width;
-        match (spec.kind, number) {
-            (Some('d'), Some(Num::Int(i))) | (None, Some(Num::Int(i))) if spec.precision.is_none() => {
-                pad_number(out, &i.to_string(), spec)
-            }
-            (Some('x'), Some(Num::Int(i))) => pad_number(out, &format!("{i:x}"), spec),
-            (Some('f') | None, Some(Num::Int(i))) => {
-                pad_number(out, &format!("{:.*}", spec.precision.unwrap_or(6), i as f64), spec)
-            }
-            (Some('f') | None, Some(Num::Float(f))) => {
-                let text = match (spec.kind, spec.precision) {
-                    (None, None) => f.to_string(),
-                    (_, precision) => format!("{:.*}", precision.unwrap_or(6), f),
-                };
-                pad_number(out, &text, spec)
-            }
-            (Some('d' | 'x'), _) => return Err(format!("format `{}` needs an integer", spec_text(spec))),
-            (Some('f'), None) => return Err(format!("format `{}` needs a number", spec_text(spec))),
-            _ if spec.zero_pad => return Err("zero padding needs a number".into()),
-            _ => {
-                let text = self.text();
-                let text = match spec.precision {
-                    Some(p) => text.chars().take(p).collect(),
-                    None => text,
-                };
-                let _ = write!(out, "{text:<width$}");
-            }
-        }
-        Ok(())
-    }
-}
-
-fn pad_number(out: &mut String, digits: &str, spec: &FormatSpec) {
-    let width = spec.width;
-    if spec.zero_pad {
-        match digits.strip_prefix('-') {
-            Some(abs) => {
-                let _ = write!(out, "-{abs:0>w$}", w = width.saturating_sub(1));
-            }
-            None => {
-                let _ = write!(out, "{digits:0>width$}");
-            }
-        }
-    } else {
-        let _ = write!(out, "{digits:>width$}");
-    }
-}
-
-fn spec_text(spec: &FormatSpec) -> String {
-    let mut s = String::new();
-    if spec.zero_pad {
-        s.push('0');
-    }
-    if spec.width > 0 {
-        s.push_str(&spec.width.to_string());
-    }
-    if let Some(p) = spec.precision {
-        let _ = write!(s, ".{p}");
-    }
-    if let Some(k) = spec.kind {
-        s.push(k);
-    }
-    s
-}
+pub use super::lookup::{Lookup, LookupTable};
+pub use super::template_format::{Format, FormatSpec, TemplateValue};
+use super::time_expr::Evaluated;
+pub use super::time_expr::TimeExpr;
 
 /// One piece of a template.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
     Literal(String),
-    Ref { name: String, format: Format, has_spec: bool },
+    Ref {
+        name: String,
+        format: Format,
+        has_spec: bool,
+    },
+    /// `{table[dim]}`: the entry of a var for the task's value of a dim.
+    Lookup {
+        lookup: Lookup,
+        format: Format,
+        has_spec: bool,
+    },
+    /// `{cycle + lead h}`: a date-time or a duration.
+    Time(TimeExpr),
+}
+
+impl Segment {
+    /// The names whose values the segment needs (for a lookup, its dim).
+    fn names(&self) -> impl Iterator<Item = &str> {
+        let (one, expr) = match self {
+            Segment::Literal(_) => (None, None),
+            Segment::Ref { name, .. } => (Some(name.as_str()), None),
+            Segment::Lookup { lookup, .. } => (Some(lookup.key.as_str()), None),
+            Segment::Time(expr) => (None, Some(expr)),
+        };
+        one.into_iter().chain(expr.into_iter().flat_map(TimeExpr::names))
+    }
 }
 
 /// A parsed template string.
@@ -331,21 +114,17 @@ impl Template {
         Ok(Template { segments })
     }
 
-    /// Names referenced, in order (not the run-time file references plugins fill in).
-    pub fn names(&self) -> impl Iterator<Item = (&str, &Format)> {
-        self.segments.iter().filter_map(|s| match s {
-            Segment::Ref { name, format, .. } => Some((name.as_str(), format)),
-            Segment::Literal(_) => None,
-        })
+    /// Names referenced, in order (not the run-time file references plugins fill in): dims,
+    /// vars and `cycle`, the dims that lookups index and the names in date-time arithmetic.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().flat_map(Segment::names)
     }
 
-    /// Names referenced, each once, in order of first use (a template may use one name many
-    /// times; callers look each up once).
+    /// Names referenced, each once, in order of first use.
     pub fn distinct_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for (name, _) in self.names() {
-            if seen.insert(name) {
+        for name in self.names() {
+            if !names.contains(&name) {
                 names.push(name);
             }
         }
@@ -356,28 +135,82 @@ impl Template {
         self.names().next().is_some()
     }
 
+    /// True when two values of `name` may give the same text: a format that cuts or drops
+    /// fields, a lookup (two values may have one entry), date-time arithmetic.
+    pub fn may_merge(&self, name: &str) -> bool {
+        self.segments.iter().any(|segment| match segment {
+            Segment::Literal(_) => false,
+            Segment::Ref { name: n, format, .. } => n == name && format.may_merge_values(),
+            Segment::Lookup { lookup, .. } => lookup.key == name,
+            Segment::Time(expr) => expr.names().any(|n| n == name),
+        })
+    }
+
+    /// Every lookup, in segments and in date-time arithmetic (the compiler binds their tables).
+    pub fn lookups_mut(&mut self) -> impl Iterator<Item = &mut Lookup> {
+        self.segments.iter_mut().flat_map(|segment| {
+            let (one, expr) = match segment {
+                Segment::Lookup { lookup, .. } => (Some(lookup), None),
+                Segment::Time(expr) => (None, Some(expr)),
+                Segment::Literal(_) | Segment::Ref { .. } => (None, None),
+            };
+            one.into_iter().chain(expr.into_iter().flat_map(TimeExpr::lookups_mut))
+        })
+    }
+
+    /// The lookups of segments (whose entries become text), not those inside arithmetic.
+    pub fn text_lookups(&self) -> impl Iterator<Item = &Lookup> {
+        self.segments.iter().filter_map(|segment| match segment {
+            Segment::Lookup { lookup, .. } => Some(lookup),
+            _ => None,
+        })
+    }
+
     /// Fills in the names `lookup` knows; the others stay as references. A string that is one
-    /// reference without a format becomes the value itself (so `"{thresholds}"` can be a list).
+    /// reference or lookup without a format becomes the value itself (so `"{thresholds}"` can
+    /// be a list). Nothing is allocated but the text, when every name is known.
     pub fn fill<'v>(&self, lookup: &dyn Fn(&str) -> Option<TemplateValue<'v>>) -> Result<Filled, String> {
-        if let [Segment::Ref { name, has_spec: false, .. }] = self.segments.as_slice()
-            && let Some(value) = lookup(name)
-        {
-            return Ok(Filled::Value(value.to_json()));
+        match self.segments.as_slice() {
+            [Segment::Ref { name, has_spec: false, .. }] => {
+                if let Some(value) = lookup(name) {
+                    return Ok(Filled::Value(value.to_json()));
+                }
+            }
+            [Segment::Lookup { lookup: table, has_spec: false, .. }] => {
+                if let Some(entry) = table.resolve(lookup) {
+                    return Ok(Filled::Value(entry.clone()));
+                }
+            }
+            _ => {}
         }
-        let mut segments = Vec::with_capacity(self.segments.len());
+        let mut segments = Vec::new();
         let mut text = String::new();
+        let mut keep = |segment: Segment, text: &mut String| {
+            if !text.is_empty() {
+                segments.push(Segment::Literal(std::mem::take(text)));
+            }
+            segments.push(segment);
+        };
         for segment in &self.segments {
             match segment {
                 Segment::Literal(l) => text.push_str(l),
                 Segment::Ref { name, format, .. } => match lookup(name) {
                     Some(value) => value.format(format, &mut text).map_err(|e| format!("`{{{name}}}`: {e}"))?,
-                    None => {
-                        if !text.is_empty() {
-                            segments.push(Segment::Literal(std::mem::take(&mut text)));
-                        }
-                        segments.push(segment.clone());
-                    }
+                    None => keep(segment.clone(), &mut text),
                 },
+                Segment::Lookup { lookup: table, format, .. } => match table.resolve(lookup) {
+                    Some(entry) => TemplateValue::Json(entry)
+                        .format(format, &mut text)
+                        .map_err(|e| format!("`{{{}[{}]}}`: {e}", table.table, table.key))?,
+                    None => keep(segment.clone(), &mut text),
+                },
+                Segment::Time(expr) => {
+                    let context = |e: String| format!("`{{{}}}`: {e}", expr.text);
+                    match expr.evaluate(lookup).map_err(context)? {
+                        Evaluated::Seconds(seconds) => expr.write(seconds, &mut text).map_err(context)?,
+                        Evaluated::Partial(rest) => keep(Segment::Time(rest), &mut text),
+                    }
+                }
             }
         }
         if segments.is_empty() {
@@ -406,21 +239,39 @@ fn parse_reference(body: &str) -> Result<Segment, String> {
     if name.is_empty() {
         return Err("empty `{}` in a template; expected a dim, var or `cycle` name inside the braces".into());
     }
-    if !name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-') {
-        return Err(format!("`{{{body}}}` is not a reference; expected `{{name}}` or `{{name:format}}`"));
+    let is_name = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-');
+    if is_name(name) {
+        let (format, has_spec) = parse_format(body, spec_text)?;
+        return Ok(Segment::Ref { name: name.to_string(), format, has_spec });
     }
-    let format = match spec_text {
-        Some(text) => Format::parse(text).map_err(|e| {
-            // `e` is either the expected format alone or what is wrong and then what was expected.
-            if e == FormatSpec::EXPECTED {
-                format!("bad format `{text}` in `{{{body}}}`; expected {e}")
-            } else {
-                format!("bad format `{text}` in `{{{body}}}`: {e}")
-            }
-        })?,
-        None => Format::default(),
-    };
-    Ok(Segment::Ref { name: name.to_string(), format, has_spec: spec_text.is_some() })
+    let lookup_shaped = name
+        .split_once('[')
+        .is_some_and(|(table, rest)| is_name(table) && rest.find(']') == Some(rest.len() - 1) && !rest.contains('['));
+    if lookup_shaped && let Some(lookup) = Lookup::parse(name) {
+        let (format, has_spec) = parse_format(body, spec_text)?;
+        return Ok(Segment::Lookup { lookup: lookup?, format, has_spec });
+    }
+    if name.contains(|c: char| c.is_whitespace() || c == '+' || c == '-') {
+        return TimeExpr::parse(name, spec_text).map(Segment::Time);
+    }
+    Err(format!(
+        "`{{{body}}}` is not a reference; expected `{{name}}`, `{{name:format}}`, a lookup `{{var[dim]}}` or {}",
+        super::time_expr::EXPRESSION_FORM
+    ))
+}
+
+/// The format after the colon of `{body}`, if any.
+fn parse_format(body: &str, spec_text: Option<&str>) -> Result<(Format, bool), String> {
+    let Some(text) = spec_text else { return Ok((Format::default(), false)) };
+    let format = Format::parse(text).map_err(|e| {
+        // `e` is either the expected format alone or what is wrong and then what was expected.
+        if e == FormatSpec::EXPECTED {
+            format!("bad format `{text}` in `{{{body}}}`; expected {e}")
+        } else {
+            format!("bad format `{text}` in `{{{body}}}`: {e}")
+        }
+    })?;
+    Ok((format, true))
 }
 
 /// `{output}` and `{input.NAME}`: references to a task's files that a plugin renders at run time
@@ -435,6 +286,8 @@ pub fn is_plugin_reference(body: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use runner_plugin::DimValue;
+    use std::sync::Arc;
 
     fn render(text: &str, lookup: &dyn Fn(&str) -> Option<TemplateValue<'static>>) -> Result<Json, String> {
         match Template::parse(text)?.fill(lookup)? {
@@ -443,23 +296,22 @@ mod tests {
         }
     }
 
-    static LEAD: DimValue = DimValue::Int(7);
-    static NEG: DimValue = DimValue::Int(-7);
-    static DAY: DimValue = DimValue::Date(4261 * 86_400);
-    static HOUR: DimValue = DimValue::Time(20_758 * 86_400 + 3 * 3600);
+    const DAY: i64 = 4261 * 86_400;
+    const HOUR: i64 = 20_758 * 86_400 + 3 * 3600;
 
     fn lookup(name: &str) -> Option<TemplateValue<'static>> {
         static WET: std::sync::LazyLock<Json> = std::sync::LazyLock::new(|| serde_json::json!(0.25));
         static LIST: std::sync::LazyLock<Json> = std::sync::LazyLock::new(|| serde_json::json!([1, 2]));
         match name {
-            "lead" => Some(TemplateValue::Dim(&LEAD)),
-            "neg" => Some(TemplateValue::Dim(&NEG)),
+            "lead" => Some(TemplateValue::Dim(DimValue::Int(7))),
+            "neg" => Some(TemplateValue::Dim(DimValue::Int(-7))),
             "wet" => Some(TemplateValue::Json(&WET)),
             "list" => Some(TemplateValue::Json(&LIST)),
             "cycle" => Some(TemplateValue::Text("2026-11-30T02Z")),
-            "day" => Some(TemplateValue::Dim(&DAY)),
-            "hour" => Some(TemplateValue::Dim(&HOUR)),
+            "day" => Some(TemplateValue::Dim(DimValue::Date(DAY))),
+            "hour" => Some(TemplateValue::Dim(DimValue::Time(HOUR))),
             "name" => Some(TemplateValue::Text("not a date")),
+            "model" => Some(TemplateValue::Dim(DimValue::Str(Arc::from("ukv")))),
             _ => None,
         }
     }
@@ -470,6 +322,11 @@ mod tests {
         assert_eq!(render("{neg:04}", &lookup).unwrap(), "-007");
         assert_eq!(render("{wet:.3f}|{lead:x}|{lead:4}|{cycle:.4}", &lookup).unwrap(), "0.250|7|   7|2026");
         assert_eq!(render("{{literal}} {lead}", &lookup).unwrap(), "{literal} 7");
+        assert_eq!(
+            render("{wet:07.2f}|{neg:.1}|{wet}|{wet:6}|{lead:03x}", &lookup).unwrap(),
+            "0000.25|-7.0|0.25|  0.25|007"
+        );
+        assert_eq!(render("[{model:5}]|[{model:.2}]|[{model:4.1}]", &lookup).unwrap(), "[ukv  ]|[uk]|[u   ]");
     }
 
     #[test]
@@ -487,6 +344,66 @@ mod tests {
     }
 
     #[test]
+    fn time_arithmetic_gives_validity_times_and_durations() {
+        assert_eq!(
+            render("{cycle + lead h:%Y%m%dT%H%MZ}-{lead h:PT%4HH%MM}-air_temperature.nc", &lookup).unwrap(),
+            "20261130T0900Z-PT0007H00M-air_temperature.nc"
+        );
+        assert_eq!(
+            render("{cycle - 6h}|{lead h}|{hour + 90 m}", &lookup).unwrap(),
+            "2026-11-29T20:00Z|PT7H|2026-11-01T04:30Z"
+        );
+        assert_eq!(
+            render("{hour - day:PT%HH}|{day + lead d:%Y-%m-%d}", &lookup).unwrap(),
+            format!("PT{}H|1981-09-08", (HOUR - DAY) / 3600)
+        );
+        assert_eq!(render("{ cycle+lead h :%H%M}", &lookup).unwrap(), "0900");
+        // `-` inside a name is the name's: `{a-b}` is one name, `{a - b}` a subtraction.
+        assert!(matches!(Template::parse("{cycle-6h}").unwrap().segments[0], Segment::Ref { .. }));
+        assert_eq!(Template::parse("{cycle + lead h}").unwrap().names().collect::<Vec<_>>(), ["cycle", "lead"]);
+    }
+
+    #[test]
+    fn lookups_index_a_var_by_a_dim() {
+        let lead = crate::recipe::Dim {
+            name: "lead".into(),
+            values: crate::recipe::DimValues::List(vec![DimValue::Int(7), DimValue::Int(8)]),
+        };
+        let radii = serde_json::json!({"7": 10000, "8": [1, 2]});
+        let table = Arc::new(LookupTable::build("radii", &radii, &lead).unwrap());
+        let bound = |text: &str| {
+            let mut template = Template::parse(text).unwrap();
+            template.lookups_mut().for_each(|l| l.entries = Some(table.clone()));
+            template
+        };
+        let fill = |text: &str| match bound(text).fill(&lookup).unwrap() {
+            Filled::Value(v) => v,
+            Filled::Partial(t) => panic!("unresolved {t:?}"),
+        };
+        assert_eq!(fill("{radii[lead]}"), serde_json::json!(10000), "a lone lookup keeps its type");
+        assert_eq!(fill("r{radii[lead]:06}m"), "r010000m");
+        assert_eq!(fill("{cycle + radii[lead] s:%H%M%S}"), "044640");
+        // Unbound (or with the dim unknown), a lookup stays as it is.
+        let open = Template::parse("{radii[lead]}").unwrap().fill(&lookup).unwrap();
+        assert!(matches!(open, Filled::Partial(_)), "{open:?}");
+        assert!(Template::parse("{radii[lead]}").unwrap().may_merge("lead"));
+    }
+
+    #[test]
+    fn filled_values_are_not_expanded_again() {
+        let var = serde_json::json!("{lead}");
+        let value = |name: &str| (name == "v").then_some(TemplateValue::Json(&var));
+        let Filled::Value(filled) = Template::parse("x/{v}/{v:s}").unwrap().fill(&value).unwrap() else {
+            panic!("every name is known")
+        };
+        assert_eq!(filled, "x/{lead}/{lead}");
+        let partly = Template::parse("{v}{lead}").unwrap().fill(&value).unwrap();
+        let Filled::Partial(rest) = partly else { panic!("lead is open") };
+        assert_eq!(rest.segments[0], Segment::Literal("{lead}".into()), "kept as text: {rest:?}");
+        assert_eq!(render("{{lead}}", &lookup).unwrap(), "{lead}");
+    }
+
+    #[test]
     fn lone_reference_keeps_its_type() {
         assert_eq!(render("{wet}", &lookup).unwrap(), serde_json::json!(0.25));
         assert_eq!(render("{list}", &lookup).unwrap(), serde_json::json!([1, 2]));
@@ -499,7 +416,7 @@ mod tests {
         let Filled::Partial(rest) = t.fill(&|n| (n == "cycle").then_some(TemplateValue::Text("C"))).unwrap() else {
             panic!("expected partial");
         };
-        assert_eq!(rest.names().map(|(n, _)| n).collect::<Vec<_>>(), vec!["member", "lead"]);
+        assert_eq!(rest.names().collect::<Vec<_>>(), vec!["member", "lead"]);
         assert_eq!(rest.segments[0], Segment::Literal("C/".into()));
     }
 
@@ -510,7 +427,11 @@ mod tests {
         assert!(Template::parse("{}").unwrap_err().contains("empty `{}`"));
         assert!(Template::parse("{lead:zz}").unwrap_err().contains("bad format `zz`"));
         assert!(Template::parse("{lead:.2d}").unwrap_err().contains("precision does not apply"));
+        assert!(Template::parse("{a.b}").unwrap_err().contains("`{a.b}` is not a reference; expected `{name}`"));
+        assert!(Template::parse("{radii[]}").unwrap_err().contains("is not a lookup; expected `{var[dim]}`"));
         let e = render("{cycle:d}", &lookup).unwrap_err();
         assert!(e.contains("needs an integer"), "{e}");
+        let e = render("{name + lead h}", &lookup).unwrap_err();
+        assert!(e.starts_with("`{name + lead h}`: `name` is `not a date`, which is not a date-time"), "{e}");
     }
 }

@@ -232,3 +232,190 @@ fn numbers_out_of_range_say_so() {
         assert!(all.contains(says), "lacks {says:?}:\n{all}");
     }
 }
+
+fn compile_at(cycle: &str, text: &str) -> Result<Recipe, RecipeError> {
+    parse(Path::new("improver.yaml"), text.to_string(), &options(cycle), &standard())
+}
+
+/// Each problem as `line:column: message`.
+fn located(error: &RecipeError) -> Vec<String> {
+    let expected = |d: &Diagnostic| d.expected.as_ref().map(|e| format!("; expected {e}")).unwrap_or_default();
+    error.diagnostics.iter().map(|d| format!("{}:{}: {}{}", d.loc.line, d.loc.column, d.message, expected(d))).collect()
+}
+
+const IMPROVER: &str = "recipe: improver\n\
+    vars:\n  radii: {1: 10000, 2: 20000, 3: 30000}\n  thresholds: [[273.15], [275.15, 280.15], [290.0]]\n  spin: 6\n\
+    dims:\n  lead: [1, 2, 3]\n  valid: {start: \"{cycle}\", step: 1h, count: 3}\n  since: {start: \"{cycle - spin h}\", stop: \"{cycle}\", step: 3h}\n\
+    steps:\n  per_lead:\n    plugin: synth\n    over: [lead]\n    args:\n      ny: 1\n      nx: 1\n      wet_fraction: 0.1\n      seed: \"{cycle + lead h:%Y%m%dT%H%MZ}-{lead h:PT%4HH%MM}-r{radii[lead]}-{thresholds[lead]}\"\n\
+    \x20 per_valid:\n    plugin: synth\n    over: [valid]\n    args: {ny: 1, nx: 1, wet_fraction: 0.1, seed: \"{valid:%Y%m%dT%H%MZ}-{valid - cycle:PT%4HH%MM}\"}\n\
+    \x20 typed:\n    plugin: threshold\n    over: [lead]\n    inputs: {field: per_lead}\n    args: {thresholds: \"{thresholds[lead]}\"}\n";
+
+#[test]
+fn improver_templates_render_per_task() {
+    let recipe = compile_at("2026-12-01T00Z", IMPROVER).unwrap_or_else(|e| panic!("{e}"));
+    let seed = |step: &str, i: u64| task_args(&recipe, step, &[i]).str("seed").unwrap();
+    assert_eq!(seed("per_lead", 0), "20261201T0100Z-PT0001H00M-r10000-[273.15]");
+    assert_eq!(seed("per_lead", 2), "20261201T0300Z-PT0003H00M-r30000-[290.0]");
+    assert_eq!(seed("per_valid", 2), "20261201T0200Z-PT0002H00M");
+    // A lone lookup keeps the entry's type: a list of thresholds per lead.
+    assert_eq!(task_args(&recipe, "typed", &[1]).get("thresholds"), Some(&serde_json::json!([275.15, 280.15])));
+    let valid = &recipe.dims[recipe.dims.iter().position(|d| d.name == "valid").unwrap()];
+    assert_eq!((valid.len(), valid.value(0).to_string()), (3, "2026-12-01T00:00Z".to_string()));
+    let since = &recipe.dims[recipe.dims.iter().position(|d| d.name == "since").unwrap()];
+    let values: Vec<String> = (0..since.len()).map(|i| since.value(i).to_string()).collect();
+    assert_eq!(values, ["2026-11-30T18:00Z", "2026-11-30T21:00Z", "2026-12-01T00:00Z"]);
+    // The next cycle moves the dims relative to it.
+    let next = compile_at("2026-12-01T06Z", IMPROVER).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(next.dims[1].value(0).to_string(), "2026-12-01T06:00Z");
+}
+
+#[test]
+fn template_misuse_is_located() {
+    let with = |vars: &str, dims: &str, seed: &str| {
+        format!(
+            "recipe: bad\nvars:\n{vars}dims:\n  lead: [1, 2, 3]\n  member: 2\n{dims}steps:\n  s:\n    plugin: synth\n    over: [lead]\n    args: {{ny: 1, nx: 1, wet_fraction: 0.1, seed: \"{seed}\"}}\n"
+        )
+    };
+    let radii = "  radii: {1: 10000, 2: 20000}\n  list: [1, 2]\n  wet: 0.5\n";
+    let cases: &[(&str, &str, &str, &str)] = &[
+        (
+            radii,
+            "",
+            "{radius[lead]}",
+            "13:51: arg `seed` of step `s`: `{radius[lead]}`: unknown var `radius`; expected a var that maps the values of `lead` to values, one of: radii, list, wet (did you mean `radii`?)",
+        ),
+        (
+            radii,
+            "",
+            "{radii[lead]}",
+            "13:51: arg `seed` of step `s`: `{radii[lead]}`: var `radii` has no entry for lead `3`; its keys are: 1, 2; expected a key for every value of dim `lead` (1, 2, 3)",
+        ),
+        (
+            radii,
+            "",
+            "{list[lead]}",
+            "13:51: arg `seed` of step `s`: `{list[lead]}`: var `list` lists 2 items but dim `lead` has 3 values; expected one item per value of `lead`, in its order (1, 2, 3)",
+        ),
+        (
+            radii,
+            "",
+            "{radii[member]}",
+            "13:51: arg `seed` of step `s`: `{radii[member]}` indexes var `radii` by `member`, which is a dim that step `s` does not run over; expected a dim the step runs over (lead)",
+        ),
+        (
+            radii,
+            "",
+            "{radii[wet]}",
+            "13:51: arg `seed` of step `s`: `{radii[wet]}` indexes var `radii` by `wet`, which is a var, not a dim; expected a dim the step runs over (lead)",
+        ),
+        (
+            radii,
+            "",
+            "{cycle + lead}",
+            "13:51: arg `seed` of step `s`: `{cycle + lead}`: it adds two date-times (cycle, lead); expected one date-time plus or minus durations, each with its unit (`lead h`, `6h`)",
+        ),
+        (
+            radii,
+            "",
+            "{lead - 6h}",
+            "13:51: arg `seed` of step `s`: `{lead - 6h}`: dim `lead` has integer values, which are not date-times; expected `lead h` (or `m`, `s`, `d`) for a duration of that many hours, or a date or date-time dim",
+        ),
+        (
+            radii,
+            "",
+            "{cycle + member h}",
+            "13:51: arg `seed` of step `s`: `{cycle + member h}`: `{member}` refers to dim `member`, but step `s` does not run over it",
+        ),
+        (
+            radii,
+            "",
+            "{cycle + wet s}",
+            "13:51: arg `seed` of step `s`: `{cycle + wet s}`: `wet s` is 0.5 seconds, not a whole number of seconds; expected whole seconds",
+        ),
+        (
+            radii,
+            "",
+            "{cycle-6h}",
+            "13:51: arg `seed` of step `s`: unknown name `{cycle-6h}` in a template (arithmetic needs spaces around `-`: `{cycle - 6h}`)",
+        ),
+        (
+            radii,
+            "  v: {start: \"{cycle}\", stop: \"{cycle + 1h}\", count: 2}\n",
+            "{lead}",
+            "9:54: range dim `v` has both `stop` and `count`",
+        ),
+        (
+            radii,
+            "  v: {start: \"{lead}\", count: 2}\n",
+            "{lead}",
+            "9:14: `start` of dim `v` (\"{lead}\") refers to `lead`; expected only the cycle and vars",
+        ),
+        (
+            radii,
+            "  v: {start: \"{wet}\", count: 2}\n",
+            "{lead}",
+            "9:14: `start` of dim `v` is \"{wet}\", which is \"0.5\"",
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (vars, dims, seed, says) in cases {
+        let all = match compile_at("2026-12-01T00Z", &with(vars, dims, seed)) {
+            Ok(_) => vec!["accepted".to_string()],
+            Err(error) => located(&error),
+        };
+        if !all.iter().any(|line| line.starts_with(says)) {
+            wrong.push(format!("{seed} / {dims}: wanted {says:?}, got {all:#?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The cycle must be a date-time where arithmetic or a dim's `start` needs one.
+    let error = compile_at("C1", &with(radii, "", "{cycle + lead h}")).unwrap_err();
+    assert!(
+        located(&error).iter().any(|l| l.starts_with(
+            "13:51: arg `seed` of step `s`: `{cycle + lead h}`: `cycle` is `C1`, which is not a date-time"
+        )),
+        "{error}"
+    );
+    let error = compile_at("C1", &with(radii, "  v: {start: \"{cycle}\", count: 2}\n", "{lead}")).unwrap_err();
+    let all = located(&error);
+    assert!(all.iter().any(|l| l.starts_with("9:14: `start` of dim `v` is \"{cycle}\", which is \"C1\"")), "{all:#?}");
+    assert!(error.diagnostics.iter().any(|d| {
+        d.expected.as_deref().is_some_and(|e| e.contains("the cycle id, `--cycle`, must then be a date-time"))
+    }));
+}
+
+#[test]
+fn lookups_in_output_paths_are_checked_like_any_value() {
+    let writes = |vars: &str, path: &str| {
+        format!(
+            "recipe: out\nvars:\n{vars}dims:\n  lead: [1, 2]\nsteps:\n  f: {{plugin: synth, over: [lead], args: {{ny: 1, nx: 1, wet_fraction: 0.1}}}}\n  s:\n    plugin: write_npy\n    over: [lead]\n    inputs: {{array: f}}\n    args: {{path: \"{path}\"}}\n"
+        )
+    };
+    compiled(&writes("  name: {1: a, 2: b}\n", "out/{name[lead]}.npy"));
+    let error = compile(&writes("  name: {1: a, 2: a}\n", "out/{name[lead]}.npy")).unwrap_err();
+    assert!(messages(&error)[0].contains("would write `out/a.npy` for both lead 1 and lead 2"), "{error}");
+    let error = compile(&writes("  name: {1: a, 2: ../../up}\n", "out/{name[lead]}.npy")).unwrap_err();
+    assert!(
+        messages(&error)[0]
+            .contains("writes `out/../../up.npy` for lead `2` (from var `name`), outside the working directory"),
+        "{error}"
+    );
+    // Validity times tell leads apart; a format without the hour does not.
+    compiled(&writes("", "out/{cycle + lead h:%Y%m%dT%H%MZ}-{lead h:PT%4HH%MM}.npy"));
+    let error = compile(&writes("", "out/{cycle + lead h:%Y%m%d}.npy")).unwrap_err();
+    assert!(messages(&error)[0].contains("for both lead 1 and lead 2"), "{error}");
+}
+
+#[test]
+fn integer_ranges_take_a_count_too() {
+    let recipe = compiled(
+        "recipe: c\ndims:\n  hour: {start: 0, step: 3, count: 8}\nsteps:\n  a: {plugin: noop, over: [hour]}\n",
+    );
+    assert_eq!((recipe.dims[0].len(), recipe.dims[0].value(7)), (8, DimValue::Int(21)));
+    let error = compile("recipe: c\ndims:\n  hour: {start: 0, count: 0}\nsteps:\n  a: {plugin: noop, over: [hour]}\n")
+        .unwrap_err();
+    assert!(messages(&error)[0].starts_with("`count` of dim `hour` is 0"), "{error}");
+    let error = compile("recipe: c\ndims:\n  hour: {start: 0, step: 3}\nsteps:\n  a: {plugin: noop, over: [hour]}\n")
+        .unwrap_err();
+    assert_eq!(messages(&error), ["range dim `hour` has no `stop` or `count`"]);
+}

@@ -46,6 +46,10 @@ impl Meter for RunMeter {
     }
 
     fn process_live(&self) -> u64 {
-        measure::live_bytes() + measure::external::total()
+        measure::live_bytes() + measure::external::total() + measure::external::standing()
+    }
+
+    fn standing(&self) -> u64 {
+        measure::external::standing()
     }
 }

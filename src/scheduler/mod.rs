@@ -21,8 +21,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use runner_plugin::{
-    CommandOutcome, CommandSpec, DimValue, FailureKind, Host, Input, Inputs, InputsForEstimate, TaskContext, TaskError,
-    Value, task_tag,
+    CommandOutcome, CommandSpec, DimValue, FailureKind, Host, Input, Inputs, InputsForEstimate, ServiceIo, ServiceSpec,
+    TaskContext, TaskError, Value, task_tag,
 };
 use smallvec::SmallVec;
 
@@ -1134,13 +1134,12 @@ impl<'s, 'r> Worker<'s, 'r> {
             _ => self.run_plugin(at, picked.reserved, started),
         };
         let elapsed = started.elapsed();
-        // A task that ran external commands peaked at the larger of its own heap and their trees.
+        // A task that ran external commands or used a service holds its heap and their trees'
+        // memory at once (as the ledger counts them): its peak is their sum, measured as theirs.
         let mut peak = memory.map_or(0, |m| m.peak_bytes);
         let mut peak_source = PeakSource::Allocator;
-        if let Some(command) = &command
-            && command.peak > peak
-        {
-            (peak, peak_source) = (command.peak, command.source);
+        if let Some(command) = &command {
+            (peak, peak_source) = (peak.saturating_add(command.peak), command.source);
         }
         let result = match result {
             Ok(result) => result,
@@ -1535,13 +1534,40 @@ impl Host for TaskHost<'_, '_> {
             tag: self.tag,
             cancelled: &cancelled,
         };
-        command::run_for_task(spec, &task, |measured| {
-            self.note_command(|r| {
-                r.log_path = Some(measured.log_path.clone());
-                if measured.peak >= r.peak {
-                    (r.peak, r.source) = (measured.peak, measured.source);
-                }
-            })
+        command::run_for_task(spec, &task, |measured| self.note_measured(measured))
+    }
+
+    /// A spare service for the run's other workers ([`command::service::prestart`]).
+    fn prestart(&self, spec: &ServiceSpec, warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>) {
+        let log = self.default_log_path().with_file_name("warm-up.log");
+        command::service::prestart(spec, self.shared.options.workers, &log, warm);
+    }
+
+    /// Lends the task a service process ([`command::service`]), measured like a command.
+    fn serve(
+        &self,
+        spec: &ServiceSpec,
+        work: &mut dyn FnMut(ServiceIo<'_>) -> Result<Value, TaskError>,
+    ) -> Result<Value, TaskError> {
+        let cancelled = || self.cancelled();
+        let task = command::TaskCommand {
+            default_log: self.default_log_path(),
+            timeout: self.timeout,
+            limit: self.command_limit,
+            tag: self.tag,
+            cancelled: &cancelled,
+        };
+        command::service::serve_for_task(spec, &task, work, |measured| self.note_measured(measured))
+    }
+}
+
+impl TaskHost<'_, '_> {
+    fn note_measured(&self, measured: &command::CommandMeasured) {
+        self.note_command(|r| {
+            r.log_path = Some(measured.log_path.clone());
+            if measured.peak >= r.peak {
+                (r.peak, r.source) = (measured.peak, measured.source);
+            }
         })
     }
 }

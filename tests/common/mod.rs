@@ -67,15 +67,81 @@ pub fn assert_ok(m: &Measured) {
     assert_eq!(m.summary["tasks_failed"], 0);
 }
 
-/// Runs `runner ARGS...` in `dir` with an environment of its own: no `RUNNER_DB` or `NO_COLOR`
-/// inherited from the developer's shell, and `TMPDIR` set to `dir`'s `tmp/` when `tmp` says so.
-pub fn runner_in(dir: &Path, args: &[&str]) -> std::process::Output {
+/// `runner ARGS...` in `dir`, in an environment of its own: the developer's `RUNNER_DB`,
+/// `RUNNER_PYTHON`, `NO_COLOR` and `RUST_LOG` are not inherited (the store defaults to `dir`).
+pub fn runner_command(dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+    command.args(args).current_dir(dir);
+    for name in ["RUNNER_DB", "RUNNER_PYTHON", "NO_COLOR", "RUST_LOG"] {
+        command.env_remove(name);
+    }
+    command
+}
+
+/// Runs [`runner_command`] to its end.
+pub fn runner(dir: &Path, args: &[&str]) -> std::process::Output {
     runner_command(dir, args).output().expect("running runner")
 }
 
-/// The `runner ARGS...` command of [`runner_in`], to spawn or change.
-pub fn runner_command(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-    command.args(args).current_dir(dir).env_remove("RUNNER_DB").env_remove("NO_COLOR");
-    command
+/// A run's stderr as text.
+pub fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Writes `text` to `dir/name`, making its folders.
+pub fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).unwrap();
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The rows of a SQL query on the store at `db`, each column as text.
+pub fn query(db: &Path, sql: &str) -> Vec<Vec<String>> {
+    let connection = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let mut statement = connection.prepare(sql).unwrap();
+    let columns = statement.column_count();
+    statement
+        .query_map([], |row| {
+            (0..columns)
+                .map(|i| {
+                    Ok(match row.get_ref(i)? {
+                        rusqlite::types::ValueRef::Null => "NULL".to_string(),
+                        rusqlite::types::ValueRef::Integer(n) => n.to_string(),
+                        rusqlite::types::ValueRef::Real(x) => x.to_string(),
+                        rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
+                        rusqlite::types::ValueRef::Blob(b) => format!("<{} bytes>", b.len()),
+                    })
+                })
+                .collect()
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Resident bytes of `pid` and every process below it (VmRSS, read from outside).
+pub fn tree_rss(pid: i32) -> u64 {
+    let mut pids = vec![pid];
+    let mut at = 0;
+    while at < pids.len() {
+        if let Ok(threads) = std::fs::read_dir(format!("/proc/{}/task", pids[at])) {
+            for thread in threads.flatten() {
+                if let Ok(children) = std::fs::read_to_string(thread.path().join("children")) {
+                    pids.extend(children.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
+                }
+            }
+        }
+        at += 1;
+    }
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+        .filter_map(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok()))?
+        })
+        .sum::<u64>()
+        * 1024
 }

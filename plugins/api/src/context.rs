@@ -8,8 +8,9 @@ use ndarray::{ArrayD, IxDyn};
 
 use crate::command::{CommandOutcome, CommandSpec};
 use crate::error::TaskError;
+use crate::service::{ServiceIo, ServiceSpec};
 use crate::task_tag;
-use crate::value::{DimValue, Element};
+use crate::value::{DimValue, Element, Value};
 
 /// Services the engine provides to a running task. Implemented by the engine; plugins use it
 /// only through [`TaskContext`].
@@ -29,6 +30,24 @@ pub trait Host: Sync {
     /// is for hosts that cannot: it fails.
     fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
         Err(TaskError::msg(format!("this host cannot run commands (asked to run `{}`)", spec.display())))
+    }
+    /// Starts a spare service in the background (see [`TaskContext::prestart`]). The default
+    /// does nothing.
+    fn prestart(&self, spec: &ServiceSpec, warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>) {
+        let _ = (spec, warm);
+    }
+    /// Lends the task a long-lived service process (see [`TaskContext::serve`]). The default is
+    /// for hosts that cannot: it fails.
+    fn serve(
+        &self,
+        spec: &ServiceSpec,
+        work: &mut dyn FnMut(ServiceIo<'_>) -> Result<Value, TaskError>,
+    ) -> Result<Value, TaskError> {
+        let _ = work;
+        Err(TaskError::msg(format!(
+            "this host cannot run services (asked for `{}`)",
+            crate::command::display_argv(&spec.argv)
+        )))
     }
 }
 
@@ -122,6 +141,32 @@ impl<'a> TaskContext<'a> {
     /// ([`FailureKind::OutOfMemory`](crate::FailureKind::OutOfMemory)).
     pub fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
         self.host.command(spec)
+    }
+
+    /// Runs `work` with a long-lived service process started from `spec` (a warm interpreter,
+    /// see [`crate::service`]): an idle one of the same spec if there is one, else a new one.
+    /// What the process holds above its baseline while `work` runs is the task's (counted in
+    /// the budget, its peak recorded as the task's); the process is killed on the step's
+    /// timeout, on cancellation and at the memory limit. When it dies during the task, the
+    /// task fails with how it ended and the end of the task's log, whatever `work` returned.
+    pub fn serve(
+        &self,
+        spec: &ServiceSpec,
+        mut work: impl FnMut(ServiceIo<'_>) -> Result<Value, TaskError>,
+    ) -> Result<Value, TaskError> {
+        self.host.serve(spec, &mut work)
+    }
+
+    /// Asks for one more service of `spec` to be started in the background and prepared by
+    /// `warm` (its imports, say), so that the next task of another worker finds it ready. The
+    /// engine starts one only when none is idle or warming up and fewer services of `spec` are
+    /// alive than the run has workers; a plugin calls it when its task got a fresh service.
+    pub fn prestart(
+        &self,
+        spec: &ServiceSpec,
+        warm: impl FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send + 'static,
+    ) {
+        self.host.prestart(spec, Box::new(warm));
     }
 
     /// Announces a large allocation the task is about to make by other means.

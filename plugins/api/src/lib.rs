@@ -31,6 +31,7 @@ mod inputs;
 pub mod layout;
 pub mod npy;
 mod plugin;
+pub mod service;
 pub mod size;
 pub mod task_tag;
 mod value;
@@ -42,6 +43,7 @@ pub use error::{ArgError, FailureKind, TaskError};
 pub use inputs::{Input, InputMeta, Inputs, InputsForEstimate};
 pub use layout::{DimRead, GroupOf, InputLayout, LayoutDim, ProducerDim, StepLayout};
 pub use plugin::Plugin;
+pub use service::{ServiceIo, ServiceSpec};
 pub use value::{Array, Attrs, DType, DimValue, Element, ExternalBytes, Storage, Value, ValueMeta};
 
 /// Re-exported so plugins use the same `ndarray` as the engine's views.

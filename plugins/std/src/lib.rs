@@ -11,6 +11,7 @@
 //! | `mean` | [`mean`] |
 //! | `read_npy`, `write_npy` | [`npy`] |
 //! | `exec` | [`exec`] |
+//! | `python` | [`python`] |
 //! | `read_netcdf`, `write_netcdf` | [`netcdf`] |
 //! | `zarr_create`, `write_zarr`, `zarr_finalize` | [`zarr`] |
 
@@ -25,6 +26,7 @@ pub mod nbhood;
 pub mod netcdf;
 pub mod noop;
 pub mod npy;
+pub mod python;
 mod support;
 pub mod synth;
 pub mod synth_sst;
@@ -48,6 +50,7 @@ pub fn all() -> Vec<Arc<dyn Plugin>> {
         Arc::new(npy::ReadNpy),
         Arc::new(npy::WriteNpy),
         Arc::new(exec::Exec),
+        Arc::new(python::Python),
         Arc::new(netcdf::ReadNetcdf),
         Arc::new(netcdf::WriteNetcdf),
         Arc::new(zarr::ZarrCreate),

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What a value costs to cross between the engine and a warm interpreter, per MiB: a python step
+# receives an N MiB float32 array and returns it (two crossings), N = 1 and 512; the difference of
+# the tasks' recorded wall times over the difference in bytes, per crossing. Needs python3 with
+# NumPy and a built runner (default target/release/runner).
+#
+#   benches/python/crossing.sh [RUNNER]
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+runner=${1:-$repo/target/release/runner}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat >"$work/r.yaml" <<YAML
+recipe: crossing
+dims: {mib: [1, 512], round: 5}
+steps:
+  made:
+    plugin: python
+    over: [mib, round]
+    memory: 1200MiB
+    args: {call: "crossing:make", args: ["{mib}"], pythonpath: ["$repo/benches/python"]}
+  same:
+    plugin: python
+    over: [mib, round]
+    memory: 2200MiB
+    inputs: {a: made}
+    args: {call: "crossing:same", pythonpath: ["$repo/benches/python"]}
+YAML
+(cd "$work" && "$runner" run r.yaml --workers 1 --budget 8GiB >/dev/null)
+python3 - "$work/runner.db" <<'PY'
+import sqlite3, statistics, sys
+db = sqlite3.connect(sys.argv[1])
+walls = {}
+for key, wall in db.execute("SELECT key, wall_ms FROM tasks WHERE step = 'same'"):
+    mib = int(dict(kv.split("=") for kv in key.split(","))["mib"])
+    walls.setdefault(mib, []).append(wall)
+small, large = statistics.median(walls[1]), statistics.median(walls[512])
+per_mib = (large - small) / 511 / 2
+print(f"identity task: 1 MiB {small:.1f} ms, 512 MiB {large:.1f} ms (medians of 5)")
+print(f"one crossing: {per_mib:.3f} ms per MiB ({1000 / per_mib / 1024:.2f} GiB/s)")
+PY

@@ -1,0 +1,615 @@
+//! Service processes — long-lived helpers such as warm Python interpreters — lent to tasks one at
+//! a time ([`runner_plugin::service`]): started on first use, kept idle between tasks, measured
+//! per task above their baseline, killed and replaced when they crash, hang, leak or are
+//! cancelled, and all shut down when the runner ends ([`shutdown_all`]).
+//!
+//! **Started** from one thread that lives as long as the process ([`on_spawner`]): the child's
+//! `PR_SET_PDEATHSIG` fires when the thread that forked it ends, and a worker thread ends with
+//! its run, so an interpreter forked there would die between two cycles of a replay. It gets a
+//! process group and, where commands do, a memory cgroup of its own, entered before exec.
+//!
+//! **Measured**, while a task holds it: the tree's resident anonymous + shared memory (from its
+//! cgroup, or summed over `/proc`) sampled every [`super::SAMPLE_INTERVAL`] and published as the
+//! task's external bytes above the *baseline* (what it held when the task began, or when the
+//! plugin said so with `rebase`); the root process's high-water mark is reset through
+//! `/proc/PID/clear_refs` at the start, so a spike between two samples is seen in `VmHWM` at the
+//! end (file-backed pages the task mapped are taken out: they are not what the budget is
+//! about). The baseline is counted in the ledger as standing memory
+//! ([`crate::measure::external::standing`]), not charged to tasks.
+//!
+//! An allocator that keeps freed memory for reuse (glibc's does) would make a task reusing what
+//! the previous one freed read as needing nothing: a plugin's service returns freed memory to
+//! the kernel after each task (the Python plugin fixes glibc's `mmap` threshold and trims).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Read as _, Seek as _, SeekFrom};
+use std::os::fd::{AsRawFd as _, RawFd};
+use std::os::unix::process::CommandExt as _;
+use std::path::Path;
+use std::process::{ChildStdin, ChildStdout, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Condvar, Mutex, OnceLock, mpsc};
+use std::time::{Duration, Instant};
+
+use runner_plugin::command::{display_argv, failure_text};
+use runner_plugin::service::Rebase;
+use runner_plugin::size::format_size;
+use runner_plugin::{CommandExit, FailureKind, ServiceIo, ServiceSpec, TaskError, Value};
+
+use super::cgroup::{self, CgroupVersion, TaskCgroup};
+use super::registry::{self, Registration};
+use super::tree::{self, Tree};
+use super::{CommandMeasured, DEATH_PATIENCE, SAMPLE_INTERVAL, TAIL_BYTES, TAIL_LINES, TaskCommand};
+use crate::measure::{PeakSource, external};
+
+/// The services of this process: idle ones waiting for a task of their spec, and how many of
+/// each spec are alive (idle, lent or warming up).
+struct Pool {
+    idle: Vec<Service>,
+    live: Vec<(ServiceSpec, usize)>,
+    /// Specs with a spare warming up in the background (see [`prestart`]).
+    warming: Vec<ServiceSpec>,
+}
+
+impl Pool {
+    fn live(&self, spec: &ServiceSpec) -> usize {
+        self.live.iter().find(|(s, _)| s == spec).map_or(0, |(_, n)| *n)
+    }
+
+    fn count(&mut self, spec: &ServiceSpec, delta: isize) {
+        match self.live.iter_mut().find(|(s, _)| s == spec) {
+            Some((_, n)) => *n = n.saturating_add_signed(delta),
+            None if delta > 0 => self.live.push((spec.clone(), delta as usize)),
+            None => {}
+        }
+        self.live.retain(|(_, n)| *n > 0);
+    }
+}
+
+static POOL: Mutex<Pool> = Mutex::new(Pool { idle: Vec::new(), live: Vec::new(), warming: Vec::new() });
+/// Signalled when a warming spare becomes idle (or fails).
+static LANDED: Condvar = Condvar::new();
+
+fn pool() -> std::sync::MutexGuard<'static, Pool> {
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// How long a service that failed its task may take to end by itself before it is taken as
+/// alive (and killed, its conversation being out of step).
+const EXIT_PATIENCE: Duration = Duration::from_millis(500);
+
+/// One live service process.
+struct Service {
+    spec: ServiceSpec,
+    pid: i32,
+    requests: ChildStdin,
+    replies: ChildStdout,
+    cgroup: Option<TaskCgroup>,
+    /// Bytes counted for it in the standing memory.
+    standing: u64,
+    registration: Option<Registration>,
+    /// How it ended, once reaped.
+    exit: Option<CommandExit>,
+}
+
+impl Service {
+    fn set_standing(&mut self, bytes: u64) {
+        external::remove_standing(self.standing);
+        external::add_standing(bytes);
+        self.standing = bytes;
+    }
+
+    /// Reaps it if it has ended; true while it runs.
+    fn is_alive(&mut self) -> bool {
+        if self.exit.is_some() {
+            return false;
+        }
+        let mut status = 0;
+        // SAFETY: waitpid on our own child, with a valid status pointer.
+        if unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } == 0 {
+            return true;
+        }
+        self.exit = Some(super::exit_of(status));
+        self.registration = None;
+        false
+    }
+
+    /// Waits up to `patience` for it to end; true once it has.
+    fn wait_exit(&mut self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
+        while self.is_alive() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
+    fn kill(&mut self) {
+        if let Some(cgroup) = &self.cgroup {
+            cgroup.kill();
+        }
+        if self.exit.is_none() {
+            tree::signal_group(self.pid, libc::SIGKILL);
+            Tree::new(self.pid).kill();
+        }
+    }
+
+    /// The program, for messages (a service's argv may carry a whole script).
+    fn program(&self) -> String {
+        display_argv(&self.spec.argv[..1])
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        if self.is_alive() {
+            self.kill();
+            self.wait_exit(DEATH_PATIENCE);
+        }
+        self.set_standing(0);
+        pool().count(&self.spec, -1);
+    }
+}
+
+/// Runs `work` for `task` with a service of `spec`: an idle one, or a new one. `measured` hears
+/// what the task's use of it measured (also when the task fails).
+pub fn serve_for_task(
+    spec: &ServiceSpec,
+    task: &TaskCommand<'_>,
+    work: &mut dyn FnMut(ServiceIo<'_>) -> Result<Value, TaskError>,
+    mut measured: impl FnMut(&CommandMeasured),
+) -> Result<Value, TaskError> {
+    let log_path = task.default_log.as_path();
+    ensure_log_folder(log_path)?;
+    let (mut service, fresh) = match take_idle(spec) {
+        Some(service) => (service, false),
+        None => (start(spec, log_path)?, true),
+    };
+    let sampler = Sampler::new(&service);
+    sampler.rebase();
+    let mut spoiled = false;
+    let result = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| sampler.watch(task));
+        let mut rebase = RebaseHandle { sampler: &sampler };
+        let io =
+            ServiceIo::new(&mut service.requests, &mut service.replies, log_path, fresh, &mut rebase, &mut spoiled);
+        let result = work(io);
+        sampler.stop.store(true, Ordering::Relaxed);
+        let _ = watcher.join();
+        result
+    });
+    let peak = sampler.peak_above_baseline();
+    let standing = sampler.sample();
+    service.set_standing(standing);
+    external::clear(task.tag);
+    let source = if service.cgroup.is_some() { PeakSource::ServiceCgroup } else { PeakSource::ServiceProc };
+    measured(&CommandMeasured { peak, source, log_path: log_path.to_path_buf() });
+    let killed = sampler.killed.into_inner().unwrap_or_else(|p| p.into_inner());
+    settle(service, Ending { spoiled, killed, standing }, result, log_path)
+}
+
+/// What became of a service during a task, besides the task's own result.
+struct Ending {
+    spoiled: bool,
+    killed: Option<Kill>,
+    standing: u64,
+}
+
+/// Decides the task's result from how the service fared, and keeps the service for the next
+/// task if it can serve one.
+fn settle(
+    mut service: Service,
+    ending: Ending,
+    result: Result<Value, TaskError>,
+    log_path: &Path,
+) -> Result<Value, TaskError> {
+    let program = service.program();
+    if let Some(kill) = ending.killed {
+        service.kill();
+        service.wait_exit(DEATH_PATIENCE);
+        return Err(kill.error(&program, log_path));
+    }
+    let ended = if result.is_err() || ending.spoiled { service.wait_exit(EXIT_PATIENCE) } else { !service.is_alive() };
+    if ended {
+        let exit = service.exit.unwrap_or(CommandExit::Code(0));
+        let oom = exit == CommandExit::Signal(libc::SIGKILL);
+        let what = format!(
+            "the service `{program}` (pid {}) {exit} during the task{}",
+            service.pid,
+            if oom { ", most likely by the kernel's out-of-memory killer" } else { "" }
+        );
+        let kind = if oom { FailureKind::OutOfMemory } else { FailureKind::Error };
+        return Err(TaskError::of_kind(kind, failure_text(&what, &tail_of(log_path), log_path)));
+    }
+    let leaked = service.spec.recycle_above.is_some_and(|limit| ending.standing > limit);
+    if leaked {
+        tracing::info!(
+            "service `{program}` replaced: it holds {} after the task, over its limit",
+            format_size(ending.standing)
+        );
+    }
+    if !ending.spoiled && !leaked {
+        pool().idle.push(service);
+        LANDED.notify_all();
+    }
+    result
+}
+
+/// An idle service of `spec` that is still alive, waiting for one that is warming up rather
+/// than starting another.
+fn take_idle(spec: &ServiceSpec) -> Option<Service> {
+    loop {
+        let mut service = {
+            let mut pool = pool();
+            loop {
+                if let Some(at) = pool.idle.iter().position(|s| s.spec == *spec) {
+                    break pool.idle.swap_remove(at);
+                }
+                if !pool.warming.contains(spec) {
+                    return None;
+                }
+                pool = LANDED.wait(pool).unwrap_or_else(|p| p.into_inner());
+            }
+        };
+        if service.is_alive() {
+            return Some(service);
+        }
+        // Died while idle (killed from outside, or by an interruption): the next one.
+        tracing::info!("service `{}` (pid {}) ended while idle: {:?}", service.program(), service.pid, service.exit);
+    }
+}
+
+/// Starts one spare service of `spec` in the background, when none is idle or warming and
+/// fewer than `workers` are alive: `warm` prepares it (e.g. imports what tasks will call), its
+/// stderr in `log_path`, and it waits idle for the next task. A worker that would start a
+/// service of its own waits for the spare instead, so the interpreters of a run start side by
+/// side, not one after another.
+pub fn prestart(
+    spec: &ServiceSpec,
+    workers: usize,
+    log_path: &Path,
+    warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>,
+) {
+    {
+        let mut pool = pool();
+        let idle = pool.idle.iter().any(|s| s.spec == *spec);
+        if idle || pool.warming.contains(spec) || pool.live(spec) >= workers {
+            return;
+        }
+        pool.warming.push(spec.clone());
+    }
+    let owned = spec.clone();
+    let log_path = log_path.to_path_buf();
+    let started = std::thread::Builder::new().name("runner-service-warm-up".into()).spawn(move || {
+        let spec = owned;
+        let warmed = start(&spec, &log_path).and_then(|mut service| {
+            let (mut rebase, mut spoiled) = (NoRebase, false);
+            let io =
+                ServiceIo::new(&mut service.requests, &mut service.replies, &log_path, true, &mut rebase, &mut spoiled);
+            warm(io)?;
+            if spoiled || !service.is_alive() {
+                return Err(TaskError::msg(format!("the service `{}` did not warm up", service.program())));
+            }
+            Ok(service)
+        });
+        let mut pool = pool();
+        pool.warming.retain(|s| *s != spec);
+        match warmed {
+            Ok(mut service) => {
+                let standing = Sampler::new(&service).sample();
+                service.set_standing(standing);
+                pool.idle.push(service);
+            }
+            Err(e) => tracing::info!("a spare service could not be warmed up: {e}"),
+        }
+        LANDED.notify_all();
+    });
+    if started.is_err() {
+        pool().warming.retain(|s| *s != *spec);
+        LANDED.notify_all();
+    }
+}
+
+/// A warm-up's baseline is all standing memory: there is no task to rebase.
+struct NoRebase;
+
+impl Rebase for NoRebase {
+    fn rebase(&mut self) {}
+}
+
+/// Kills every idle service and waits for each to end (its cgroup removed). Called when the
+/// runner is done; a service holds nothing that needs a gentler end.
+pub fn shutdown_all() {
+    let services: Vec<Service> = std::mem::take(&mut pool().idle);
+    drop(services);
+}
+
+/// Why a service was killed during a task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kill {
+    TimedOut(Duration),
+    Cancelled,
+    OverLimit(u64),
+}
+
+impl Kill {
+    fn error(self, program: &str, log_path: &Path) -> TaskError {
+        let log = log_path.display();
+        match self {
+            Kill::TimedOut(after) => TaskError::of_kind(
+                FailureKind::TimedOut,
+                format!("timed out after {}: the service `{program}` was killed (log: {log})", seconds(after)),
+            ),
+            Kill::Cancelled => TaskError::of_kind(
+                FailureKind::Cancelled,
+                format!("cancelled: the service `{program}` was killed (log: {log})"),
+            ),
+            Kill::OverLimit(limit) => TaskError::of_kind(
+                FailureKind::OutOfMemory,
+                format!(
+                    "the service `{program}` was killed: the task held more than its limit of {} (log: {log})",
+                    format_size(limit)
+                ),
+            ),
+        }
+    }
+}
+
+fn seconds(duration: Duration) -> String {
+    let s = duration.as_secs_f64();
+    if s.fract() == 0.0 { format!("{s:.0} s") } else { format!("{s:.1} s") }
+}
+
+/// What the watcher thread shares with the task's thread.
+struct Sampler {
+    pid: i32,
+    cgroup: Option<(std::path::PathBuf, CgroupVersion)>,
+    baseline: AtomicU64,
+    /// `VmRSS` and `RssFile` of the root process when the baseline was taken.
+    root_rss: AtomicU64,
+    root_file: AtomicU64,
+    sampled_peak: AtomicU64,
+    stop: AtomicBool,
+    killed: Mutex<Option<Kill>>,
+    started: Instant,
+}
+
+struct RebaseHandle<'a> {
+    sampler: &'a Sampler,
+}
+
+impl Rebase for RebaseHandle<'_> {
+    fn rebase(&mut self) {
+        self.sampler.rebase();
+    }
+}
+
+impl Sampler {
+    fn new(service: &Service) -> Sampler {
+        Sampler {
+            pid: service.pid,
+            cgroup: service.cgroup.as_ref().map(|c| (c.dir.clone(), c.version())),
+            baseline: AtomicU64::new(0),
+            root_rss: AtomicU64::new(0),
+            root_file: AtomicU64::new(0),
+            sampled_peak: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            killed: Mutex::new(None),
+            started: Instant::now(),
+        }
+    }
+
+    /// The tree's resident anonymous + shared bytes now.
+    fn sample(&self) -> u64 {
+        match &self.cgroup {
+            Some((dir, version)) => std::fs::read_to_string(dir.join("memory.stat"))
+                .map(|stat| cgroup::resident_of_stat(&stat, *version))
+                .unwrap_or(0),
+            None => Tree::new(self.pid).resident(),
+        }
+    }
+
+    /// What the tree holds now is the baseline; the root's high-water mark starts again here.
+    fn rebase(&self) {
+        reset_high_water_mark(self.pid);
+        if let Some(status) = ProcStatus::of(self.pid) {
+            self.root_rss.store(status.rss, Ordering::Relaxed);
+            self.root_file.store(status.rss_file, Ordering::Relaxed);
+        }
+        let now = self.sample();
+        self.baseline.store(now, Ordering::Relaxed);
+        self.sampled_peak.store(now, Ordering::Relaxed);
+    }
+
+    /// The task's peak above the baseline: the larger of the tree's sampled peak and the root's
+    /// high-water mark (without the file-backed pages it mapped meanwhile).
+    fn peak_above_baseline(&self) -> u64 {
+        let sampled = self.sampled_peak.load(Ordering::Relaxed).max(self.sample());
+        let from_samples = sampled.saturating_sub(self.baseline.load(Ordering::Relaxed));
+        let from_hwm = ProcStatus::of(self.pid).map_or(0, |s| {
+            let file_growth = s.rss_file.saturating_sub(self.root_file.load(Ordering::Relaxed));
+            s.hwm.saturating_sub(self.root_rss.load(Ordering::Relaxed)).saturating_sub(file_growth)
+        });
+        from_samples.max(from_hwm)
+    }
+
+    /// Until told to stop: publishes the task's bytes above the baseline, keeps the peak, and
+    /// kills the service at the task's timeout, on cancellation or past its memory limit.
+    fn watch(&self, task: &TaskCommand<'_>) {
+        while !self.stop.load(Ordering::Relaxed) {
+            let now = self.sample();
+            self.sampled_peak.fetch_max(now, Ordering::Relaxed);
+            let above = now.saturating_sub(self.baseline.load(Ordering::Relaxed));
+            external::set(task.tag, above);
+            if let Some(reason) = self.reason_to_kill(task, above) {
+                *self.killed.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+                if let Some((dir, version)) = &self.cgroup {
+                    cgroup::kill_cgroup(dir, *version);
+                }
+                tree::signal_group(self.pid, libc::SIGKILL);
+                return;
+            }
+            std::thread::sleep(SAMPLE_INTERVAL);
+        }
+    }
+
+    fn reason_to_kill(&self, task: &TaskCommand<'_>, above: u64) -> Option<Kill> {
+        if let Some(timeout) = task.timeout.filter(|&t| self.started.elapsed() > t) {
+            return Some(Kill::TimedOut(timeout));
+        }
+        if (task.cancelled)() {
+            // The hosts cancel a task when its timeout (counted from the attempt's start, a
+            // little before this service was lent) has passed; an interruption kills services
+            // through the registry instead.
+            return Some(task.timeout.map_or(Kill::Cancelled, Kill::TimedOut));
+        }
+        task.limit.filter(|&limit| above > limit).map(Kill::OverLimit)
+    }
+}
+
+/// Figures of one process from `/proc/PID/status`, in bytes.
+struct ProcStatus {
+    rss: u64,
+    rss_file: u64,
+    hwm: u64,
+}
+
+impl ProcStatus {
+    fn of(pid: i32) -> Option<ProcStatus> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kib = |name: &str| {
+            text.lines().find_map(|line| {
+                let value = line.strip_prefix(name)?.strip_prefix(':')?;
+                value.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+            })
+        };
+        Some(ProcStatus {
+            rss: kib("VmRSS")? * 1024,
+            rss_file: kib("RssFile").unwrap_or(0) * 1024,
+            hwm: kib("VmHWM")? * 1024,
+        })
+    }
+}
+
+/// `VmHWM` starts again from the current resident size (writing 5 to `clear_refs`).
+fn reset_high_water_mark(pid: i32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
+
+fn ensure_log_folder(log_path: &Path) -> Result<(), TaskError> {
+    if let Some(parent) = log_path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| TaskError::msg(format!("cannot create the log folder {}: {e}", parent.display())))?;
+    }
+    Ok(())
+}
+
+/// The end of a log file: at most the last [`TAIL_LINES`] lines within [`TAIL_BYTES`].
+fn tail_of(path: &Path) -> String {
+    let Ok(mut file) = File::open(path) else { return String::new() };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let from = len.saturating_sub(TAIL_BYTES as u64);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(from)).and_then(|_| file.read_to_end(&mut bytes)).is_err() {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
+}
+
+/// Starts a service of `spec`, its stderr appended to `log_path`.
+fn start(spec: &ServiceSpec, log_path: &Path) -> Result<Service, TaskError> {
+    let program = display_argv(&spec.argv[..spec.argv.len().min(1)]);
+    if spec.argv.is_empty() {
+        return Err(TaskError::msg("a service needs a program to run: its argv is empty"));
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log_path)
+        .map_err(|e| TaskError::msg(format!("cannot open the log {}: {e}", log_path.display())))?;
+    let cgroup = cgroup::hierarchy().ok().and_then(|h| {
+        TaskCgroup::create(h, None)
+            .map_err(|e| tracing::warn!("cannot make a cgroup for a service under {}: {e}", h.parent.display()))
+            .ok()
+    });
+    let procs = cgroup.as_ref().map(TaskCgroup::procs_fd);
+    let argv = spec.argv.clone();
+    let env = spec.env.clone();
+    let spawned = on_spawner(move || spawn(&argv, &env, log, procs))
+        .map_err(|e| TaskError::msg(format!("cannot start the service `{program}`: {e}")))?;
+    let (pid, requests, replies) = spawned;
+    let registration = registry::register(pid, cgroup.as_ref().map(|c| (c.dir.clone(), c.version())), log_path.into());
+    pool().count(spec, 1);
+    let mut service =
+        Service { spec: spec.clone(), pid, requests, replies, cgroup, standing: 0, registration: None, exit: None };
+    if registration.is_none() {
+        // Started just as the run was interrupted: it must not outlive the interruption.
+        service.kill();
+        return Err(TaskError::of_kind(FailureKind::Cancelled, "cancelled: the run was interrupted"));
+    }
+    service.registration = registration;
+    for fd in [service.requests.as_raw_fd(), service.replies.as_raw_fd()] {
+        // Larger pipes move large values in fewer wake-ups; a refusal only costs speed.
+        // SAFETY: fcntl on an fd we own.
+        unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES) };
+    }
+    Ok(service)
+}
+
+const PIPE_BYTES: libc::c_int = 1 << 20;
+
+fn spawn(
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+    log: File,
+    procs: Option<RawFd>,
+) -> io::Result<(i32, ChildStdin, ChildStdout)> {
+    let mut command = std::process::Command::new(&argv[0]);
+    command
+        .args(&argv[1..])
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .process_group(0);
+    let parent = std::process::id() as i32;
+    // SAFETY: `enter` makes only async-signal-safe calls on plain integers.
+    unsafe { command.pre_exec(move || super::enter(procs, parent)) };
+    let mut child = command.spawn()?;
+    let requests = child.stdin.take().expect("stdin was piped");
+    let replies = child.stdout.take().expect("stdout was piped");
+    // The service is reaped with waitpid; std's handle neither waits nor kills when dropped.
+    Ok((child.id() as i32, requests, replies))
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Runs `f` on the thread that starts every service, which lives as long as the process: a
+/// child's `PR_SET_PDEATHSIG` fires when the thread that forked it ends.
+fn on_spawner<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    static SPAWNER: OnceLock<mpsc::Sender<Job>> = OnceLock::new();
+    let sender = SPAWNER.get_or_init(|| {
+        let (sender, jobs) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("runner-services".into())
+            .spawn(move || {
+                for job in jobs {
+                    job();
+                }
+            })
+            .expect("a thread can be started");
+        sender
+    });
+    let (reply, answer) = mpsc::sync_channel(1);
+    sender
+        .send(Box::new(move || {
+            let _ = reply.send(f());
+        }))
+        .expect("the spawner thread lives as long as the process");
+    answer.recv().expect("the spawner thread answers every job")
+}

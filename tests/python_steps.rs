@@ -1,0 +1,481 @@
+//! `python` steps through the command line: callables in warm interpreters, values crossing
+//! both ways (NumPy arrays, pickled objects, JSON), each task measured above the interpreter's
+//! baseline, and failures — an exception, a crash, a hang — that fail only their own task.
+//!
+//! Needs `python3` with NumPy (CI installs it); nothing else of Python.
+
+mod common;
+
+use std::path::Path;
+
+use common::{MIB, query, runner, stderr, write};
+
+/// The module the recipes call, put on the interpreters' path with `pythonpath`.
+const STEPS: &str = r#"
+import os, time
+import numpy as np
+
+IMPORTS = globals().setdefault("IMPORTS", 0) + 1
+
+def field(lead, size=100):
+    return np.full((size, size), float(lead), dtype=np.float32)
+
+class Scale:
+    made = 0
+    def __init__(self, factor):
+        Scale.made += 1
+        self.factor = factor
+    def __call__(self, a):
+        return (a * self.factor).astype(np.float32)
+
+def total(*arrays):
+    return np.sum(arrays, axis=0).astype(np.float32)
+
+class Cube:
+    def __init__(self, data, name):
+        self.data, self.name = data, name
+
+def wrap(a, name):
+    return Cube(a, name)
+
+def unwrap(cubes):
+    return np.stack([c.data for c in cubes]).astype(np.float32)
+
+def describe(cube):
+    return {"name": cube.name, "shape": list(cube.data.shape), "pid": os.getpid(),
+            "imports": IMPORTS, "made": Scale.made}
+
+def hold(mib):
+    block = np.ones(mib << 20, dtype=np.uint8)
+    return int(block[::4096].sum())
+
+def nothing():
+    return None
+
+def fail(lead):
+    if lead == 3:
+        raise ValueError(f"bad lead {lead}")
+    return lead
+
+def crash(lead):
+    if lead == 2:
+        print("about to leave", flush=True)
+        os._exit(7)
+    return lead
+
+def hang(lead):
+    if lead == 1:
+        time.sleep(300)
+    return lead
+
+def save(path, a):
+    np.save(path, a)
+    return None
+"#;
+
+fn numpy_here() -> bool {
+    let ok = std::process::Command::new("python3").args(["-c", "import numpy"]).status().is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: python3 with numpy is not installed here");
+    }
+    ok
+}
+
+fn setup(recipe: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "lib/steps.py", STEPS);
+    write(dir.path(), "r.yaml", recipe);
+    dir
+}
+
+fn load_npy(dir: &Path, path: &str) -> Vec<f32> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", &format!("import numpy as np; print(' '.join(str(v) for v in np.load('{path}').ravel()))")])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).split_whitespace().map(|v| v.parse().unwrap()).collect()
+}
+
+#[test]
+fn values_cross_both_ways_and_interpreters_stay_warm() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: py
+dims: {lead: [1, 2, 3, 4]}
+steps:
+  field:
+    plugin: python
+    over: [lead]
+    args: {call: "steps:field", kwargs: {lead: "{lead}", size: 8}, pythonpath: [lib]}
+  scaled:
+    plugin: python
+    over: [lead]
+    inputs: {f: field}
+    args: {call: "steps:Scale", init: {factor: 10}, pythonpath: [lib]}
+  summed:
+    plugin: python
+    inputs: {all: scaled}
+    args: {call: "steps:total", args: ["*{input.all}"], pythonpath: [lib]}
+  rust_mean:
+    plugin: mean
+    inputs: {members: scaled}
+  saved:
+    plugin: write_npy
+    inputs: {field: summed}
+    args: {path: out/sum.npy}
+  saved_mean:
+    plugin: write_npy
+    inputs: {field: rust_mean}
+    args: {path: out/mean.npy}
+  cubes:
+    plugin: python
+    over: [lead]
+    inputs: {f: field}
+    args: {call: "steps:wrap", kwargs: {a: "{input.f}", name: "t{lead}"}, pythonpath: [lib]}
+  stacked:
+    plugin: python
+    inputs: {cubes: cubes}
+    args: {call: "steps:unwrap", pythonpath: [lib]}
+  saved_stack:
+    plugin: python
+    inputs: {s: stacked}
+    args: {call: "steps:save", args: [out/stack.npy, "{input.s}"], pythonpath: [lib]}
+  described:
+    plugin: python
+    over: [lead]
+    inputs: {c: cubes}
+    args: {call: "steps:describe", pythonpath: [lib]}
+"#,
+    );
+    std::fs::create_dir_all(dir.path().join("out")).unwrap();
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "1", "--summary", "s.json"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // field(lead) * 10, summed over leads 1..4: 100 everywhere.
+    assert_eq!(load_npy(dir.path(), "out/sum.npy"), vec![100.0; 64]);
+    // A Rust plugin read Python's arrays: their mean is 25.
+    assert_eq!(load_npy(dir.path(), "out/mean.npy"), vec![25.0; 64]);
+    // Pickled objects crossed into another task and back out as an array.
+    let stack = load_npy(dir.path(), "out/stack.npy");
+    assert_eq!(stack.len(), 4 * 64);
+    assert_eq!(&stack[64..68], &[2.0; 4]);
+    // Every task was measured as a service's.
+    let db = dir.path().join("runner.db");
+    let rows = query(&db, "SELECT peak_source, COUNT(*) FROM tasks WHERE step = 'described' GROUP BY peak_source");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(rows[0][0].starts_with("service+"), "{rows:?}");
+    assert_eq!(rows[0][1], "4");
+}
+
+#[test]
+fn one_interpreter_per_worker_imports_once() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: warm
+dims: {lead: {start: 1, stop: 6}}
+steps:
+  cubes:
+    plugin: python
+    over: [lead]
+    args: {call: "steps:field", kwargs: {lead: "{lead}", size: 2}, pythonpath: [lib]}
+  wrapped:
+    plugin: python
+    over: [lead]
+    inputs: {f: cubes}
+    args: {call: "steps:wrap", kwargs: {a: "{input.f}", name: "x"}, pythonpath: [lib]}
+  scaled:
+    plugin: python
+    over: [lead]
+    inputs: {f: cubes}
+    args: {call: "steps:Scale", init: {factor: 2}, pythonpath: [lib]}
+  described:
+    plugin: python
+    over: [lead]
+    inputs: {c: wrapped, s: scaled}
+    args: {call: "steps:describe", args: ["{input.c}"], pythonpath: [lib]}
+  report:
+    plugin: python
+    inputs: {d: described}
+    args: {call: "json:dumps", args: ["{input.d}"], pythonpath: [lib]}
+  written:
+    plugin: python
+    inputs: {text: report}
+    args: {call: "sink:put", args: ["{input.text}"], pythonpath: [lib]}
+"#,
+    );
+    write(dir.path(), "lib/sink.py", "def put(text):\n    open('described.json', 'w').write(text)\n");
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(dir.path().join("described.json")).unwrap();
+    let described: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let items = described.as_array().unwrap();
+    assert_eq!(items.len(), 6);
+    let pids: std::collections::BTreeSet<i64> = items.iter().map(|d| d["pid"].as_i64().unwrap()).collect();
+    assert_eq!(pids.len(), 1, "one worker, one interpreter: {described}");
+    for d in items {
+        assert_eq!(d["imports"], 1, "the module is imported once: {described}");
+        assert_eq!(d["made"], 1, "the class is instantiated once per interpreter: {described}");
+        assert_eq!(d["name"], "x");
+    }
+    // Nothing is left running once the run is over.
+    let pid = *pids.iter().next().unwrap() as i32;
+    // SAFETY: kill with signal 0 only asks whether the process exists.
+    let alive = unsafe { libc::kill(pid, 0) } == 0;
+    assert!(!alive, "the interpreter {pid} outlived the run");
+}
+
+#[test]
+fn a_task_is_measured_above_the_interpreters_baseline() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: measured
+dims: {i: 3}
+steps:
+  idle:
+    plugin: python
+    over: [i]
+    args: {call: "steps:nothing", pythonpath: [lib]}
+  big:
+    plugin: python
+    over: [i]
+    args: {call: "steps:hold", kwargs: {mib: 200}, pythonpath: [lib]}
+"#,
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let db = dir.path().join("runner.db");
+    let peaks = |step: &str| -> Vec<u64> {
+        query(&db, &format!("SELECT peak_bytes FROM tasks WHERE step = '{step}'"))
+            .into_iter()
+            .map(|r| r[0].parse().unwrap())
+            .collect()
+    };
+    for peak in peaks("idle") {
+        assert!(peak < 16 * MIB, "a task doing nothing is charged {peak} bytes: the interpreter's baseline is not its");
+    }
+    for peak in peaks("big") {
+        // Within a page or two of what NumPy holds: the interpreter may reuse a little of what
+        // it held before the task.
+        assert!(peak >= 198 * MIB, "a task holding 200 MiB recorded {peak}");
+        assert!(peak <= 220 * MIB + 16 * MIB, "a task holding 200 MiB recorded {peak}");
+    }
+}
+
+#[test]
+fn an_exception_a_crash_and_a_hang_fail_only_their_task() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: failing
+dims: {lead: [1, 2, 3, 4]}
+steps:
+  raises:
+    plugin: python
+    over: [lead]
+    args: {call: "steps:fail", args: ["{lead}"], pythonpath: [lib]}
+  crashes:
+    plugin: python
+    over: [lead]
+    args: {call: "steps:crash", args: ["{lead}"], pythonpath: [lib]}
+  hangs:
+    plugin: python
+    over: [lead]
+    timeout: 6s
+    args: {call: "steps:hang", args: ["{lead}"], pythonpath: [lib]}
+"#,
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "2", "--summary", "s.json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(text.contains("raised ValueError: bad lead 3"), "{text}");
+    assert!(text.contains("in fail"), "the traceback's last frames are shown: {text}");
+    assert!(text.contains("exited with status 7 during the task"), "{text}");
+    assert!(text.contains("about to leave"), "the crashed task's output is shown: {text}");
+    assert!(text.contains("timed out after 6 s"), "{text}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    assert_eq!(summary["tasks_failed"], 3, "{summary}");
+    assert_eq!(summary["tasks_ok"], 9, "{summary}");
+}
+
+#[test]
+fn a_bad_callable_is_refused_before_anything_runs() {
+    let dir = setup(
+        r#"
+recipe: bad
+steps:
+  a:
+    plugin: python
+    args: {call: "steps.field", pythonpath: [lib]}
+"#,
+    );
+    let out = runner(dir.path(), &["run", "r.yaml"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("expected \"package.module:name\""), "{}", stderr(&out));
+}
+
+/// True while `pid` runs (a zombie waiting for its reaper does not count).
+fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn interpreters_die_with_a_killed_runner() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: killed
+dims: {i: 2}
+steps:
+  sleepy:
+    plugin: python
+    over: [i]
+    memory: 10MiB
+    args: {call: "steps:sleepy", args: ["{i}"], pythonpath: [lib]}
+"#,
+    );
+    write(
+        dir.path(),
+        "lib/steps.py",
+        "import os, time\ndef sleepy(i):\n    open(f'pid{i}', 'w').write(str(os.getpid()))\n    time.sleep(120)\n",
+    );
+    let mut child = common::runner_command(dir.path(), &["run", "r.yaml", "--workers", "2"])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let pids: Vec<i32> = loop {
+        let read: Vec<i32> = (0..2)
+            .filter_map(|i| std::fs::read_to_string(dir.path().join(format!("pid{i}"))).ok()?.trim().parse().ok())
+            .collect();
+        if read.len() == 2 {
+            break read;
+        }
+        assert!(std::time::Instant::now() < deadline, "the tasks never started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    child.kill().unwrap(); // SIGKILL: the runner cannot clean up after itself
+    child.wait().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while pids.iter().any(|&p| running(p)) {
+        assert!(std::time::Instant::now() < deadline, "interpreters {pids:?} outlived the killed runner");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn an_interpreter_over_its_limit_fails_only_its_task_and_is_replaced() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: limited
+dims: {i: 3}
+steps:
+  held:
+    plugin: python
+    over: [i]
+    memory: 64MiB
+    args: {call: "steps:hold", args: ["{i}"], pythonpath: [lib]}
+"#,
+    );
+    // Task i=2 holds 400 MiB under a 64 MiB reservation with --enforce-memory.
+    write(
+        dir.path(),
+        "lib/steps.py",
+        "import numpy as np\ndef hold(i):\n    block = np.ones((400 if i == 2 else 1) << 20, dtype=np.uint8)\n    return int(block[::4096].sum())\n",
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "1", "--enforce-memory", "--summary", "s.json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(text.contains("held[i=2]"), "{text}");
+    assert!(text.contains("more than its limit"), "{text}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    assert_eq!(summary["tasks_ok"], 2, "{summary}");
+}
+
+#[test]
+fn the_example_suite_runs_and_matches_numpy_alone() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let recipe = repo.join("recipes/python_suite.yaml");
+    let library = repo.join("recipes/python");
+    // The recipe names `recipes/python` relative to the working directory, as a user runs it
+    // from the repository.
+    std::os::unix::fs::symlink(repo.join("recipes"), dir.path().join("recipes")).unwrap();
+    let out = runner(
+        dir.path(),
+        &["run", recipe.to_str().unwrap(), "--cycle", "2026-12-01T00Z", "--set", "size=64", "--workers", "2"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let check = format!(
+        "import sys, numpy as np; sys.path.insert(0, '{lib}'); import suite\n\
+         fields = [suite.SquareNeighbourhood(10000)(suite.Threshold([268.0, 270.0, 272.0, 274.0, 276.0])(suite.temperature(l, size=64))) for l in range(1, 9)]\n\
+         got = np.load('out/2026-12-01T00Z/max_probability.npy')\n\
+         assert np.array_equal(got, suite.maximum(*fields)), 'differs'\n\
+         print(got.shape)",
+        lib = library.display()
+    );
+    let verify = std::process::Command::new("python3").args(["-c", &check]).current_dir(dir.path()).output().unwrap();
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+    assert_eq!(String::from_utf8_lossy(&verify.stdout).trim(), "(5, 64, 64)");
+}
+
+#[test]
+fn large_python_tasks_keep_the_tree_within_the_budget_on_their_first_run() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: large
+dims: {i: 4}
+steps:
+  big:
+    plugin: python
+    over: [i]
+    args: {call: "steps:hold", kwargs: {mib: 700}, pythonpath: [lib]}
+"#,
+    );
+    let budget = 1u64 << 30;
+    let mut child = common::runner_command(dir.path(), &["run", "r.yaml", "--workers", "2", "--budget", "1GiB"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let mut highest = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        highest = highest.max(common::tree_rss(pid));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(highest > 700 * MIB, "the tasks ran: {highest}");
+    assert!(highest <= common::allowed(budget), "the tree peaked at {highest} under a budget of {budget}: {err}");
+}
