@@ -7,14 +7,10 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{runner_command, runner_in};
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+use common::{runner as runner_in, runner_command, stderr};
 
 const TINY: &str = "recipe: tiny\nsteps:\n  a:\n    plugin: noop\n";
 
