@@ -271,12 +271,7 @@ fn take_idle(spec: &ServiceSpec) -> Option<Service> {
 /// stderr in `log_path`, and it waits idle for the next task. A worker that would start a
 /// service of its own waits for the spare instead, so the interpreters of a run start side by
 /// side, not one after another.
-pub fn prestart(
-    spec: &ServiceSpec,
-    workers: usize,
-    log_path: &Path,
-    warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>,
-) {
+pub fn prestart(spec: &ServiceSpec, workers: usize, log_path: &Path, warm: runner_plugin::service::WarmUp) {
     {
         let mut pool = pool();
         let idle = pool.idle.iter().any(|s| s.spec == *spec);

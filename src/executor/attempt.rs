@@ -229,7 +229,7 @@ impl Host for TaskHost<'_> {
     }
 
     /// A spare service for the other workers ([`command::service::prestart`]).
-    fn prestart(&self, spec: &ServiceSpec, warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>) {
+    fn prestart(&self, spec: &ServiceSpec, warm: runner_plugin::service::WarmUp) {
         let log = self.log_path().with_file_name("warm-up.log");
         command::service::prestart(spec, self.site.workers(), &log, warm);
     }

@@ -33,7 +33,7 @@ pub trait Host: Sync {
     }
     /// Starts a spare service in the background (see [`TaskContext::prestart`]). The default
     /// does nothing.
-    fn prestart(&self, spec: &ServiceSpec, warm: Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send>) {
+    fn prestart(&self, spec: &ServiceSpec, warm: crate::service::WarmUp) {
         let _ = (spec, warm);
     }
     /// Lends the task a long-lived service process (see [`TaskContext::serve`]). The default is

@@ -69,6 +69,9 @@ impl ServiceSpec {
     }
 }
 
+/// What prepares a spare service before it waits idle (see [`crate::TaskContext::prestart`]).
+pub type WarmUp = Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), crate::TaskError> + Send>;
+
 /// Where the engine takes the process's resident memory as its baseline from now on.
 pub trait Rebase {
     /// Memory the process holds from now on is its baseline (the run's standing memory), not

@@ -151,7 +151,7 @@ fn run_command(
     }
     let output = parsed.output.as_deref().map(PathBuf::from);
     if let Some(output) = &output {
-        prepare_output(output)?;
+        crate::support::prepare_output(output)?;
     }
     // What the command is told to write: a temporary name, renamed into place on success.
     let written = match &output {
@@ -226,28 +226,6 @@ fn run_and_place(
         })?;
     }
     Ok(Value::Path(output.to_path_buf()))
-}
-
-/// Creates the output's folder and removes a stale file there, so that "the output exists"
-/// means this command wrote it. A directory there is an error: it never satisfies a file
-/// output, and is not the runner's to remove.
-fn prepare_output(output: &Path) -> Result<(), TaskError> {
-    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| TaskError::msg(format!("cannot create the folder of output {}: {e}", output.display())))?;
-    }
-    if output.is_dir() {
-        return Err(TaskError::msg(format!(
-            "output {} is a directory; `output` names the file the command writes (remove the directory, or name \
-             another file)",
-            output.display()
-        )));
-    }
-    if std::fs::symlink_metadata(output).is_ok() {
-        std::fs::remove_file(output)
-            .map_err(|e| TaskError::msg(format!("cannot remove the stale output {}: {e}", output.display())))?;
-    }
-    Ok(())
 }
 
 /// A relative path that starts with `-` with `./` before it, so that no command reads it as

@@ -3,6 +3,7 @@
 //! written once in parallel, and AVX2 detection for kernels compiled twice.
 
 use std::mem::MaybeUninit;
+use std::path::Path;
 
 use runner_plugin::ndarray::{ArrayD, IxDyn};
 use runner_plugin::serde_json::Value as Json;
@@ -203,6 +204,28 @@ pub(crate) fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a s
         .map(|(_, c)| c)
 }
 
+/// Makes ready for a task to write the file `output`: its folder created, a stale file there
+/// removed (so that "the output exists" afterwards means this task wrote it); a directory
+/// there is refused, since it would satisfy no file output.
+pub(crate) fn prepare_output(output: &Path) -> Result<(), TaskError> {
+    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| TaskError::msg(format!("cannot create the folder of output {}: {e}", output.display())))?;
+    }
+    if output.is_dir() {
+        return Err(TaskError::msg(format!(
+            "output {} is a directory; `output` names the file the task writes (remove the directory, or name \
+             another file)",
+            output.display()
+        )));
+    }
+    if std::fs::symlink_metadata(output).is_ok() {
+        std::fs::remove_file(output)
+            .map_err(|e| TaskError::msg(format!("cannot remove the stale output {}: {e}", output.display())))?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,20 +261,4 @@ mod tests {
         assert_eq!(fnv1a64(b"a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x8594_4171_f739_67e8);
     }
-}
-
-/// Makes ready for a task to write `output`: its folder created, a stale file there removed, so
-/// that "the output exists" afterwards means this task wrote it. A directory (a store some
-/// tools write) is left alone.
-pub(crate) fn prepare_output(output: &std::path::Path) -> Result<(), runner_plugin::TaskError> {
-    use runner_plugin::TaskError;
-    if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| TaskError::msg(format!("cannot create the folder of output {}: {e}", output.display())))?;
-    }
-    if output.is_file() {
-        std::fs::remove_file(output)
-            .map_err(|e| TaskError::msg(format!("cannot remove the stale output {}: {e}", output.display())))?;
-    }
-    Ok(())
 }
