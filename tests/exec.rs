@@ -6,9 +6,13 @@
 //! Needs `python3` with NumPy. `{input.NAME}` and `{output}` are written escaped: the
 //! engine's templates turn them into the `{input.NAME}` / `{output}` that `exec` reads.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{stderr, tree_rss, write};
 
 const MIB: u64 = 1 << 20;
 
@@ -20,19 +24,6 @@ fn runner_command(dir: &Path, args: &[&str]) -> Command {
 
 fn runner(dir: &Path, args: &[&str]) -> Output {
     runner_command(dir, args).output().expect("running runner")
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).unwrap();
-    }
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 fn cgroups_here() -> bool {
@@ -279,30 +270,6 @@ fn ctrl_c_kills_every_command_tree_of_a_running_runner() {
 #[test]
 fn sigterm_kills_every_command_tree_of_a_running_runner() {
     interrupted_run_leaves_no_process(libc::SIGTERM);
-}
-
-/// Resident bytes of `pid` and every process below it (VmRSS, from outside).
-fn tree_rss(pid: i32) -> u64 {
-    let mut pids = vec![pid];
-    let mut at = 0;
-    while at < pids.len() {
-        if let Ok(threads) = std::fs::read_dir(format!("/proc/{}/task", pids[at])) {
-            for thread in threads.flatten() {
-                if let Ok(children) = std::fs::read_to_string(thread.path().join("children")) {
-                    pids.extend(children.split_whitespace().filter_map(|p| p.parse::<i32>().ok()));
-                }
-            }
-        }
-        at += 1;
-    }
-    pids.iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
-        .filter_map(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse::<u64>().ok()))?
-        })
-        .sum::<u64>()
-        * 1024
 }
 
 #[test]

@@ -3,19 +3,14 @@
 //! goes (one file per task, however its dim values are spelled), what its output is (written
 //! atomically, never a directory), and what its recipe may say (`env` names).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value as Json;
 
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).unwrap();
-    }
-    std::fs::write(&path, text).unwrap();
-    path
-}
+use common::write;
 
 /// `runner run r.yaml --cycle C --summary s.json ARGS...` in `dir`: its output and summary.
 fn run(dir: &Path, args: &[&str]) -> (Output, Json) {

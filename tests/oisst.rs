@@ -150,13 +150,17 @@ fn files_written_by_netcdf4_python_build_the_store_xarray_makes_of_them() {
     let summary = compare(dir.path());
     assert!(summary.contains("\"shape\": [12, 1, 10, 20]"), "{summary}");
 
-    // A misspelt variable: the message names the file, and what it holds.
+    // A misspelt variable: the message names the files (one line for the twelve alike), and
+    // what they hold.
     let recipe = build_recipe(12, 5, 5, 3, "").replace("variable: sst", "variable: sstt");
     let out = build(dir.path(), &recipe, &[]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let all = text(&out.stdout) + &text(&out.stderr);
     assert!(
-        all.contains("no variable `sstt` in input/oisst-avhrr-v02r01.00000.nc; the file has: anom, err, ice, sst (did you mean `sst`?)"),
+        all.contains(
+            "read[day=0..11] (12 tasks): no variable `sstt` in input/oisst-avhrr-v02r01.000{00..11}.nc; \
+             the file has: anom, err, ice, sst (did you mean `sst`?)"
+        ),
         "{all}"
     );
 }

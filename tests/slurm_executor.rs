@@ -8,6 +8,8 @@
 //! executor's), the store's rows, the `--mem` each job was submitted with (the run folder's
 //! `jobs.tsv`), and what `squeue` says of the jobs.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -15,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use runner::executor::slurm::JOB_BASELINE;
 use runner::plan::PLUGIN_ESTIMATE_ALLOWANCE;
+
+use common::{stderr, write};
 
 const MIB: u64 = 1 << 20;
 
@@ -65,21 +69,8 @@ fn runner(dir: &Path, conf: &str, args: &[&str]) -> Output {
     runner_command(dir, conf, args).output().expect("running runner")
 }
 
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 fn assert_exit(out: &Output, code: i32) {
     assert_eq!(out.status.code(), Some(code), "stderr:\n{}", stderr(out));
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).unwrap();
-    }
-    std::fs::write(&path, text).unwrap();
-    path
 }
 
 /// Every file under `dir`, by path relative to it, with its bytes.

@@ -19,7 +19,7 @@
 //!
 //! An allocator that keeps freed memory for reuse (glibc's does) would make a task reusing what
 //! the previous one freed read as needing nothing: a plugin's service returns freed memory to
-//! the kernel after each task (the Python plugin fixes glibc's `mmap` threshold and trims).
+//! the kernel after each task (the Python plugin calls `malloc_trim`).
 
 use std::ffi::OsString;
 use std::fs::File;

@@ -51,11 +51,6 @@ const WORKER: &str = include_str!("worker.py");
 /// interpreter's copy and what it makes of them): room for modest intermediate data.
 pub const BASE_ESTIMATE: u64 = 64 << 20;
 
-/// glibc returns freed blocks of this size and larger to the kernel at once: a fixed threshold
-/// (glibc otherwise raises it as large blocks are freed, then keeps them) keeps each task's
-/// measured peak its own.
-const MMAP_THRESHOLD: &str = "262144";
-
 const ARGS: &[ArgSpec] = &[
     ArgSpec::required("call", "the callable, \"package.module:name\" (a function, or a class with `init`)"),
     ArgSpec::optional("init", "none", "keyword arguments to instantiate the class once per interpreter"),
@@ -251,7 +246,6 @@ impl Call {
     fn service(&self, step: &str) -> ServiceSpec {
         let mut spec = ServiceSpec::new([self.python.clone(), "-c".into(), WORKER.into()])
             .env("PYTHONUNBUFFERED", "1")
-            .env("MALLOC_MMAP_THRESHOLD_", MMAP_THRESHOLD)
             .key(if self.isolate { step.to_string() } else { String::new() })
             .recycle_above(self.max_resident);
         if !self.pythonpath.is_empty() {

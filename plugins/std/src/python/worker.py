@@ -158,7 +158,9 @@ def encode(value):
 
 
 def release_memory():
-    """Freed memory goes back to the kernel, so the next task's peak is its own. (A full
+    """Freed memory goes back to the kernel, so the next task's peak is its own: glibc keeps
+    what a task freed for reuse (within a task that saves page faults), and would otherwise
+    hand it to the next task without its resident size growing. (A full
     `gc.collect()` here would cost 0.15 s a task with iris loaded: the young generation is
     enough to free what a task left in cycles.)"""
     gc.collect(0)
