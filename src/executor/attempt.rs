@@ -160,9 +160,11 @@ pub fn attempt(task: &TaskToRun<'_>, site: &dyn Site, limits: &Limits) -> TaskOu
         (Ok(result), Ok(_)) => result,
     };
     let heap_peak = memory.map_or(0, |m| m.peak_bytes);
+    // A task that ran commands or used a service is measured as theirs (the heap it held
+    // meanwhile is in their figure), never below its heap's own peak.
     let (peak, peak_source) = match &commands {
-        Some(commands) if commands.peak > heap_peak => (commands.peak, commands.source),
-        _ => (heap_peak, PeakSource::Allocator),
+        Some(commands) => (commands.peak.max(heap_peak), commands.source),
+        None => (heap_peak, PeakSource::Allocator),
     };
     TaskOutcome { result, peak, peak_source, log_path: commands.and_then(|c| c.log_path), elapsed }
 }

@@ -100,7 +100,25 @@ fn registry_holds_the_contracted_plugins_and_arguments() {
         ("mean".into(), vec![]),
         ("read_npy".into(), vec![required("path")]),
         ("write_npy".into(), vec![required("path")]),
-        ("exec".into(), vec![required("command"), optional("output", "none"), optional("env", "{}")]),
+        (
+            "exec".into(),
+            vec![required("command"), optional("output", "none"), optional("env", "{}"), optional("reads", "[]")],
+        ),
+        (
+            "python".into(),
+            vec![
+                required("call"),
+                optional("init", "none"),
+                optional("args", "the inputs in order"),
+                optional("kwargs", "{}"),
+                optional("python", "$RUNNER_PYTHON or python3"),
+                optional("pythonpath", "[]"),
+                optional("env", "{}"),
+                optional("output", "none"),
+                optional("isolate", "false"),
+                optional("max_resident", "none"),
+            ],
+        ),
         ("read_netcdf".into(), vec![required("path"), required("variable"), optional("mask_and_scale", "true")]),
         (
             "write_netcdf".into(),
