@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{stderr, tree_rss, write};
+use common::{stderr, write};
 
 const MIB: u64 = 1 << 20;
 
@@ -291,24 +291,10 @@ steps:
 "#,
     );
     let budget = 1u64 << 30;
-    let mut child = runner_command(
+    let (status, highest, err) = common::run_watching_tree(runner_command(
         dir.path(),
         &["run", recipe.to_str().unwrap(), "--workers", "3", "--budget", "1GiB", "--db", "r.db", "--summary", "s.json"],
-    )
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
-    let pid = child.id() as i32;
-    let mut highest = 0;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        highest = highest.max(tree_rss(pid));
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    ));
     assert_eq!(status.code(), Some(0), "{err}");
     let allowed = budget + budget / 20 + 64 * MIB;
     eprintln!("highest process-tree RSS {} MiB, allowed {} MiB", highest / MIB, allowed / MIB);

@@ -460,21 +460,10 @@ steps:
 "#,
     );
     let budget = 1u64 << 30;
-    let mut child = common::runner_command(dir.path(), &["run", "r.yaml", "--workers", "2", "--budget", "1GiB"])
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as i32;
-    let mut highest = 0;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        highest = highest.max(common::tree_rss(pid));
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
-    let mut err = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let (status, highest, err) = common::run_watching_tree(common::runner_command(
+        dir.path(),
+        &["run", "r.yaml", "--workers", "2", "--budget", "1GiB"],
+    ));
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(highest > 700 * MIB, "the tasks ran: {highest}");
     assert!(highest <= common::allowed(budget), "the tree peaked at {highest} under a budget of {budget}: {err}");

@@ -150,3 +150,26 @@ pub fn tree_rss(pid: i32) -> u64 {
 pub fn runner_in(dir: &Path, args: &[&str]) -> std::process::Output {
     runner(dir, args)
 }
+
+/// Runs `command` to its end, sampling the resident bytes of its whole process tree every
+/// 5 ms: its exit status, the highest sample, and its stderr (read as it comes, so a chatty
+/// run cannot block on a full pipe).
+pub fn run_watching_tree(mut command: Command) -> (ExitStatus, u64, String) {
+    let mut child = command.stderr(Stdio::piped()).spawn().expect("running runner");
+    let mut pipe = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut pipe, &mut text).unwrap();
+        text
+    });
+    let pid = child.id() as i32;
+    let mut highest = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        highest = highest.max(tree_rss(pid));
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    (status, highest, reader.join().unwrap())
+}
