@@ -231,6 +231,55 @@ steps:
     assert!(!alive, "the interpreter {pid} outlived the run");
 }
 
+/// Each interpreter that imports `marked` adds its pid to `imports.log`; each task says which
+/// interpreter ran it.
+const MARKED: &str = "import os, time\nopen('imports.log', 'a').write(f'{os.getpid()}\\n')\n\ndef who(lead):\n    time.sleep(0.3)\n    return os.getpid()\n";
+
+fn imports_and_servers(fork: bool) -> (Vec<i32>, std::collections::BTreeSet<i64>) {
+    let dir = setup(&format!(
+        r#"
+recipe: forked
+dims: {{lead: {{start: 1, stop: 6}}}}
+steps:
+  who:
+    plugin: python
+    over: [lead]
+    args: {{call: "marked:who", kwargs: {{lead: "{{lead}}"}}, pythonpath: [lib], fork: {fork}}}
+  all:
+    plugin: python
+    inputs: {{pids: who}}
+    args: {{call: "sink:put", args: ["{{input.pids}}"], pythonpath: [lib], fork: {fork}}}
+"#
+    ));
+    write(dir.path(), "lib/marked.py", MARKED);
+    write(dir.path(), "lib/sink.py", "import json\ndef put(pids):\n    json.dump(pids, open('pids.json', 'w'))\n");
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let imports: Vec<i32> =
+        std::fs::read_to_string(dir.path().join("imports.log")).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    let pids = std::fs::read_to_string(dir.path().join("pids.json")).unwrap();
+    let pids: std::collections::BTreeSet<i64> = serde_json::from_str::<Vec<i64>>(&pids).unwrap().into_iter().collect();
+    for &pid in &imports {
+        // SAFETY: kill with signal 0 only asks whether the process exists.
+        assert!(unsafe { libc::kill(pid, 0) } != 0, "interpreter {pid} outlived the run");
+    }
+    (imports, pids)
+}
+
+#[test]
+fn interpreters_are_forked_from_one_that_imported() {
+    if !numpy_here() {
+        return;
+    }
+    let (imports, servers) = imports_and_servers(true);
+    assert_eq!(imports.len(), 1, "one interpreter imports, the others are forked from it: {imports:?}");
+    assert_eq!(servers.len(), 3, "three workers, three interpreters serving: {servers:?}");
+    assert!(!servers.contains(&(imports[0] as i64)), "the one that imported serves no task: {servers:?}");
+    let (imports, servers) = imports_and_servers(false);
+    assert_eq!(imports.len(), 3, "`fork: false`: each interpreter imports: {imports:?}");
+    assert_eq!(servers.len(), 3, "{servers:?}");
+}
+
 #[test]
 fn a_task_is_measured_above_the_interpreters_baseline() {
     if !numpy_here() {

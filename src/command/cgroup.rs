@@ -222,9 +222,21 @@ impl TaskCgroup {
         Ok(())
     }
 
+    /// Moves a running process into this cgroup (what it already holds stays charged where it
+    /// was).
+    pub fn adopt(&self, pid: i32) -> io::Result<()> {
+        use std::io::Write as _;
+        (&self.procs).write_all(pid.to_string().as_bytes())
+    }
+
     /// The fd of `cgroup.procs`, for the child to write `0` (itself) to before it execs.
     pub fn procs_fd(&self) -> RawFd {
         self.procs.as_raw_fd()
+    }
+
+    /// The hierarchy it was made under.
+    pub fn hierarchy(&self) -> &'static Hierarchy {
+        self.hierarchy
     }
 
     pub fn version(&self) -> CgroupVersion {

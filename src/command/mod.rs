@@ -290,7 +290,7 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     let (stdout_read, stdout_write) = watch::pipe().map_err(CommandError::Pipe)?;
     let (stderr_read, stderr_write) = watch::pipe().map_err(CommandError::Pipe)?;
     let started = Instant::now();
-    let stdio = spawn::Stdio { stdin: None, stdout: &stdout_write, stderr: &stderr_write };
+    let stdio = spawn::Stdio { stdin: None, stdout: &stdout_write, stderr: &stderr_write, control: None };
     let spawned = spawn::spawn(request.argv, request.env, stdio, cgroup.as_ref().map(TaskCgroup::procs_fd));
     // The child has its own copies: the pipes end when it (and what it starts) close them.
     drop((stdout_write, stderr_write));

@@ -30,6 +30,8 @@ struct Plan {
     stdin: RawFd,
     stdout: RawFd,
     stderr: RawFd,
+    /// Given to the child as fd 3, or -1.
+    control: RawFd,
     /// `cgroup.procs` of the command's cgroup, or -1.
     procs: RawFd,
     parent: libc::pid_t,
@@ -50,6 +52,8 @@ pub(super) struct Stdio<'a> {
     pub stdin: Option<&'a OwnedFd>,
     pub stdout: &'a OwnedFd,
     pub stderr: &'a OwnedFd,
+    /// Given as fd 3 when set (a service's control socket, see [`super::service`]).
+    pub control: Option<&'a OwnedFd>,
 }
 
 /// Starts `argv` (its program looked up in `PATH` when it has no `/`) with `env` added to the
@@ -76,6 +80,7 @@ pub(super) fn spawn(
         stdin,
         stdout: stdio.stdout.as_raw_fd(),
         stderr: stdio.stderr.as_raw_fd(),
+        control: stdio.control.map_or(-1, AsRawFd::as_raw_fd),
         procs: procs.unwrap_or(-1),
         parent: std::process::id() as libc::pid_t,
         last_signal: libc::SIGRTMAX(),
@@ -164,6 +169,7 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
             && libc::dup2(plan.stdin, 0) == 0
             && libc::dup2(plan.stdout, 1) == 1
             && libc::dup2(plan.stderr, 2) == 2
+            && (plan.control < 0 || give_as_fd3(plan.control))
             && (plan.procs < 0 || libc::write(plan.procs, b"0".as_ptr().cast(), 1) == 1);
         if !ok {
             fail(plan, *libc::__errno_location());
@@ -177,6 +183,15 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         libc::execve(plan.path, plan.argv, plan.envp);
         fail(plan, *libc::__errno_location())
     }
+}
+
+/// Makes `fd` the child's fd 3, open across exec (`dup2` onto itself would keep close-on-exec).
+///
+/// # Safety
+/// Called in the child between clone and exec, where only system calls may run.
+unsafe fn give_as_fd3(fd: RawFd) -> bool {
+    // SAFETY: plain fd system calls on the child's own fd table.
+    unsafe { if fd == 3 { libc::fcntl(3, libc::F_SETFD, 0) == 0 } else { libc::dup2(fd, 3) == 3 } }
 }
 
 /// Leaves `errno` for the parent and exits the child.

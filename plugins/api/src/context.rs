@@ -157,16 +157,17 @@ impl<'a> TaskContext<'a> {
         self.host.serve(spec, &mut work)
     }
 
-    /// Asks for one more service of `spec` to be started in the background and prepared by
-    /// `warm` (its imports, say), so that the next task of another worker finds it ready. The
-    /// engine starts one only when none is idle or warming up and fewer services of `spec` are
-    /// alive than the run has workers; a plugin calls it when its task got a fresh service.
+    /// Asks for the run's services of `spec` to be started in the background and prepared by
+    /// `warm` (its imports, say) before a task is lent one: as many as the run has workers,
+    /// side by side, or for a [forking](ServiceSpec::forking) spec one, which then forks the
+    /// others. Returns at once, and does nothing while one is idle or warming up or the run
+    /// has its share; a plugin calls it before [`serve`](Self::serve).
     pub fn prestart(
         &self,
         spec: &ServiceSpec,
-        warm: impl FnOnce(ServiceIo<'_>) -> Result<(), TaskError> + Send + 'static,
+        warm: impl Fn(ServiceIo<'_>) -> Result<(), TaskError> + Send + Sync + 'static,
     ) {
-        self.host.prestart(spec, Box::new(warm));
+        self.host.prestart(spec, std::sync::Arc::new(warm));
     }
 
     /// Announces a large allocation the task is about to make by other means.

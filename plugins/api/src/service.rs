@@ -12,6 +12,20 @@
 //!
 //! The protocol spoken over the pipes is the plugin's own; the engine only moves bytes.
 //!
+//! **Forking services** ([`ServiceSpec::forking`]) let a run pay a slow start once: the engine
+//! starts one process, warms it up ([`crate::TaskContext::prestart`]), and then has it fork the
+//! run's other services, which share its pages until they write to them. Such a process is
+//! started with a Unix stream socket as fd 3 (and `RUNNER_FORK_FD=3` in its environment). After
+//! the warm-up the engine closes its stdin; from then on it speaks only on fd 3:
+//! - the engine sends `fork\n` with two fds attached (`SCM_RIGHTS`): the new service's requests
+//!   (read end) and replies (write end). The process forks; the child makes them its stdin and
+//!   stdout, closes fd 3, takes a process group of its own, asks for `SIGKILL` when its parent
+//!   dies, and serves tasks like any service. The parent answers `<child pid>\n`.
+//! - the engine sends `retire\n` once it has what it needs: the process must stop holding its
+//!   warmed-up memory (exec a small program) and from then on write `<pid> <wait status>\n` on fd
+//!   3 for each child that ends, exiting when none is left. It keeps its own process (children
+//!   whose parent dies are killed), so it must not exit before them.
+//!
 //! [`TaskContext::serve`]: crate::TaskContext::serve
 
 use std::ffi::OsString;
@@ -33,6 +47,8 @@ pub struct ServiceSpec {
     /// Replace the process after a task that leaves it holding more than this many bytes
     /// resident (a slow leak must not grow without end).
     pub recycle_above: Option<u64>,
+    /// The process can fork the run's other services after its warm-up (see the module docs).
+    pub forks: bool,
 }
 
 impl ServiceSpec {
@@ -47,6 +63,7 @@ impl ServiceSpec {
             env: Vec::new(),
             key: String::new(),
             recycle_above: None,
+            forks: false,
         }
     }
 
@@ -62,6 +79,12 @@ impl ServiceSpec {
         self
     }
 
+    /// Declares that the process speaks the fork protocol of this module (builder style).
+    pub fn forking(mut self, forks: bool) -> ServiceSpec {
+        self.forks = forks;
+        self
+    }
+
     /// Sets the resident size past which the process is replaced after a task (builder style).
     pub fn recycle_above(mut self, bytes: Option<u64>) -> ServiceSpec {
         self.recycle_above = bytes;
@@ -70,7 +93,7 @@ impl ServiceSpec {
 }
 
 /// What prepares a spare service before it waits idle (see [`crate::TaskContext::prestart`]).
-pub type WarmUp = Box<dyn FnOnce(ServiceIo<'_>) -> Result<(), crate::TaskError> + Send>;
+pub type WarmUp = std::sync::Arc<dyn Fn(ServiceIo<'_>) -> Result<(), crate::TaskError> + Send + Sync>;
 
 /// Where the engine takes the process's resident memory as its baseline from now on.
 pub trait Rebase {

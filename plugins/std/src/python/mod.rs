@@ -65,6 +65,11 @@ const ARGS: &[ArgSpec] = &[
     ArgSpec::optional("env", "{}", "environment variables added for the interpreter"),
     ArgSpec::optional("output", "none", "a file the call writes; \"{output}\" in args is its path").output_path(),
     ArgSpec::optional("isolate", "false", "true: this step's interpreters serve no other step"),
+    ArgSpec::optional(
+        "fork",
+        "true",
+        "false: start each interpreter afresh instead of forking it from one that imported",
+    ),
     ArgSpec::optional("max_resident", "none", "replace an interpreter holding more than this after a task"),
 ];
 
@@ -132,23 +137,26 @@ impl Plugin for Python {
     fn run(&self, ctx: &TaskContext, args: &Args, inputs: &Inputs) -> Result<Value, TaskError> {
         let call = Call::from_args(args).map_err(|e| TaskError::msg(e.message))?;
         let spec = call.service(ctx.step());
-        ctx.serve(&spec, |io| {
-            if io.fresh {
-                // The other workers' interpreters import while this one works.
-                let prepare = call.prepare_request(&io.log_path.to_string_lossy());
-                let target = call.target.clone();
-                ctx.prestart(&spec, move |io| {
-                    protocol::send_plain(&prepare, io.requests)?;
-                    let reply = protocol::read_reply(io.replies).map_err(TaskError::msg)?;
-                    match reply.header["ok"] {
-                        Json::Bool(true) => Ok(()),
-                        _ => Err(TaskError::msg(format!("preparing `{target}` failed: {}", reply.header["message"]))),
-                    }
-                });
+        // The run's interpreters are started (forked from one that imported, by default) while
+        // the first task waits; later tasks find one idle and this returns at once.
+        let (target, init) = (call.target.clone(), call.init.clone());
+        ctx.prestart(&spec, move |io| {
+            let prepare = prepare_request(&target, &init, &io.log_path.to_string_lossy());
+            protocol::send_plain(&prepare, io.requests)?;
+            let reply = protocol::read_reply(io.replies).map_err(TaskError::msg)?;
+            match reply.header["ok"] {
+                Json::Bool(true) => Ok(()),
+                _ => Err(TaskError::msg(format!("preparing `{target}` failed: {}", reply.header["message"]))),
             }
-            call.run(ctx, inputs, io)
-        })
+        });
+        ctx.serve(&spec, |io| call.run(ctx, inputs, io))
     }
+}
+
+/// Imports the callable's module and instantiates `init` (the service's baseline, not the
+/// task's); what it prints goes to `log`.
+fn prepare_request(target: &str, init: &Option<Json>, log: &str) -> Json {
+    json!({"op": "prepare", "call": target, "init": init, "log": log})
 }
 
 /// A step's args, read.
@@ -161,6 +169,7 @@ struct Call {
     pythonpath: Vec<String>,
     env: Vec<(String, String)>,
     isolate: bool,
+    fork: bool,
     max_resident: Option<u64>,
     output: Option<String>,
 }
@@ -224,16 +233,16 @@ impl Call {
                 .collect::<Result<_, _>>()?,
             Some(other) => return Err(ArgError::new("env", format!("`env` must be a map, got {other}"))),
         };
-        let isolate = match args.get("isolate") {
-            None => false,
-            Some(Json::Bool(b)) => *b,
-            Some(other) => {
-                return Err(ArgError::new("isolate", format!("`isolate` must be true or false, got {other}")));
-            }
+        let flag = |name: &str, default: bool| match args.get(name) {
+            None => Ok(default),
+            Some(Json::Bool(b)) => Ok(*b),
+            Some(other) => Err(ArgError::new(name, format!("`{name}` must be true or false, got {other}"))),
         };
+        let isolate = flag("isolate", false)?;
+        let fork = flag("fork", true)?;
         let max_resident = if args.contains("max_resident") { Some(args.size("max_resident")?) } else { None };
         let output = if args.contains("output") { Some(args.str("output")?) } else { None };
-        Ok(Call { target, init, args: list, kwargs, python, pythonpath, env, isolate, max_resident, output })
+        Ok(Call { target, init, args: list, kwargs, python, pythonpath, env, isolate, fork, max_resident, output })
     }
 
     /// Every arg item that may reference an input: `(arg name, item)`.
@@ -247,7 +256,8 @@ impl Call {
         let mut spec = ServiceSpec::new([self.python.clone(), "-c".into(), WORKER.into()])
             .env("PYTHONUNBUFFERED", "1")
             .key(if self.isolate { step.to_string() } else { String::new() })
-            .recycle_above(self.max_resident);
+            .recycle_above(self.max_resident)
+            .forking(self.fork);
         if !self.pythonpath.is_empty() {
             let mut path = self.pythonpath.join(":");
             if let Some(existing) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
@@ -262,16 +272,10 @@ impl Call {
         spec
     }
 
-    /// Imports the callable's module and instantiates `init` (the service's baseline, not the
-    /// task's); what it prints goes to `log`.
-    fn prepare_request(&self, log: &str) -> Json {
-        json!({"op": "prepare", "call": self.target, "init": self.init, "log": log})
-    }
-
     /// One task's conversation: prepare (unmeasured), then the call.
     fn run(&self, ctx: &TaskContext, inputs: &Inputs, mut io: ServiceIo<'_>) -> Result<Value, TaskError> {
         let log = io.log_path.to_string_lossy().into_owned();
-        let prepare = self.prepare_request(&log);
+        let prepare = prepare_request(&self.target, &self.init, &log);
         self.exchange(&mut io, |to| protocol::send_plain(&prepare, to))?
             .map_err(|e| self.failure(&e, &io, "preparing"))?;
         io.rebase();

@@ -4,6 +4,11 @@
 #
 # A message: 8 bytes (little-endian length of a JSON header), the header, then the payloads the
 # header's "payloads" lists (their lengths), back to back.
+#
+# Started with RUNNER_FORK_FD (the engine's fork protocol, documented in the plugin API's
+# `service` module): after its warm-up its stdin ends, and it forks the run's other
+# interpreters on request, each taking the pipes sent with the request, then retires into a
+# small reaper that reports how its children end.
 import ctypes
 import gc
 import importlib
@@ -223,11 +228,70 @@ def serve(header, payloads):
     return {"ok": True, "value": value}, out
 
 
+REAPER = """
+import os, sys
+fd = int(sys.argv[1])
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        break
+    os.write(fd, b"%d %d\\n" % (pid, status))
+"""
+
+
+def fork_server(fd):
+    """Forks interpreters that share this one's imports; returns in each child, which then
+    serves tasks. Never returns in this process: it becomes the reaper."""
+    import socket
+    import warnings
+
+    control = socket.socket(fileno=fd)
+    me = os.getpid()
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 64, 2)
+        if message == b"fork\n" and len(fds) == 2:
+            with warnings.catch_warnings():
+                # A library's idle thread pool (OpenBLAS's) does not survive the fork; it
+                # registers its own fork handlers.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:
+                control.close()
+                become_child(me, *fds)
+                return
+            for each in fds:
+                os.close(each)
+            control.sendall(b"%d\n" % pid)
+        elif message == b"retire\n":
+            for each in fds:
+                os.close(each)
+            os.set_inheritable(fd, True)
+            os.execv(sys.executable, [sys.executable, "-S", "-I", "-c", REAPER, str(fd)])
+        else:  # the runner is gone, or out of step
+            os._exit(0)
+
+
+def become_child(parent, requests, replies):
+    os.setpgid(0, 0)
+    if _LIBC is not None:
+        _LIBC.prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL: it dies with the process it was forked from
+    if os.getppid() != parent:
+        os._exit(1)
+    os.dup2(requests, 0)
+    os.dup2(replies, REPLIES.fileno(), inheritable=False)
+    os.close(requests)
+    os.close(replies)
+
+
 def main():
     while True:
         header, payloads = read_message()
         if header is None:
-            return
+            if os.environ.get("RUNNER_FORK_FD") is None:
+                return
+            fork_server(int(os.environ.pop("RUNNER_FORK_FD")))
+            continue
         to_log(header["log"])
         try:
             reply, out = serve(header, payloads)

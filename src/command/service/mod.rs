@@ -26,7 +26,7 @@ use std::fs::File;
 use std::io::{self, Read as _, Seek as _, SeekFrom};
 use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
@@ -35,24 +35,35 @@ use runner_plugin::service::Rebase;
 use runner_plugin::size::format_size;
 use runner_plugin::{CommandExit, FailureKind, ServiceIo, ServiceSpec, TaskError, Value};
 
-use super::cgroup::{self, CgroupVersion, TaskCgroup};
+mod fork;
+mod sampler;
+
+use super::cgroup::{self, TaskCgroup};
 use super::registry::{self, Registration};
 use super::tree::{self, Tree};
-use super::{CommandMeasured, SAMPLE_INTERVAL, TaskCommand, spawn};
+use super::{CommandMeasured, TaskCommand, spawn};
 use crate::measure::{PeakSource, external};
+use sampler::{RebaseHandle, Sampler};
 
 /// The services of this process: idle ones waiting for a task of their spec, and how many of
 /// each spec are alive (idle, lent or warming up).
 struct Pool {
     idle: Vec<Service>,
     live: Vec<(ServiceSpec, usize)>,
-    /// Specs with a spare warming up in the background (see [`prestart`]).
+    /// One entry per warm-up running in the background (see [`prestart`]).
     warming: Vec<ServiceSpec>,
 }
 
 impl Pool {
     fn live(&self, spec: &ServiceSpec) -> usize {
         self.live.iter().find(|(s, _)| s == spec).map_or(0, |(_, n)| *n)
+    }
+
+    /// One warm-up of `spec` has ended.
+    fn stop_warming(&mut self, spec: &ServiceSpec) {
+        if let Some(at) = self.warming.iter().position(|s| s == spec) {
+            self.warming.swap_remove(at);
+        }
     }
 
     fn count(&mut self, spec: &ServiceSpec, delta: isize) {
@@ -95,6 +106,8 @@ struct Service {
     registration: Option<Registration>,
     /// How it ended, once reaped.
     exit: Option<CommandExit>,
+    /// The process it was forked from, which reaps it, when it was forked.
+    reaper: Option<std::sync::Arc<fork::Reaper>>,
 }
 
 impl Service {
@@ -109,12 +122,12 @@ impl Service {
         if self.exit.is_some() {
             return false;
         }
-        let mut status = 0;
-        // SAFETY: waitpid on our own child, with a valid status pointer.
-        if unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } == 0 {
-            return true;
-        }
-        self.exit = Some(super::exit_of(status));
+        let exit = match &self.reaper {
+            Some(reaper) => reaper.exit_of(self.pid),
+            None => reap(self.pid),
+        };
+        let Some(exit) = exit else { return true };
+        self.exit = Some(exit);
         self.registration = None;
         false
     }
@@ -169,8 +182,8 @@ pub fn serve_for_task(
     let log_path = task.default_log.as_path();
     ensure_log_folder(log_path)?;
     let (mut service, fresh) = match take_idle(spec) {
-        Some(service) => (service, false),
-        None => (start(spec, log_path)?, true),
+        Idle::Service(service) => (service, false),
+        Idle::Start(place) => (start(place, log_path)?, true),
     };
     let sampler = Sampler::new(&service);
     sampler.rebase();
@@ -242,9 +255,47 @@ fn settle(
     result
 }
 
+/// A service of a spec counted as alive before it is started, so that two workers deciding at
+/// once cannot start more than their share; dropped unused, it is uncounted.
+struct Place {
+    /// `None` once a started service has taken the place over.
+    spec: Option<ServiceSpec>,
+}
+
+impl Place {
+    /// Counts one more service of `spec`; the caller holds the pool's lock.
+    fn reserve(pool: &mut Pool, spec: &ServiceSpec) -> Place {
+        pool.count(spec, 1);
+        Place { spec: Some(spec.clone()) }
+    }
+
+    fn spec(&self) -> &ServiceSpec {
+        self.spec.as_ref().expect("a place is filled only once, when its service starts")
+    }
+
+    /// The place becomes the service's: its `Drop` uncounts it from now on.
+    fn fill(mut self) -> ServiceSpec {
+        self.spec.take().expect("a place is filled only once, when its service starts")
+    }
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if let Some(spec) = &self.spec {
+            pool().count(spec, -1);
+        }
+    }
+}
+
+/// What a task gets from the pool: an idle service, or a place to start one in.
+enum Idle {
+    Service(Service),
+    Start(Place),
+}
+
 /// An idle service of `spec` that is still alive, waiting for one that is warming up rather
-/// than starting another.
-fn take_idle(spec: &ServiceSpec) -> Option<Service> {
+/// than starting another; else a place counted for a new one.
+fn take_idle(spec: &ServiceSpec) -> Idle {
     loop {
         let mut service = {
             let mut pool = pool();
@@ -253,63 +304,94 @@ fn take_idle(spec: &ServiceSpec) -> Option<Service> {
                     break pool.idle.swap_remove(at);
                 }
                 if !pool.warming.contains(spec) {
-                    return None;
+                    return Idle::Start(Place::reserve(&mut pool, spec));
                 }
                 pool = LANDED.wait(pool).unwrap_or_else(|p| p.into_inner());
             }
         };
         if service.is_alive() {
-            return Some(service);
+            return Idle::Service(service);
         }
         // Died while idle (killed from outside, or by an interruption): the next one.
         tracing::info!("service `{}` (pid {}) ended while idle: {:?}", service.program(), service.pid, service.exit);
     }
 }
 
-/// Starts one spare service of `spec` in the background, when none is idle or warming and
-/// fewer than `workers` are alive: `warm` prepares it (e.g. imports what tasks will call), its
-/// stderr in `log_path`, and it waits idle for the next task. A worker that would start a
-/// service of its own waits for the spare instead, so the interpreters of a run start side by
-/// side, not one after another.
+/// Starts the services of `spec` the run lacks (up to `workers` alive) in the background, when
+/// none is idle or warming: `warm` prepares each (e.g. imports what tasks will call), their
+/// stderr in `log_path`, and they wait idle for tasks. A worker that would start a service of
+/// its own waits for these instead. A forking spec's one process is warmed and forks the rest
+/// ([`fork`]); others start side by side.
 pub fn prestart(spec: &ServiceSpec, workers: usize, log_path: &Path, warm: runner_plugin::service::WarmUp) {
-    {
+    if let Err(e) = ensure_log_folder(log_path) {
+        tracing::info!("no service started ahead of need: {e}");
+        return;
+    }
+    let places = {
         let mut pool = pool();
         let idle = pool.idle.iter().any(|s| s.spec == *spec);
         if idle || pool.warming.contains(spec) || pool.live(spec) >= workers {
             return;
         }
-        pool.warming.push(spec.clone());
-    }
-    let owned = spec.clone();
-    let log_path = log_path.to_path_buf();
-    let started = std::thread::Builder::new().name("runner-service-warm-up".into()).spawn(move || {
-        let spec = owned;
-        let warmed = start(&spec, &log_path).and_then(|mut service| {
-            let (mut rebase, mut spoiled) = (NoRebase, false);
-            let io =
-                ServiceIo::new(&mut service.requests, &mut service.replies, &log_path, true, &mut rebase, &mut spoiled);
-            warm(io)?;
-            if spoiled || !service.is_alive() {
-                return Err(TaskError::msg(format!("the service `{}` did not warm up", service.program())));
-            }
-            Ok(service)
-        });
-        let mut pool = pool();
-        pool.warming.retain(|s| *s != spec);
-        match warmed {
-            Ok(mut service) => {
-                let standing = Sampler::new(&service).sample();
-                service.set_standing(standing);
-                pool.idle.push(service);
-            }
-            Err(e) => tracing::info!("a spare service could not be warmed up: {e}"),
+        let wanted = workers - pool.live(spec);
+        // Counted as warming now, under the lock, so no worker starts one of its own meanwhile.
+        let warm_ups = if spec.forks { 1 } else { wanted };
+        pool.warming.extend(std::iter::repeat_n(spec.clone(), warm_ups));
+        (0..wanted).map(|_| Place::reserve(&mut pool, spec)).collect::<Vec<_>>()
+    };
+    if spec.forks {
+        warm_up_in_background(spec.clone(), log_path.to_path_buf(), move |log| fork::warm_and_fork(places, log, warm));
+    } else {
+        for place in places {
+            let warm = warm.clone();
+            warm_up_in_background(spec.clone(), log_path.to_path_buf(), move |log| warm_one(place, log, &warm));
         }
+    }
+}
+
+/// Runs `warm_up` (counted as warming by the caller) on a thread of its own and puts the
+/// services it made in the pool, idle.
+fn warm_up_in_background(
+    spec: ServiceSpec,
+    log_path: std::path::PathBuf,
+    warm_up: impl FnOnce(&Path) -> Result<Vec<Service>, TaskError> + Send + 'static,
+) {
+    let name = "runner-service-warm-up".to_string();
+    let counted = spec.clone();
+    let started = std::thread::Builder::new().name(name).spawn(move || {
+        let mut ready = Vec::new();
+        match warm_up(&log_path) {
+            Ok(services) => {
+                for mut service in services {
+                    let standing = Sampler::new(&service).sample();
+                    service.set_standing(standing);
+                    ready.push(service);
+                }
+            }
+            Err(e) => tracing::info!("a service could not be warmed up: {e}"),
+        }
+        let mut pool = pool();
+        pool.stop_warming(&spec);
+        pool.idle.append(&mut ready);
+        drop(pool);
         LANDED.notify_all();
     });
     if started.is_err() {
-        pool().warming.retain(|s| *s != *spec);
+        pool().stop_warming(&counted);
         LANDED.notify_all();
     }
+}
+
+/// Starts the service of `place` and warms it up.
+fn warm_one(place: Place, log_path: &Path, warm: &runner_plugin::service::WarmUp) -> Result<Vec<Service>, TaskError> {
+    let mut service = start(place, log_path)?;
+    let (mut rebase, mut spoiled) = (NoRebase, false);
+    let io = ServiceIo::new(&mut service.requests, &mut service.replies, log_path, true, &mut rebase, &mut spoiled);
+    warm(io)?;
+    if spoiled || !service.is_alive() {
+        return Err(TaskError::msg(format!("the service `{}` did not warm up", service.program())));
+    }
+    Ok(vec![service])
 }
 
 /// A warm-up's baseline is all standing memory: there is no task to rebase.
@@ -363,141 +445,6 @@ fn seconds(duration: Duration) -> String {
 }
 
 /// What the watcher thread shares with the task's thread.
-struct Sampler {
-    pid: i32,
-    cgroup: Option<(std::path::PathBuf, CgroupVersion)>,
-    baseline: AtomicU64,
-    /// `VmRSS` and `RssFile` of the root process when the baseline was taken.
-    root_rss: AtomicU64,
-    root_file: AtomicU64,
-    sampled_peak: AtomicU64,
-    stop: AtomicBool,
-    killed: Mutex<Option<Kill>>,
-    started: Instant,
-}
-
-struct RebaseHandle<'a> {
-    sampler: &'a Sampler,
-}
-
-impl Rebase for RebaseHandle<'_> {
-    fn rebase(&mut self) {
-        self.sampler.rebase();
-    }
-}
-
-impl Sampler {
-    fn new(service: &Service) -> Sampler {
-        Sampler {
-            pid: service.pid,
-            cgroup: service.cgroup.as_ref().map(|c| (c.dir.clone(), c.version())),
-            baseline: AtomicU64::new(0),
-            root_rss: AtomicU64::new(0),
-            root_file: AtomicU64::new(0),
-            sampled_peak: AtomicU64::new(0),
-            stop: AtomicBool::new(false),
-            killed: Mutex::new(None),
-            started: Instant::now(),
-        }
-    }
-
-    /// The tree's resident anonymous + shared bytes now.
-    fn sample(&self) -> u64 {
-        match &self.cgroup {
-            Some((dir, version)) => std::fs::read_to_string(dir.join("memory.stat"))
-                .map(|stat| cgroup::resident_of_stat(&stat, *version))
-                .unwrap_or(0),
-            None => Tree::new(self.pid).resident(),
-        }
-    }
-
-    /// What the tree holds now is the baseline; the root's high-water mark starts again here.
-    fn rebase(&self) {
-        reset_high_water_mark(self.pid);
-        if let Some(status) = ProcStatus::of(self.pid) {
-            self.root_rss.store(status.rss, Ordering::Relaxed);
-            self.root_file.store(status.rss_file, Ordering::Relaxed);
-        }
-        let now = self.sample();
-        self.baseline.store(now, Ordering::Relaxed);
-        self.sampled_peak.store(now, Ordering::Relaxed);
-    }
-
-    /// The task's peak above the baseline: the larger of the tree's sampled peak and the root's
-    /// high-water mark (without the file-backed pages it mapped meanwhile).
-    fn peak_above_baseline(&self) -> u64 {
-        let sampled = self.sampled_peak.load(Ordering::Relaxed).max(self.sample());
-        let from_samples = sampled.saturating_sub(self.baseline.load(Ordering::Relaxed));
-        let from_hwm = ProcStatus::of(self.pid).map_or(0, |s| {
-            let file_growth = s.rss_file.saturating_sub(self.root_file.load(Ordering::Relaxed));
-            s.hwm.saturating_sub(self.root_rss.load(Ordering::Relaxed)).saturating_sub(file_growth)
-        });
-        from_samples.max(from_hwm)
-    }
-
-    /// Until told to stop: publishes the task's bytes above the baseline, keeps the peak, and
-    /// kills the service at the task's timeout, on cancellation or past its memory limit.
-    fn watch(&self, task: &TaskCommand<'_>) {
-        while !self.stop.load(Ordering::Relaxed) {
-            let now = self.sample();
-            self.sampled_peak.fetch_max(now, Ordering::Relaxed);
-            let above = now.saturating_sub(self.baseline.load(Ordering::Relaxed));
-            external::set(task.tag, above);
-            if let Some(reason) = self.reason_to_kill(task, above) {
-                *self.killed.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
-                if let Some((dir, version)) = &self.cgroup {
-                    cgroup::kill_cgroup(dir, *version);
-                }
-                tree::signal_group(self.pid, libc::SIGKILL);
-                return;
-            }
-            std::thread::sleep(SAMPLE_INTERVAL);
-        }
-    }
-
-    fn reason_to_kill(&self, task: &TaskCommand<'_>, above: u64) -> Option<Kill> {
-        if let Some(timeout) = task.timeout.filter(|&t| self.started.elapsed() > t) {
-            return Some(Kill::TimedOut(timeout));
-        }
-        if (task.cancelled)() {
-            // The hosts cancel a task when its timeout (counted from the attempt's start, a
-            // little before this service was lent) has passed; an interruption kills services
-            // through the registry instead.
-            return Some(task.timeout.map_or(Kill::Cancelled, Kill::TimedOut));
-        }
-        task.limit.filter(|&limit| above > limit).map(Kill::OverLimit)
-    }
-}
-
-/// Figures of one process from `/proc/PID/status`, in bytes.
-struct ProcStatus {
-    rss: u64,
-    rss_file: u64,
-    hwm: u64,
-}
-
-impl ProcStatus {
-    fn of(pid: i32) -> Option<ProcStatus> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let kib = |name: &str| {
-            text.lines().find_map(|line| {
-                let value = line.strip_prefix(name)?.strip_prefix(':')?;
-                value.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
-            })
-        };
-        Some(ProcStatus {
-            rss: kib("VmRSS")? * 1024,
-            rss_file: kib("RssFile").unwrap_or(0) * 1024,
-            hwm: kib("VmHWM")? * 1024,
-        })
-    }
-}
-
-/// `VmHWM` starts again from the current resident size (writing 5 to `clear_refs`).
-fn reset_high_water_mark(pid: i32) {
-    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
-}
-
 fn ensure_log_folder(log_path: &Path) -> Result<(), TaskError> {
     if let Some(parent) = log_path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)
@@ -520,8 +467,34 @@ fn tail_of(path: &Path) -> String {
     lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
 }
 
-/// Starts a service of `spec`, its stderr appended to `log_path`.
-fn start(spec: &ServiceSpec, log_path: &Path) -> Result<Service, TaskError> {
+/// Starts a service in `place`, its stderr appended to `log_path`.
+fn start(place: Place, log_path: &Path) -> Result<Service, TaskError> {
+    let launched = launch(place.spec(), log_path, None)?;
+    Ok(Service {
+        spec: place.fill(),
+        pid: launched.pid,
+        requests: launched.requests,
+        replies: launched.replies,
+        cgroup: launched.cgroup,
+        standing: 0,
+        registration: Some(launched.registration),
+        exit: None,
+        reaper: None,
+    })
+}
+
+/// A process of a spec, started and registered.
+struct Launched {
+    pid: i32,
+    requests: File,
+    replies: File,
+    cgroup: Option<TaskCgroup>,
+    registration: Registration,
+}
+
+/// Starts a process of `spec` (with `control` as its fd 3 when given), its stderr appended to
+/// `log_path`, in a cgroup of its own when commands have them.
+fn launch(spec: &ServiceSpec, log_path: &Path, control: Option<OwnedFd>) -> Result<Launched, TaskError> {
     let program = display_argv(&spec.argv[..spec.argv.len().min(1)]);
     if spec.argv.is_empty() {
         return Err(TaskError::msg("a service needs a program to run: its argv is empty"));
@@ -538,26 +511,52 @@ fn start(spec: &ServiceSpec, log_path: &Path) -> Result<Service, TaskError> {
     });
     let procs = cgroup.as_ref().map(TaskCgroup::procs_fd);
     let argv = spec.argv.clone();
-    let env = spec.env.clone();
-    let spawned = on_spawner(move || spawn(&argv, &env, log, procs))
+    let mut env = spec.env.clone();
+    if control.is_some() {
+        env.push(("RUNNER_FORK_FD".into(), "3".into()));
+    }
+    let spawned = on_spawner(move || spawn(&argv, &env, log, control.as_ref(), procs))
         .map_err(|e| TaskError::msg(format!("cannot start the service `{program}`: {e}")))?;
     let (pid, requests, replies) = spawned;
     let registration = registry::register(pid, cgroup.as_ref().map(|c| (c.dir.clone(), c.version())), log_path.into());
-    pool().count(spec, 1);
-    let mut service =
-        Service { spec: spec.clone(), pid, requests, replies, cgroup, standing: 0, registration: None, exit: None };
-    if registration.is_none() {
+    let Some(registration) = registration else {
         // Started just as the run was interrupted: it must not outlive the interruption.
-        service.kill();
+        if let Some(cgroup) = &cgroup {
+            cgroup.kill();
+        }
+        tree::signal_group(pid, libc::SIGKILL);
+        wait_for_exit(pid, DEATH_PATIENCE);
         return Err(TaskError::of_kind(FailureKind::Cancelled, "cancelled: the run was interrupted"));
-    }
-    service.registration = registration;
-    for fd in [service.requests.as_raw_fd(), service.replies.as_raw_fd()] {
+    };
+    for fd in [requests.as_raw_fd(), replies.as_raw_fd()] {
         // Larger pipes move large values in fewer wake-ups; a refusal only costs speed.
         // SAFETY: fcntl on an fd we own.
         unsafe { libc::fcntl(fd, libc::F_SETPIPE_SZ, PIPE_BYTES) };
     }
-    Ok(service)
+    Ok(Launched { pid, requests, replies, cgroup, registration })
+}
+
+/// How child `pid` of the runner ended, if it has (reaped then).
+fn reap(pid: i32) -> Option<CommandExit> {
+    let mut status = 0;
+    // SAFETY: waitpid on our own child, with a valid status pointer.
+    match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+        0 => None,
+        // -1: reaped already, or never ours; either way it does not run for us any more.
+        _ => Some(super::exit_of(status)),
+    }
+}
+
+/// Waits up to `patience` for child `pid` of the runner to end; true once it has.
+fn wait_for_exit(pid: i32, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    while reap(pid).is_none() {
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
 }
 
 const PIPE_BYTES: libc::c_int = 1 << 20;
@@ -566,12 +565,13 @@ fn spawn(
     argv: &[OsString],
     env: &[(OsString, OsString)],
     log: File,
+    control: Option<&OwnedFd>,
     procs: Option<RawFd>,
 ) -> io::Result<(i32, File, File)> {
     let (requests_read, requests) = blocking_pipe()?;
     let (replies, replies_write) = blocking_pipe()?;
     let log = OwnedFd::from(log);
-    let stdio = spawn::Stdio { stdin: Some(&requests_read), stdout: &replies_write, stderr: &log };
+    let stdio = spawn::Stdio { stdin: Some(&requests_read), stdout: &replies_write, stderr: &log, control };
     let pid = spawn::spawn(argv, env, stdio, procs)?;
     // The child holds its own copies; the parent keeps its ends only.
     Ok((pid, File::from(requests), File::from(replies)))

@@ -1,0 +1,155 @@
+//! What a task's use of a service measured: the tree's resident anonymous + shared memory
+//! sampled every [`SAMPLE_INTERVAL`] above the baseline, the root's high-water mark, and the
+//! kills for a timeout, a cancellation or the memory limit.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use runner_plugin::service::Rebase;
+
+use super::super::cgroup::{self, CgroupVersion};
+use super::super::tree::{self, Tree};
+use super::super::{SAMPLE_INTERVAL, TaskCommand};
+use super::{Kill, Service};
+use crate::measure::external;
+
+pub(super) struct Sampler {
+    pid: i32,
+    cgroup: Option<(std::path::PathBuf, CgroupVersion)>,
+    baseline: AtomicU64,
+    /// `VmRSS` and `RssFile` of the root process when the baseline was taken.
+    root_rss: AtomicU64,
+    root_file: AtomicU64,
+    sampled_peak: AtomicU64,
+    pub(super) stop: AtomicBool,
+    pub(super) killed: Mutex<Option<Kill>>,
+    started: Instant,
+}
+
+pub(super) struct RebaseHandle<'a> {
+    pub(super) sampler: &'a Sampler,
+}
+
+impl Rebase for RebaseHandle<'_> {
+    fn rebase(&mut self) {
+        self.sampler.rebase();
+    }
+}
+
+impl Sampler {
+    pub(super) fn new(service: &Service) -> Sampler {
+        Sampler {
+            pid: service.pid,
+            cgroup: service.cgroup.as_ref().map(|c| (c.dir.clone(), c.version())),
+            baseline: AtomicU64::new(0),
+            root_rss: AtomicU64::new(0),
+            root_file: AtomicU64::new(0),
+            sampled_peak: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            killed: Mutex::new(None),
+            started: Instant::now(),
+        }
+    }
+
+    /// The tree's resident anonymous + shared bytes now.
+    pub(super) fn sample(&self) -> u64 {
+        resident_of(self.pid, self.cgroup.as_ref().map(|(dir, version)| (dir.as_path(), *version)))
+    }
+
+    /// What the tree holds now is the baseline; the root's high-water mark starts again here.
+    pub(super) fn rebase(&self) {
+        reset_high_water_mark(self.pid);
+        if let Some(status) = ProcStatus::of(self.pid) {
+            self.root_rss.store(status.rss, Ordering::Relaxed);
+            self.root_file.store(status.rss_file, Ordering::Relaxed);
+        }
+        let now = self.sample();
+        self.baseline.store(now, Ordering::Relaxed);
+        self.sampled_peak.store(now, Ordering::Relaxed);
+    }
+
+    /// The task's peak above the baseline: the larger of the tree's sampled peak and the root's
+    /// high-water mark (without the file-backed pages it mapped meanwhile).
+    pub(super) fn peak_above_baseline(&self) -> u64 {
+        let sampled = self.sampled_peak.load(Ordering::Relaxed).max(self.sample());
+        let from_samples = sampled.saturating_sub(self.baseline.load(Ordering::Relaxed));
+        let from_hwm = ProcStatus::of(self.pid).map_or(0, |s| {
+            let file_growth = s.rss_file.saturating_sub(self.root_file.load(Ordering::Relaxed));
+            s.hwm.saturating_sub(self.root_rss.load(Ordering::Relaxed)).saturating_sub(file_growth)
+        });
+        from_samples.max(from_hwm)
+    }
+
+    /// Until told to stop: publishes the task's bytes above the baseline, keeps the peak, and
+    /// kills the service at the task's timeout, on cancellation or past its memory limit.
+    pub(super) fn watch(&self, task: &TaskCommand<'_>) {
+        while !self.stop.load(Ordering::Relaxed) {
+            let now = self.sample();
+            self.sampled_peak.fetch_max(now, Ordering::Relaxed);
+            let above = now.saturating_sub(self.baseline.load(Ordering::Relaxed));
+            external::set(task.tag, above);
+            if let Some(reason) = self.reason_to_kill(task, above) {
+                *self.killed.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+                if let Some((dir, version)) = &self.cgroup {
+                    cgroup::kill_cgroup(dir, *version);
+                }
+                tree::signal_group(self.pid, libc::SIGKILL);
+                return;
+            }
+            std::thread::sleep(SAMPLE_INTERVAL);
+        }
+    }
+
+    fn reason_to_kill(&self, task: &TaskCommand<'_>, above: u64) -> Option<Kill> {
+        if let Some(timeout) = task.timeout.filter(|&t| self.started.elapsed() > t) {
+            return Some(Kill::TimedOut(timeout));
+        }
+        if (task.cancelled)() {
+            // The hosts cancel a task when its timeout (counted from the attempt's start, a
+            // little before this service was lent) has passed; an interruption kills services
+            // through the registry instead.
+            return Some(task.timeout.map_or(Kill::Cancelled, Kill::TimedOut));
+        }
+        task.limit.filter(|&limit| above > limit).map(Kill::OverLimit)
+    }
+}
+
+/// The resident anonymous + shared bytes of `pid`'s tree: from its cgroup when it has one.
+pub(super) fn resident_of(pid: i32, cgroup: Option<(&std::path::Path, CgroupVersion)>) -> u64 {
+    match cgroup {
+        Some((dir, version)) => std::fs::read_to_string(dir.join("memory.stat"))
+            .map(|stat| cgroup::resident_of_stat(&stat, version))
+            .unwrap_or(0),
+        None => Tree::new(pid).resident(),
+    }
+}
+
+/// Figures of one process from `/proc/PID/status`, in bytes.
+struct ProcStatus {
+    rss: u64,
+    rss_file: u64,
+    hwm: u64,
+}
+
+impl ProcStatus {
+    fn of(pid: i32) -> Option<ProcStatus> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let kib = |name: &str| {
+            text.lines().find_map(|line| {
+                let value = line.strip_prefix(name)?.strip_prefix(':')?;
+                value.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
+            })
+        };
+        Some(ProcStatus {
+            rss: kib("VmRSS")? * 1024,
+            rss_file: kib("RssFile").unwrap_or(0) * 1024,
+            hwm: kib("VmHWM")? * 1024,
+        })
+    }
+}
+
+/// `VmHWM` starts again from the current resident size (writing 5 to `clear_refs`).
+fn reset_high_water_mark(pid: i32) {
+    let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
+}
