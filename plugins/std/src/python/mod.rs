@@ -17,6 +17,8 @@
 //!   `kwargs` is its path; its folder is made and a stale file removed before the call, the
 //!   task fails unless the file exists after it, and the path is the task's value when the
 //!   callable returns `None`. Checked and claimed like every output path.
+//! - `fork`: `true` (the default) starts one interpreter, which imports, and forks the run's
+//!   others from it; `false` starts each afresh.
 //! - `isolate`: `true` gives the step interpreters of its own (by default steps that name the
 //!   same interpreter share them). `max_resident`: replace an interpreter that holds more than
 //!   this after a task (a leak).
