@@ -87,18 +87,18 @@ pub(crate) fn peak_of(pid: i32, buffer: &mut String) -> u64 {
 }
 
 pub(crate) fn status_of(text: &str) -> Status {
-    let kib = |name: &str| {
-        text.lines()
-            .find_map(|line| {
-                let value = line.strip_prefix(name)?.strip_prefix(':')?;
-                value.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
-            })
-            .unwrap_or(0)
-            * 1024
-    };
+    let kib = |name: &str| status_bytes(text, name).unwrap_or(0);
     let resident = kib("RssAnon") + kib("RssShmem");
     // Never below what it holds now (the figures are read at slightly different moments).
     Status { resident, peak: kib("VmHWM").saturating_sub(kib("RssFile")).max(resident) }
+}
+
+/// A `kB` field of `/proc/PID/status` text, in bytes.
+pub(crate) fn status_bytes(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let value = line.strip_prefix(name)?.strip_prefix(':')?;
+        value.trim().trim_end_matches("kB").trim().parse::<u64>().ok().map(|kib| kib * 1024)
+    })
 }
 
 /// Most processes remembered per tree (a command forking without end must not grow this

@@ -44,16 +44,21 @@ const TAIL_BYTES: usize = 4096;
 
 /// A pipe: its read end (non-blocking, for the watch) and its write end (the child's).
 pub(super) fn pipe() -> io::Result<(File, OwnedFd)> {
+    let (read, write) = blocking_pipe()?;
+    // SAFETY: fcntl on an fd we own.
+    unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    Ok((File::from(read), write))
+}
+
+/// A pipe, both ends blocking and close-on-exec: `(read, write)`.
+pub(super) fn blocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 writes two fds into the array; each is then owned exactly once.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: fresh fds from pipe2, owned by nobody else.
-    let (read, write) = unsafe { (File::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: fcntl on an fd we own.
-    unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    Ok((read, write))
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Which of the command's output streams.
@@ -375,15 +380,30 @@ impl Drop for Watch<'_> {
     }
 }
 
-/// The end of stderr.
+/// The end of stderr (or of a log).
 #[derive(Debug, Default)]
-struct Tail {
+pub(super) struct Tail {
     bytes: Vec<u8>,
     /// Whether bytes before `bytes` were dropped.
     cut: bool,
 }
 
 impl Tail {
+    /// The end of the file at `path` (empty when it cannot be read).
+    pub(super) fn of_file(path: &std::path::Path) -> Tail {
+        use std::io::{Read as _, Seek as _};
+        let mut tail = Tail::default();
+        let Ok(mut file) = File::open(path) else { return tail };
+        let len = file.metadata().map_or(0, |m| m.len());
+        let from = len.saturating_sub(TAIL_BYTES as u64);
+        if file.seek(io::SeekFrom::Start(from)).and_then(|_| file.read_to_end(&mut tail.bytes)).is_ok() {
+            tail.cut = from > 0;
+        } else {
+            tail.bytes.clear();
+        }
+        tail
+    }
+
     fn push(&mut self, chunk: &[u8]) {
         self.bytes.extend_from_slice(chunk);
         if self.bytes.len() > 2 * TAIL_BYTES {
@@ -395,7 +415,7 @@ impl Tail {
 
     /// The last [`TAIL_LINES`] lines within the last [`TAIL_BYTES`] bytes; a line cut short at
     /// its start begins with `…`.
-    fn text(&self) -> String {
+    pub(super) fn text(&self) -> String {
         let start = self.bytes.len().saturating_sub(TAIL_BYTES);
         let text = String::from_utf8_lossy(&self.bytes[start..]);
         let lines: Vec<&str> = text.trim_end_matches('\n').split('\n').collect();

@@ -23,8 +23,8 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{self, Read as _, Seek as _, SeekFrom};
-use std::os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::io;
+use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex, OnceLock, mpsc};
@@ -41,6 +41,7 @@ mod sampler;
 use super::cgroup::{self, TaskCgroup};
 use super::registry::{self, Registration};
 use super::tree::{self, Tree};
+use super::watch::blocking_pipe;
 use super::{CommandMeasured, TaskCommand, spawn};
 use crate::measure::{PeakSource, external};
 use sampler::{RebaseHandle, Sampler};
@@ -86,9 +87,6 @@ fn pool() -> std::sync::MutexGuard<'static, Pool> {
 
 /// How long a killed service may take to die before the runner stops waiting for it.
 const DEATH_PATIENCE: Duration = Duration::from_secs(10);
-/// Most of a task's log shown when its service died: the last lines, within the last bytes.
-const TAIL_LINES: usize = 20;
-const TAIL_BYTES: usize = 4096;
 
 /// How long a service that failed its task may take to end by itself before it is taken as
 /// alive (and killed, its conversation being out of step).
@@ -239,7 +237,10 @@ fn settle(
             if oom { ", most likely by the kernel's out-of-memory killer" } else { "" }
         );
         let kind = if oom { FailureKind::OutOfMemory } else { FailureKind::Error };
-        return Err(TaskError::of_kind(kind, failure_text(&what, &tail_of(log_path), log_path)));
+        return Err(TaskError::of_kind(
+            kind,
+            failure_text(&what, &super::watch::Tail::of_file(log_path).text(), log_path),
+        ));
     }
     let leaked = service.spec.recycle_above.is_some_and(|limit| ending.standing > limit);
     if leaked {
@@ -453,20 +454,6 @@ fn ensure_log_folder(log_path: &Path) -> Result<(), TaskError> {
     Ok(())
 }
 
-/// The end of a log file: at most the last [`TAIL_LINES`] lines within [`TAIL_BYTES`].
-fn tail_of(path: &Path) -> String {
-    let Ok(mut file) = File::open(path) else { return String::new() };
-    let len = file.metadata().map_or(0, |m| m.len());
-    let from = len.saturating_sub(TAIL_BYTES as u64);
-    let mut bytes = Vec::new();
-    if file.seek(SeekFrom::Start(from)).and_then(|_| file.read_to_end(&mut bytes)).is_err() {
-        return String::new();
-    }
-    let text = String::from_utf8_lossy(&bytes);
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(TAIL_LINES)..].join("\n")
-}
-
 /// Starts a service in `place`, its stderr appended to `log_path`.
 fn start(place: Place, log_path: &Path) -> Result<Service, TaskError> {
     let launched = launch(place.spec(), log_path, None)?;
@@ -575,17 +562,6 @@ fn spawn(
     let pid = spawn::spawn(argv, env, stdio, procs)?;
     // The child holds its own copies; the parent keeps its ends only.
     Ok((pid, File::from(requests), File::from(replies)))
-}
-
-/// A pipe, both ends blocking and close-on-exec: `(read, write)`.
-fn blocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 writes two fds into the array; each is then owned exactly once.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fresh fds from pipe2, owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 type Job = Box<dyn FnOnce() + Send>;

@@ -135,17 +135,8 @@ struct ProcStatus {
 impl ProcStatus {
     fn of(pid: i32) -> Option<ProcStatus> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let kib = |name: &str| {
-            text.lines().find_map(|line| {
-                let value = line.strip_prefix(name)?.strip_prefix(':')?;
-                value.trim().trim_end_matches("kB").trim().parse::<u64>().ok()
-            })
-        };
-        Some(ProcStatus {
-            rss: kib("VmRSS")? * 1024,
-            rss_file: kib("RssFile").unwrap_or(0) * 1024,
-            hwm: kib("VmHWM")? * 1024,
-        })
+        let bytes = |name: &str| tree::status_bytes(&text, name);
+        Some(ProcStatus { rss: bytes("VmRSS")?, rss_file: bytes("RssFile").unwrap_or(0), hwm: bytes("VmHWM")? })
     }
 }
 
