@@ -63,14 +63,16 @@ pub fn read(dir: &Path, index: u64) -> Result<Value, ValueFileError> {
     read_file(&path)
 }
 
-/// Like [`read`], but an array in the file's own layout (C order, native byte order, an
-/// element type arrays hold) is mapped read-only rather than read: its pages are the page
-/// cache's, reclaimable, not the reader's heap — a job's inputs cost its memory limit nothing
-/// until read, and little after.
+/// Like [`read`], but bytes, and an array in the file's own layout (C order, native byte
+/// order, an element type arrays hold), are mapped read-only rather than read: their pages are
+/// the page cache's, reclaimable, not the reader's heap — a job's inputs, or a resumed run's
+/// cached values, cost its memory nothing until read, and little after.
 pub fn map(dir: &Path, index: u64) -> Result<Value, ValueFileError> {
     let path = find(dir, index).ok_or_else(|| ValueFileError::Missing { dir: dir.to_path_buf(), index })?;
-    if path.extension().and_then(|e| e.to_str()) != Some("npy") {
-        return read_file(&path);
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("npy") => {}
+        Some("bin") => return map_bytes(&path),
+        _ => return read_file(&path),
     }
     let header = npy::peek_header(&path).map_err(|message| ValueFileError::Format { path: path.clone(), message })?;
     let as_is = !header.needs_reorder()
@@ -108,7 +110,20 @@ pub fn map(dir: &Path, index: u64) -> Result<Value, ValueFileError> {
     Ok(Value::Array(array))
 }
 
-/// The data of a `.npy` value file, mapped read-only (the file stays).
+/// A `.bin` value file, mapped read-only (an empty one is read: nothing to map).
+fn map_bytes(path: &Path) -> Result<Value, ValueFileError> {
+    let io_error = |source| ValueFileError::Io { path: path.to_path_buf(), source };
+    let file = std::fs::File::open(path).map_err(io_error)?;
+    let len = file.metadata().map_err(io_error)?.len() as usize;
+    if len == 0 {
+        return Ok(Value::Bytes(Storage::U8(Vec::new())));
+    }
+    // SAFETY: as in `map`: value files are never changed once renamed into place.
+    let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_error)?;
+    Ok(Value::Bytes(Storage::External(Box::new(MappedFile { map, offset: 0, len, path: path.to_path_buf() }))))
+}
+
+/// The data of a value file, mapped read-only (the file stays).
 struct MappedFile {
     map: memmap2::Mmap,
     offset: usize,
@@ -221,5 +236,8 @@ mod tests {
         assert!(!mapped.storage().is_resident(), "mapped, not read");
         assert_eq!(mapped.view::<f32>().unwrap().as_slice().unwrap(), &[1.0, 2.0, 3.0, -0.5]);
         assert_eq!(mapped.attrs()["units"], "mm/h");
+        let Value::Bytes(bytes) = map(dir.path(), 1).unwrap() else { panic!("bytes") };
+        assert!(!bytes.is_resident(), "mapped, not read");
+        assert_eq!(bytes.bytes(), &[0, 1, 255]);
     }
 }
