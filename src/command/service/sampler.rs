@@ -25,6 +25,7 @@ pub(super) struct Sampler {
     pub(super) stop: AtomicBool,
     pub(super) killed: Mutex<Option<Kill>>,
     started: Instant,
+    tree: Mutex<Tree>,
 }
 
 pub(super) struct RebaseHandle<'a> {
@@ -49,12 +50,17 @@ impl Sampler {
             stop: AtomicBool::new(false),
             killed: Mutex::new(None),
             started: Instant::now(),
+            tree: Mutex::new(Tree::new(service.pid)),
         }
     }
 
     /// The tree's resident anonymous + shared bytes now.
     pub(super) fn sample(&self) -> u64 {
-        resident_of(self.pid, self.cgroup.as_ref().map(|(dir, version)| (dir.as_path(), *version)))
+        match &self.cgroup {
+            Some((dir, version)) => resident_of(self.pid, Some((dir.as_path(), *version))),
+            // One tree for the task's samples: its buffers are reused from one walk to the next.
+            None => self.tree.lock().unwrap_or_else(|p| p.into_inner()).resident(),
+        }
     }
 
     /// What the tree holds now is the baseline; the root's high-water mark starts again here.
