@@ -498,6 +498,7 @@ fn a_task_s_timeout_reads_as_one_and_names_its_length() {
         timeout: Some(Duration::from_secs(1)),
         started,
         limit: None,
+        reserved: 0,
         tag: runner::plugin::task_tag::NO_TASK,
         // As the engine's: a task past its timeout is also cancelled.
         cancelled: &|| started.elapsed() > Duration::from_secs(1),

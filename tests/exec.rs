@@ -309,6 +309,49 @@ steps:
 }
 
 #[test]
+fn commands_that_outgrow_their_reservation_are_preempted_to_keep_the_budget() {
+    // Each reserves 100 MiB and then holds 1.5 GiB: two at once would hold 3 GiB of a 2 GiB
+    // budget. Without being asked, the runner stops the newer, and it runs again with what it
+    // held reserved; every task ends ok, and the tree stays within the budget.
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "grow.yaml",
+        r#"recipe: growing-commands
+dims:
+  task: 4
+steps:
+  grow:
+    plugin: exec
+    over: [task]
+    args:
+      command: [python3, -c, "import time\ndata = bytearray(1500 << 20)\nfor i in range(0, len(data), 4096): data[i] = 1\ntime.sleep(0.5)"]
+    memory: 100MiB
+"#,
+    );
+    let budget = 2u64 << 30;
+    let (status, highest, err) = common::run_watching_tree(runner_command(
+        dir.path(),
+        &["run", recipe.to_str().unwrap(), "--workers", "2", "--budget", "2GiB", "--db", "r.db"],
+    ));
+    assert_eq!(status.code(), Some(0), "{err}");
+    let allowed = budget + budget / 20 + 64 * MIB;
+    eprintln!("highest process-tree RSS {} MiB, allowed {} MiB", highest / MIB, allowed / MIB);
+    assert!(highest <= allowed, "the tree reached {} MiB, over {} MiB", highest / MIB, allowed / MIB);
+    let db = rusqlite::Connection::open(dir.path().join("r.db")).unwrap();
+    let (ok, attempts, low): (i64, i64, i64) = db
+        .query_row(
+            "SELECT SUM(status = 'ok'), MAX(attempts), MIN(peak_bytes) FROM tasks WHERE step = 'grow'",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(ok, 4, "{err}");
+    assert_eq!(attempts, 1, "a preemption is not an attempt that counts against retries");
+    assert!(low as u64 >= 1500 * MIB, "each task's peak is its command's: lowest {} MiB", low as u64 / MIB);
+}
+
+#[test]
 fn exec_is_listed_with_its_args() {
     let out = runner(Path::new("."), &["plugins"]);
     let text = String::from_utf8_lossy(&out.stdout);

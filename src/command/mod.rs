@@ -71,6 +71,8 @@ pub struct TaskCommand<'a> {
     pub timeout: Option<Duration>,
     pub started: Instant,
     pub limit: Option<u64>,
+    /// What the task reserved, when its processes may be preempted to hold the budget; 0: never.
+    pub reserved: u64,
     pub tag: u32,
     pub cancelled: &'a (dyn Fn() -> bool + Sync),
 }
@@ -109,6 +111,7 @@ pub fn run_for_task(
         timeout_from,
         log_limit: log_limit(),
         tag: task.tag,
+        reserved: task.reserved,
         cancelled: task.cancelled,
         isolation: Isolation::Auto,
     };
@@ -159,6 +162,9 @@ pub struct Request<'a> {
     /// The task whose external bytes are published while it runs ([`external::set`]);
     /// `task_tag::NO_TASK` publishes nothing.
     pub tag: u32,
+    /// What the task reserved, when the command may be preempted to hold the budget
+    /// ([`crate::measure::preempt`]); 0: never.
+    pub reserved: u64,
     /// Polled while the command runs: true kills the tree (a cancelled ending).
     pub cancelled: &'a (dyn Fn() -> bool + Sync),
     pub isolation: Isolation,
@@ -176,10 +182,20 @@ impl<'a> Request<'a> {
             timeout_from: None,
             log_limit: log_limit(),
             tag: runner_plugin::task_tag::NO_TASK,
+            reserved: 0,
             cancelled: &|| false,
             isolation: Isolation::Auto,
         }
     }
+}
+
+/// Why a command or service was stopped to keep the budget.
+pub(crate) fn preempted_text(what: &str, held: u64, reserved: u64) -> String {
+    format!(
+        "{what} was preempted: the run went over its memory budget while it held {}, more than the {} its task reserved; the task runs again with what it held reserved",
+        format_size(held),
+        format_size(reserved)
+    )
 }
 
 /// How a command ended.
@@ -193,6 +209,8 @@ pub enum Ending {
     TimedOut { after: Duration },
     /// Killed because the caller cancelled it.
     Cancelled,
+    /// Killed to keep the run within its budget, holding more than its task reserved.
+    Preempted { reserved: u64 },
 }
 
 /// A command that has ended, however, with what it measured.
@@ -247,6 +265,9 @@ impl Finished {
             ),
             Ending::Cancelled => {
                 (FailureKind::Cancelled, format!("command `{command}` was cancelled: its process tree was killed"))
+            }
+            Ending::Preempted { reserved } => {
+                (FailureKind::Preempted, preempted_text(&format!("command `{command}`"), self.peak_bytes, reserved))
             }
         };
         Err(TaskError::of_kind(kind, failure_text(&what, &self.stderr_tail, &self.log_path)))

@@ -128,6 +128,7 @@ impl<'c> Watch<'c> {
     /// the runner killed it, if it did. Once [`super::kill_all`] has run, it never returns.
     pub fn until_exit(&mut self, request: &Request<'_>, started: Instant) -> Option<Ending> {
         let mut reason = None;
+        let watched = crate::measure::preempt::Watched::start(request.tag, request.reserved);
         // A task's timeout counts from the task's start, a command's own from its start.
         let deadline = request.timeout.map(|t| request.timeout_from.unwrap_or(started) + t);
         let mut next_sample = Instant::now();
@@ -142,6 +143,10 @@ impl<'c> Watch<'c> {
                 {
                     self.kill();
                     reason = Some(Ending::OutOfMemory { limit: Some(limit) });
+                }
+                if reason.is_none() && watched.as_ref().is_some_and(|w| w.should_yield(resident)) {
+                    self.kill();
+                    reason = Some(Ending::Preempted { reserved: request.reserved });
                 }
             }
             if self.has_exited() {
@@ -348,6 +353,7 @@ impl<'c> Watch<'c> {
             Ending::OutOfMemory { limit: None } => "ran out of memory".into(),
             Ending::TimedOut { after } => format!("timed out after {} and was killed", format_duration(after)),
             Ending::Cancelled => "was cancelled and killed".into(),
+            Ending::Preempted { .. } => "was preempted to keep the budget and killed".into(),
         };
         let mut how = format!(
             "sampled {}, largest process {} (ru_maxrss {}, file pages included)",

@@ -77,6 +77,9 @@ pub struct Limits {
     /// The memory limit of each command the task runs, unless the plugin sets its own
     /// (`--enforce-memory`).
     pub command_limit: Option<u64>,
+    /// The attempt's reservation, when its commands and services may be preempted to keep the
+    /// run within its budget ([`crate::measure::preempt`]); 0: never.
+    pub reserved: u64,
 }
 
 /// How one attempt ended.
@@ -249,6 +252,7 @@ impl TaskHost<'_> {
             timeout: self.limits.timeout,
             started: self.limits.started,
             limit: self.limits.command_limit,
+            reserved: self.limits.reserved,
             tag: self.tag,
             cancelled,
         }
@@ -324,7 +328,7 @@ mod tests {
         let inputs = Inputs::new(&[]);
         let step = &compiled.recipe.steps[0];
         let task = TaskToRun { step, key: "", index: &[], cycle: "c", inputs: &inputs };
-        let limits = Limits { started: Instant::now(), timeout: None, command_limit: None };
+        let limits = Limits { started: Instant::now(), timeout: None, command_limit: None, reserved: 0 };
         let outcome = attempt(&task, &Here(dir.path().to_path_buf()), &limits);
         assert!(outcome.result.is_ok(), "{:?}", outcome.result);
         // What the ledger counted while the command ran: the 64 MiB buffer and the command's

@@ -49,6 +49,7 @@ pub fn failure_name(kind: FailureKind) -> &'static str {
         FailureKind::OutOfMemory => "out_of_memory",
         FailureKind::TimedOut => "timed_out",
         FailureKind::Cancelled => "cancelled",
+        FailureKind::Preempted => "preempted",
     }
 }
 
@@ -59,6 +60,7 @@ pub fn failure_kind(name: &str) -> FailureKind {
         "out_of_memory" => FailureKind::OutOfMemory,
         "timed_out" => FailureKind::TimedOut,
         "cancelled" => FailureKind::Cancelled,
+        "preempted" => FailureKind::Preempted,
         _ => FailureKind::Error,
     }
 }
@@ -152,7 +154,7 @@ fn run_one(compiled: &Compiled, folder: &RunFolder, step_id: StepId, index: u64)
             let task = TaskToRun { step, key: &key, index: &pairs, cycle: &compiled.recipe.cycle, inputs: &inputs };
             let site = JobSite { scratch: folder.root.join("scratch"), logs: folder.logs() };
             // The job's `--mem` is its memory limit: its commands need none of their own.
-            let limits = Limits { started, timeout: step.timeout, command_limit: None };
+            let limits = Limits { started, timeout: step.timeout, command_limit: None, reserved: 0 };
             attempt(&task, &site, &limits)
         }
     };

@@ -42,6 +42,7 @@
 mod alloc;
 mod batch;
 pub mod external;
+pub mod preempt;
 mod system;
 mod tally;
 mod task;

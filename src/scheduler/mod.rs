@@ -228,6 +228,10 @@ impl RunReport {
 /// Most tasks of a quick step a worker claims at once.
 const MAX_BATCH: usize = 64;
 
+/// How often one task may be preempted; after that its commands run to the end, over the
+/// budget if they must (a task that keeps growing past what it held must still finish).
+const MAX_PREEMPTIONS: u32 = 2;
+
 /// Everything workers share.
 struct Shared<'r> {
     recipe: &'r Recipe,
@@ -351,6 +355,9 @@ pub fn run_with(
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
     progress.budget.store(options.budget, Ordering::Relaxed);
+    // Local commands and services that break the budget are preempted (remote ones have the
+    // limits of their jobs).
+    crate::measure::preempt::set_budget(if remote.is_some() { 0 } else { options.budget });
     let results: Vec<WorkerResult> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|i| {
@@ -951,13 +958,20 @@ impl<'s, 'r> Worker<'s, 'r> {
             None => picked,
         };
         let step_def = &self.shared.recipe.steps[step];
-        let mut attempts = 0;
+        let (mut attempts, mut preempted) = (0, 0);
         let outcome = loop {
             attempts += 1;
             // The first attempt starts when the task does: one clock reading a task.
             let attempt_started = if attempts == 1 { started } else { Instant::now() };
-            let outcome = self.attempt(at, &picked, attempt_started);
+            let preemptible = preempted < MAX_PREEMPTIONS;
+            let outcome = self.attempt(at, &picked, attempt_started, preemptible);
             match &outcome.result {
+                Err(error) if error.kind() == FailureKind::Preempted => {
+                    tracing::info!("task {}[{}] preempted to keep the budget: {error}", step_def.name, self.key);
+                    // Not an attempt that counts: it runs again, with what it held reserved.
+                    (attempts, preempted) = (attempts - 1, preempted + 1);
+                    picked = self.grow_after_oom(picked, outcome.peak);
+                }
                 Err(error) if attempt::may_retry(error, attempts, step_def.retries) => {
                     tracing::info!(
                         "task {}[{}] failed, attempt {attempts} of {}: {error}",
@@ -1157,9 +1171,10 @@ impl<'s, 'r> Worker<'s, 'r> {
         self.counts.clear();
     }
 
-    /// One attempt at claimed task `at` under its reservation `picked`, starting at `started`:
-    /// refused when it needs more than the machine could give.
-    fn attempt(&self, at: usize, picked: &Picked, started: Instant) -> TaskOutcome {
+    /// One attempt at claimed task `at` under its reservation `picked`, starting at `started`
+    /// (its commands stopped if they break the budget, when `preemptible`): refused when it
+    /// needs more than the machine could give.
+    fn attempt(&self, at: usize, picked: &Picked, started: Instant, preemptible: bool) -> TaskOutcome {
         let shared = self.shared;
         if let Some(limit) = shared.options.memory_limit
             && picked.reserved > limit
@@ -1175,6 +1190,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             timeout: step.timeout,
             // `--enforce-memory`: a command's tree may hold its task's reservation and a quarter more.
             command_limit: shared.options.enforce_memory.then(|| picked.reserved.saturating_add(picked.reserved / 4)),
+            reserved: if preemptible { picked.reserved } else { 0 },
         };
         self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
             let task =

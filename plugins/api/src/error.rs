@@ -41,6 +41,10 @@ pub enum FailureKind {
     TimedOut,
     /// The run was interrupted or aborted while the task ran.
     Cancelled,
+    /// The run went over its memory budget while the task's commands held more than it
+    /// reserved: it was stopped to keep the budget, and runs again with what it was measured
+    /// at reserved (not counted against `retries`).
+    Preempted,
 }
 
 /// Why a task failed. Any `std::error::Error` converts into it, so plugins can use `?` freely.

@@ -415,6 +415,11 @@ enum Kill {
     TimedOut(Duration),
     Cancelled,
     OverLimit(u64),
+    /// To keep the run's budget: it held `held`, more than its task's `reserved`.
+    Preempted {
+        reserved: u64,
+        held: u64,
+    },
 }
 
 impl Kill {
@@ -436,6 +441,10 @@ impl Kill {
                     format_size(limit)
                 ),
             ),
+            Kill::Preempted { reserved, held } => TaskError::of_kind(
+                FailureKind::Preempted,
+                format!("{} (log: {log})", super::preempted_text(&format!("the service `{program}`"), held, reserved)),
+            ),
         }
     }
 }
@@ -445,7 +454,6 @@ fn seconds(duration: Duration) -> String {
     if s.fract() == 0.0 { format!("{s:.0} s") } else { format!("{s:.1} s") }
 }
 
-/// What the watcher thread shares with the task's thread.
 fn ensure_log_folder(log_path: &Path) -> Result<(), TaskError> {
     if let Some(parent) = log_path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)

@@ -90,12 +90,19 @@ impl Sampler {
     /// Until told to stop: publishes the task's bytes above the baseline, keeps the peak, and
     /// kills the service at the task's timeout, on cancellation or past its memory limit.
     pub(super) fn watch(&self, task: &TaskCommand<'_>) {
+        let watched = crate::measure::preempt::Watched::start(task.tag, task.reserved);
         while !self.stop.load(Ordering::Relaxed) {
             let now = self.sample();
             self.sampled_peak.fetch_max(now, Ordering::Relaxed);
             let above = now.saturating_sub(self.baseline.load(Ordering::Relaxed));
             external::set(task.tag, above);
-            if let Some(reason) = self.reason_to_kill(task, above) {
+            let preempted = watched.as_ref().is_some_and(|w| w.should_yield(above));
+            let reason = if preempted {
+                Some(Kill::Preempted { reserved: task.reserved, held: above })
+            } else {
+                self.reason_to_kill(task, above)
+            };
+            if let Some(reason) = reason {
                 *self.killed.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
                 if let Some((dir, version)) = &self.cgroup {
                     cgroup::kill_cgroup(dir, *version);
