@@ -6,6 +6,7 @@
 mod broken_pipe;
 mod failures;
 mod history_cmd;
+mod history_durations;
 mod interrupt;
 mod logging;
 mod output_guard;
@@ -91,6 +92,7 @@ enum Command {
         runner history\n  \
         runner history --recipe precip-probability --step smooth --last 24\n  \
         runner history --failed\n  \
+        runner history --durations --recipe precip-probability   # the task times `runner simulate` uses\n  \
         runner history --format json > history.json")]
     History(HistoryArgs),
     /// Write one self-contained HTML page of a run (timeline, memory, steps, failures) or of a
@@ -237,6 +239,9 @@ struct HistoryArgs {
     /// List the failed tasks of a run (the last one with failures, or --run), errors grouped.
     #[arg(long)]
     failed: bool,
+    /// Show each step's learned task time instead (what `runner simulate` predicts with).
+    #[arg(long, conflicts_with_all = ["failed", "run"])]
+    durations: bool,
     /// The run whose failed tasks --failed lists (its id, as the table shows it).
     #[arg(long, value_name = "ID")]
     run: Option<i64>,

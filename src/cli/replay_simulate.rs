@@ -77,6 +77,7 @@ pub fn replay(
             workers: workers.unwrap_or(row.workers.max(1) as usize),
             budget: budget.unwrap_or(row.budget_bytes),
             spill_bandwidth: 1 << 30,
+            read_every_task: false,
         };
         let prediction = crate::simulate::predict(&mut compiled, &history, &options, guess_speed, None, false);
         let summary = PredictedSummary::new(&compiled, &prediction, guess_speed);

@@ -75,7 +75,8 @@ impl History {
     }
 }
 
-fn read_step(store: &Store, recipe: &str, step: &str, before_run: Option<i64>) -> Result<StepRecords, StoreError> {
+/// The records of `step` of `recipe`, from runs before `before_run` when given.
+pub fn read_step(store: &Store, recipe: &str, step: &str, before_run: Option<i64>) -> Result<StepRecords, StoreError> {
     let mut runs = store.history_runs(Some(recipe), Some(step), usize::MAX, RunFilter::default())?;
     if let Some(before) = before_run {
         runs.retain(|run| run.run_id < before);
