@@ -25,7 +25,10 @@ fn compile(files: u64) -> Compiled {
 fn main() {
     // `cargo bench` passes `--bench`; nothing else is read from the command line.
     let files: u64 = std::env::var("SIMULATE_TASKS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
-    println!("{:>8} {:>18} {:>10} {:>14} {:>12} {:>12}", "workers", "meter", "tasks", "simulated wall", "real time", "tasks/s");
+    println!(
+        "{:>8} {:>18} {:>10} {:>14} {:>12} {:>12}",
+        "workers", "meter", "tasks", "simulated wall", "real time", "tasks/s"
+    );
     for read_every_task in [false, true] {
         for workers in [16, 256, 4096] {
             if read_every_task && workers == 4096 && files > 200_000 {

@@ -291,7 +291,7 @@ impl Loop<'_> {
                 }
                 Pick::Estimate(task) => {
                     state.estimated();
-                    let plugin_estimate = self.predictor.dispatch_estimate(task.step);
+                    let plugin_estimate = self.predictor.dispatch_estimate(task.step, task.index);
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, Self::slot(worker, 0)) {
                         self.claim(state, worker, picked);
                         if self.cluster.is_some() {
@@ -349,14 +349,33 @@ impl Loop<'_> {
     /// reservation grown to a predicted peak above it.
     fn claim(&mut self, state: &mut State<'_>, worker: u32, picked: Picked) {
         let step = picked.task.step;
+        let plan = &self.compiled.plan;
+        let as_planned = self.predictor.as_planned(step, plan.steps[step].input_bytes, picked.input_bytes);
+        // A task not as planned: the worker asks its plugin again, and one that needs more than
+        // it reserved goes back to be re-admitted (or deferred).
+        let picked = match self.predictor.recorded_estimate(step, picked.task.index) {
+            Some(plugin_estimate) if !as_planned && plugin_estimate > picked.plugin_estimate => {
+                match state.reestimate(plan, picked, plugin_estimate) {
+                    Some(regrown) => regrown,
+                    None => return,
+                }
+            }
+            Some(plugin_estimate) if !as_planned => Picked { plugin_estimate, ..picked },
+            _ => picked,
+        };
         let held = &mut self.workers[worker as usize];
         state.collect_inputs(picked.task, &mut held.inputs, &mut held.counts);
-        let model_peak = self.compiled.plan.steps[step]
-            .model
-            .as_ref()
-            .map(|model| model.predict_peak(picked.plugin_estimate, picked.input_bytes));
-        let prediction =
-            self.predictor.task(step, picked.plugin_estimate, picked.input_bytes, model_peak, picked.estimate);
+        let model_peak =
+            plan.steps[step].model.as_ref().map(|model| model.predict_peak(picked.plugin_estimate, picked.input_bytes));
+        let prediction = self.predictor.task(
+            step,
+            picked.task.index,
+            as_planned,
+            picked.plugin_estimate,
+            picked.input_bytes,
+            model_peak,
+            picked.estimate,
+        );
         if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot, prediction.peak) {
             state.ledger.stop_growing(picked.slot);
         }

@@ -7,6 +7,7 @@
 //! only a real run measures (its output's size, the estimate a data-following plugin gave at
 //! dispatch).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::Compiled;
@@ -26,6 +27,9 @@ pub struct StepRecords {
     /// plugin estimating from its inputs at dispatch said, for the weather of that cycle).
     pub newest_output_bytes: Option<u64>,
     pub newest_plugin_estimate: Option<u64>,
+    /// The newest run's (plugin estimate, output bytes) by task index, for the sampled tasks:
+    /// what a task whose args or inputs differ from the plan's was estimated at and produced.
+    pub newest_by_index: HashMap<u64, (u64, u64)>,
     pub longest: Option<Duration>,
 }
 
@@ -112,6 +116,9 @@ pub fn read_step(store: &Store, recipe: &str, step: &str, before_run: Option<i64
             });
             longest_ms = longest_ms.max(task.wall_ms);
             if age == 0 {
+                if let Some(index) = task.task_index {
+                    records.newest_by_index.insert(index, (plugin_estimate, task.output_bytes));
+                }
                 newest_outputs.push(task.output_bytes);
                 if plugin_estimate > 0 {
                     newest_estimates.push(plugin_estimate);

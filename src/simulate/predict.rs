@@ -4,6 +4,7 @@
 //! without recorded times runs for its memory estimate at [`Predictor::new`]'s `guess_speed`
 //! (bytes a second: a task that touches its memory once at that speed), and counts as a guess.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::Compiled;
@@ -19,6 +20,16 @@ struct StepPrediction {
     output_bytes: u64,
     /// What the plugin is taken to estimate for a task at dispatch.
     dispatch_estimate: u64,
+    /// The newest run's output bytes, by task index and their median.
+    recorded_output_bytes: Option<u64>,
+    by_index: HashMap<u64, (u64, u64)>,
+    /// Args rendered per task: the plan's figures are one sample task's, not each task's.
+    per_task_args: bool,
+    /// How this cycle's plan differs from the newest run's for the same (first) task, in its
+    /// plugin estimate and output bytes: a recorded figure of another task is scaled by it (a
+    /// cycle with 6 thresholds instead of 2 triples each threshold task's).
+    estimate_scale: f64,
+    output_scale: f64,
 }
 
 /// One task as the simulator has it run.
@@ -49,11 +60,27 @@ impl Predictor {
             .iter()
             .zip(&history.steps)
             .zip(durations)
-            .map(|((plan, records), duration)| StepPrediction {
+            .zip(&compiled.recipe.steps)
+            .map(|(((plan, records), duration), step)| StepPrediction {
+                // A plugin estimating from its data at dispatch saw that cycle's weather, which
+                // the plan's metadata estimate cannot scale.
+                estimate_scale: match records.newest_by_index.get(&0) {
+                    Some(&(first, _)) if first > 0 && !step.plugin.estimate_follows_data() => {
+                        plan.plugin_estimate as f64 / first as f64
+                    }
+                    _ => 1.0,
+                },
+                output_scale: match (records.newest_by_index.get(&0), plan.output.bytes()) {
+                    (Some(&(_, first)), Some(now)) if first > 0 => now as f64 / first as f64,
+                    _ => 1.0,
+                },
                 duration,
                 // A shape the plan knows is exact; otherwise the newest run's size.
                 output_bytes: plan.output.bytes().or(records.newest_output_bytes).unwrap_or(0),
                 dispatch_estimate: records.newest_plugin_estimate.unwrap_or(plan.plugin_estimate),
+                recorded_output_bytes: records.newest_output_bytes,
+                by_index: records.newest_by_index.clone(),
+                per_task_args: step.args.is_per_task(),
             })
             .collect();
         Predictor { steps, guess_speed: guess_speed.max(1) }
@@ -62,27 +89,57 @@ impl Predictor {
     /// What a plugin that estimates at dispatch from its inputs (which a simulation does not
     /// have) is taken to say for a task of `step`: its median in the newest recorded run —
     /// yesterday's weather — else its estimate on the plan's metadata.
-    pub fn dispatch_estimate(&self, step: usize) -> u64 {
-        self.steps[step].dispatch_estimate
+    pub fn dispatch_estimate(&self, step: usize, index: u64) -> u64 {
+        let prediction = &self.steps[step];
+        let estimate = prediction.by_index.get(&index).map_or(prediction.dispatch_estimate, |&(estimate, _)| estimate);
+        (estimate as f64 * prediction.estimate_scale) as u64
     }
 
-    /// The task of `step` whose plugin estimates `plugin_estimate`, reading `input_bytes`:
+    /// Whether the plan's figures hold for a task of `step` reading `input_bytes` (as the
+    /// worker decides whether to ask the plugin again): not when its args are rendered per task
+    /// or its inputs are not the size the plan assumed.
+    pub fn as_planned(&self, step: usize, plan_input_bytes: u64, input_bytes: u64) -> bool {
+        !self.steps[step].per_task_args && input_bytes == plan_input_bytes
+    }
+
+    /// What the plugin estimated for task `index` of `step` in the newest run, when recorded
+    /// (the worker asks the plugin again for a task not as planned; the simulation has no
+    /// inputs to show it, so it takes that answer).
+    pub fn recorded_estimate(&self, step: usize, index: u64) -> Option<u64> {
+        let prediction = &self.steps[step];
+        let recorded = prediction.by_index.get(&index).map(|&(estimate, _)| estimate).filter(|&e| e > 0)?;
+        Some((recorded as f64 * prediction.estimate_scale) as u64)
+    }
+
+    /// Task `index` of `step`, whose plugin estimates `plugin_estimate`, reading `input_bytes`:
     /// `peak` is what its step's footprint model expects without its margin (`None`: no
-    /// model, the task holds what it reserved, `reserved`).
+    /// model, the task holds what it reserved, `reserved`). `as_planned`: the plan's output
+    /// shape holds for it (else the newest run's output size of the same task, or of the
+    /// step's median task).
+    #[expect(clippy::too_many_arguments, reason = "one task's figures, each named")]
     pub fn task(
         &self,
         step: usize,
+        index: u64,
+        as_planned: bool,
         plugin_estimate: u64,
         input_bytes: u64,
         peak: Option<u64>,
         reserved: u64,
     ) -> TaskPrediction {
         let prediction = &self.steps[step];
+        let output_bytes = if as_planned {
+            prediction.output_bytes
+        } else {
+            let recorded =
+                prediction.by_index.get(&index).map(|&(_, bytes)| bytes).or(prediction.recorded_output_bytes);
+            recorded.map_or(prediction.output_bytes, |bytes| (bytes as f64 * prediction.output_scale) as u64)
+        };
         let (duration, guessed) = match &prediction.duration {
             Some(model) => (model.predict(plugin_estimate, input_bytes), false),
             None => (Duration::from_secs_f64(reserved as f64 / self.guess_speed as f64), true),
         };
-        TaskPrediction { duration, peak: peak.unwrap_or(reserved), output_bytes: prediction.output_bytes, guessed }
+        TaskPrediction { duration, peak: peak.unwrap_or(reserved), output_bytes, guessed }
     }
 
     /// The duration model of `step`, if it has one.
