@@ -77,7 +77,7 @@ fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_
     assert_eq!(predicted["predicted"], true);
     assert_eq!(predicted["guesses"], 0);
     for field in ["recipe", "cycle", "status", "tasks_total", "tasks_ok", "wall_s", "budget_bytes"] {
-        assert_eq!(predicted[field].is_null(), false, "{field} in {predicted}");
+        assert!(!predicted[field].is_null(), "{field} in {predicted}");
     }
     assert_eq!(predicted["tasks_total"], 16);
     assert_eq!(predicted["steps"].as_array().unwrap().len(), 2);

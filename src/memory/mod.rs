@@ -338,6 +338,39 @@ mod tests {
         assert_eq!(ledger.peak_used(), 900 * U);
     }
 
+    /// A meter that promises tasks stay within their reservations (a simulation's).
+    struct ReservationsOnly;
+
+    impl Meter for ReservationsOnly {
+        fn task_live(&self, _slot: TaskSlot) -> u64 {
+            u64::MAX
+        }
+        fn process_live(&self) -> u64 {
+            0
+        }
+        fn holds_reservations_only(&self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn reservations_are_found_by_slot_and_totalled_whatever_finishes_first() {
+        let meter = ReservationsOnly;
+        let mut ledger = Ledger::new(1000 * U, &meter);
+        ledger.start_all([TaskSlot(7), TaskSlot(3), TaskSlot(100)], 10 * U);
+        ledger.finish(TaskSlot(7));
+        assert_eq!(ledger.reserved(TaskSlot(100)), 10 * U, "the moved reservation is still found");
+        assert_eq!(ledger.reserved(TaskSlot(7)), 0);
+        assert!(ledger.try_resize(TaskSlot(100), 50 * U));
+        // Its meter is not read: the reservations are what is held.
+        assert_eq!(ledger.used(), 60 * U);
+        ledger.finish(TaskSlot(3));
+        ledger.finish(TaskSlot(100));
+        assert_eq!((ledger.used(), ledger.running()), (0, 0));
+        ledger.start(TaskSlot(3), U);
+        assert_eq!(ledger.reserved(TaskSlot(3)), U);
+    }
+
     #[test]
     fn batches_admit_as_many_as_fit() {
         let meter = FakeMeter::default();

@@ -432,7 +432,7 @@ impl Loop<'_> {
             let job = cluster.job(reserved);
             if !cluster.can_ever_place(job) {
                 // Slurm refuses a job no node can hold: its tasks fail, at once.
-                self.failed.extend(self.workers[worker as usize].claimed.drain(..));
+                self.failed.append(&mut self.workers[worker as usize].claimed);
                 self.schedule(self.now, worker, Event::Ran);
                 continue;
             }
