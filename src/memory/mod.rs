@@ -111,6 +111,12 @@ impl<'m> Ledger<'m> {
         self.running.iter().map(|r| r.bytes.max(self.meter.task_live(r.slot))).sum()
     }
 
+    /// What the task in `slot` holds by its meter (nothing beyond its reservation when the
+    /// meter says tasks never exceed theirs).
+    fn live(&self, slot: TaskSlot) -> u64 {
+        if self.meter.holds_reservations_only() { 0 } else { self.meter.task_live(slot) }
+    }
+
     /// Where the reservation of `slot` is in `running`.
     fn position(&self, slot: TaskSlot) -> Option<usize> {
         match self.positions.get(slot.0 as usize) {
@@ -234,7 +240,7 @@ impl<'m> Ledger<'m> {
     /// to grow (so waiting could never end). Returns false when the caller should wait and retry.
     pub fn try_grow(&mut self, slot: TaskSlot, bytes: u64) -> bool {
         let Some(at) = self.position(slot) else { return true };
-        let live = self.meter.task_live(slot);
+        let live = self.live(slot);
         self.try_reserve(at, live.saturating_add(bytes))
     }
 
@@ -251,7 +257,7 @@ impl<'m> Ledger<'m> {
     }
 
     fn try_reserve(&mut self, at: usize, needed: u64) -> bool {
-        let live = self.meter.task_live(self.running[at].slot);
+        let live = self.live(self.running[at].slot);
         let current = self.running[at].bytes.max(live);
         if needed <= self.running[at].bytes {
             self.set_growing(at, false);
