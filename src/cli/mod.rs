@@ -341,6 +341,10 @@ struct SimulateArgs {
     /// How fast a spill is taken to be written, per second.
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = runner_plugin::size::parse_size)]
     spill_bandwidth: u64,
+    /// Have the ledger read every running task at each admission, as a local run's does: the
+    /// same prediction, slower; for measuring what that costs as workers grow.
+    #[arg(long, hide = true)]
+    read_every_task: bool,
     /// `slurm`: each unit of tasks is a job placed on a simulated cluster (--nodes, --node-memory).
     #[arg(long, value_enum, default_value_t = ExecutorKind::Local)]
     executor: ExecutorKind,

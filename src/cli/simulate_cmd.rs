@@ -77,7 +77,7 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool) -> anyhow::Result<SimOpti
         workers: args.workers.map_or(default_workers, |w| w as usize),
         budget,
         spill_bandwidth: args.spill_bandwidth,
-        read_every_task: false,
+        read_every_task: args.read_every_task,
     })
 }
 
