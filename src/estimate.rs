@@ -88,9 +88,10 @@ pub enum Basis {
 
 impl Basis {
     /// In order of preference on a tie.
-    const ALL: [Basis; 3] = [Basis::PluginEstimate, Basis::InputBytes, Basis::Constant];
+    pub const ALL: [Basis; 3] = [Basis::PluginEstimate, Basis::InputBytes, Basis::Constant];
 
-    fn of(self, plugin_estimate: u64, input_bytes: u64) -> Option<f64> {
+    /// This basis's value for a task, `None` when it is unknown (0).
+    pub fn of(self, plugin_estimate: u64, input_bytes: u64) -> Option<f64> {
         let value = match self {
             Basis::PluginEstimate => plugin_estimate,
             Basis::InputBytes => input_bytes,
@@ -284,6 +285,13 @@ impl StepModel {
         let basis = self.basis.of(plugin_estimate, input_bytes);
         let margin = self.margin + group.extrapolation_margin(basis);
         ((group.raw(basis) * (1.0 + margin)).ceil() as u64).max(self.params.floor_bytes)
+    }
+
+    /// What a task is expected to peak at: the learned figure without the margin (what a
+    /// simulation has the task hold, while admission reserves [`StepModel::predict`]).
+    pub fn predict_peak(&self, plugin_estimate: u64, input_bytes: u64) -> u64 {
+        let group = self.group(plugin_estimate, input_bytes).unwrap_or(&self.pooled);
+        (group.raw(self.basis.of(plugin_estimate, input_bytes)).ceil() as u64).max(self.params.floor_bytes)
     }
 
     /// The factor applied to the basis for a typical task (the pooled ratio with the margin).

@@ -23,6 +23,7 @@ pub mod registry;
 pub mod report;
 pub mod resume;
 pub mod scheduler;
+pub mod simulate;
 pub mod slurm;
 pub mod store;
 pub mod values;

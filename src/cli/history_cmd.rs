@@ -19,6 +19,10 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<u8> {
         anyhow::bail!("no feedback store at {} (runs record there; pass --db PATH)", db.display());
     };
     check_names(&store, &db, args.recipe.as_deref(), args.step.as_deref())?;
+    if args.durations {
+        super::history_durations::print(&store, args.recipe.as_deref(), args.step.as_deref())?;
+        return Ok(0);
+    }
     let filter = RunFilter { running: true, interrupted: args.interrupted };
     if args.failed || args.run.is_some() {
         return failed(&store, &db, &args, filter);

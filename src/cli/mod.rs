@@ -1,4 +1,4 @@
-//! The command line: `runner run | plan | history | report | replay | prune | plugins`. Parses
+//! The command line: `runner run | plan | history | report | replay | simulate | prune | plugins`. Parses
 //! arguments, loads the recipe, hands it to the engine and reports. Library errors are typed;
 //! here they become messages and exit codes (0 ok, 1 task failures, 2 invalid recipe or usage,
 //! 3 the store, a file or the machine failed).
@@ -6,6 +6,7 @@
 mod broken_pipe;
 mod failures;
 mod history_cmd;
+mod history_durations;
 mod interrupt;
 mod logging;
 mod output_guard;
@@ -16,10 +17,13 @@ mod progress;
 mod prune_cmd;
 pub mod record;
 mod replay_cmd;
+mod replay_simulate;
 mod report_cmd;
 mod run_cmd;
 mod sampler;
 mod scratch;
+mod simulate_cmd;
+mod simulate_report;
 mod summary;
 mod task_cmd;
 
@@ -88,6 +92,7 @@ enum Command {
         runner history\n  \
         runner history --recipe precip-probability --step smooth --last 24\n  \
         runner history --failed\n  \
+        runner history --durations --recipe precip-probability   # the task times `runner simulate` uses\n  \
         runner history --format json > history.json")]
     History(HistoryArgs),
     /// Write one self-contained HTML page of a run (timeline, memory, steps, failures) or of a
@@ -103,7 +108,12 @@ enum Command {
     /// Run a recipe over a list of cycles in order against one store, a row per cycle.
     #[command(after_help = "Examples:\n  \
         runner replay recipes/cycles/weather.yaml --budget 2GiB\n  \
-        runner replay recipes/cycles/weather.yaml --db /tmp/replay.db --summary replay.json\n\n\
+        runner replay recipes/cycles/weather.yaml --db /tmp/replay.db --summary replay.json\n  \
+        runner replay recipes/cycles/weather.yaml --simulate --db /tmp/replay.db   # after the replay above\n\n\
+        With --simulate nothing runs: each cycle's last recorded run is predicted by `runner simulate` from the \
+        history before it, with its budget and workers, and the prediction is printed beside what was recorded \
+        (wall, peak reserved, spilled) with the error; --summary then holds per cycle `predicted` and \
+        `recorded`.\n\n\
         The cycles file names a recipe (relative to itself) and the cycles with their vars:\n  \
         recipe: ../quickstart.yaml\n  \
         cycles:\n    \
@@ -114,6 +124,23 @@ enum Command {
         3 the feedback store, a file that cannot be written or the machine failed.")]
     Replay(ReplayArgs),
     /// Delete old runs from the feedback store (with their tasks and samples) and shrink it.
+    #[command(after_help = "Examples:\n  \
+        runner simulate recipes/quickstart.yaml --workers 4 --budget 2GiB\n  \
+        runner simulate recipes/cycles/precip.yaml --cycle 2026-11-02T00Z --set wet=0.5 --workers 2 --budget 96MiB \
+        --db /tmp/replay.db --summary predicted.json --report predicted.html\n  \
+        runner simulate recipes/many_inputs.yaml --workers 4096 --budget 64GiB --guess-speed 100MiB\n  \
+        runner simulate recipes/quickstart.yaml --executor slurm --nodes 4 --node-memory 256GiB --node-cpus 64 \
+        --queue-wait 2m\n\n\
+        Nothing runs: no plugin, no command, nothing is written but --summary and --report, and the store is only \
+        read. The recipe compiles as for `run`, estimates are learned from the store as `run` learns them, and \
+        the real scheduler (order, admission, batching, spill victims) runs on a virtual clock: each task takes \
+        the time and peak its step's history predicts (`runner history --durations` shows the time models); a \
+        task of a step without recorded times runs for its memory estimate at --guess-speed bytes a second, and such \
+        tasks are counted as guesses. \
+        The critical path is the chain of steps whose longest tasks add up to the most: no schedule is shorter.\n\n\
+        Exit codes: 0 predicted (whatever the prediction says); 2 invalid recipe or command line; 3 the store \
+        or an output file failed.")]
+    Simulate(SimulateArgs),
     #[command(after_help = "Examples:\n  \
         runner prune --keep 48\n  \
         runner prune --before 2026-11-01 --db /data/runner.db\n  \
@@ -212,6 +239,9 @@ struct HistoryArgs {
     /// List the failed tasks of a run (the last one with failures, or --run), errors grouped.
     #[arg(long)]
     failed: bool,
+    /// Show each step's learned task time instead (what `runner simulate` predicts with).
+    #[arg(long, conflicts_with_all = ["failed", "run"])]
+    durations: bool,
     /// The run whose failed tasks --failed lists (its id, as the table shows it).
     #[arg(long, value_name = "ID")]
     run: Option<i64>,
@@ -274,6 +304,68 @@ struct ReplayArgs {
     /// skipped, the first that did not is resumed as `run --resume` would, the rest run.
     #[arg(long)]
     resume: bool,
+    /// Predict each recorded cycle from the history before it instead of running it, and print
+    /// the error against what was recorded.
+    #[arg(long, conflicts_with_all = ["resume", "report"])]
+    simulate: bool,
+    /// With --simulate: a task of a step without recorded times runs for its memory estimate at
+    /// this many bytes a second (a guess).
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = runner_plugin::size::parse_size, requires = "simulate")]
+    guess_speed: u64,
+}
+
+/// Predicts a run without running anything.
+#[derive(Args, Debug)]
+struct SimulateArgs {
+    #[command(flatten)]
+    recipe: RecipeArgs,
+    /// Virtual workers (with --executor slurm: jobs in flight) [default: the CPUs here; 64 jobs].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    workers: Option<u32>,
+    /// The memory budget simulated [default: as `run`'s; none with --executor slurm].
+    #[arg(long, value_name = "SIZE|N%", value_parser = crate::budget::parse_budget)]
+    budget: Option<u64>,
+    /// The feedback store whose history predicts the tasks [default: runner.db or RUNNER_DB].
+    #[arg(long, value_name = "PATH")]
+    db: Option<PathBuf>,
+    /// Writes the predicted run's summary JSON (a real run's fields and `"predicted": true`).
+    #[arg(long, value_name = "FILE.json")]
+    summary: Option<PathBuf>,
+    /// Writes the predicted run's page (timeline, memory over time), marked as a prediction.
+    #[arg(long, value_name = "FILE.html")]
+    report: Option<PathBuf>,
+    /// A task of a step without recorded times runs for its memory estimate at this many bytes
+    /// a second (a guess: a task touching its memory once).
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = runner_plugin::size::parse_size)]
+    guess_speed: u64,
+    /// How fast a spill is taken to be written, per second.
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = runner_plugin::size::parse_size)]
+    spill_bandwidth: u64,
+    /// Have the ledger read every running task at each admission, as a local run's does: the
+    /// same prediction, slower; for measuring what that costs as workers grow.
+    #[arg(long, hide = true)]
+    read_every_task: bool,
+    /// `slurm`: each unit of tasks is a job placed on a simulated cluster (--nodes, --node-memory).
+    #[arg(long, value_enum, default_value_t = ExecutorKind::Local)]
+    executor: ExecutorKind,
+    /// Nodes of the simulated cluster.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    nodes: Option<u32>,
+    /// Memory of each node.
+    #[arg(long, value_name = "SIZE", value_parser = runner_plugin::size::parse_size)]
+    node_memory: Option<u64>,
+    /// CPUs of each node [default: 1].
+    #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..))]
+    node_cpus: Option<u32>,
+    /// CPUs each job asks for (as `run --cpus-per-task`).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    cpus_per_task: u32,
+    /// How long a submitted job waits in the queue before it may start.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = runner_plugin::size::parse_duration)]
+    queue_wait: std::time::Duration,
+    /// A job's own start-up before its first task (`runner task` starting, the recipe compiled).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = runner_plugin::size::parse_duration)]
+    job_start: std::time::Duration,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -401,6 +493,7 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
         Command::Report(args) => report_cmd::report(args),
         Command::Prune(args) => prune_cmd::prune(args),
         Command::Replay(args) => replay_cmd::replay(&registry, args),
+        Command::Simulate(args) => simulate_cmd::simulate(&registry, args),
         Command::Plugins => plugins_cmd::list(&registry),
         Command::Task(args) => task_cmd::task(&registry, args),
     });

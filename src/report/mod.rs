@@ -13,8 +13,8 @@
 
 mod html;
 mod recipe_page;
-mod run_page;
-mod timeline;
+pub mod run_page;
+pub mod timeline;
 
 use std::path::{Path, PathBuf};
 

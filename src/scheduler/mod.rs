@@ -33,7 +33,8 @@ use crate::plan::{EstimateSource, Plan};
 use crate::recipe::{OnMissing, Recipe, StepId};
 use crate::resume::{Fingerprints, Reuse};
 pub use meter::RunMeter;
-use state::{Garbage, Pick, Picked, SpillDone, SpillJob, State};
+use state::SpillDone;
+pub(crate) use state::{Garbage, Pick, Picked, SpillJob, State};
 pub use state::{Outcome, SkipReason, TaskRef};
 use stats::StepStats;
 
@@ -226,7 +227,7 @@ impl RunReport {
 }
 
 /// Most tasks of a quick step a worker claims at once.
-const MAX_BATCH: usize = 64;
+pub(crate) const MAX_BATCH: usize = 64;
 
 /// How often one task may be preempted; after that its commands run to the end, over the
 /// budget if they must (a task that keeps growing past what it held must still finish).
@@ -922,7 +923,7 @@ impl<'s, 'r> Worker<'s, 'r> {
     /// Writes the buffers chosen under the lock to spill files (the slow part, outside it); the
     /// files are swapped in at the next report.
     fn write_spills(&mut self) {
-        for SpillJob { task, value } in self.spill_jobs.drain(..) {
+        for SpillJob { task, value, .. } in self.spill_jobs.drain(..) {
             let storage = match &*value {
                 Value::Array(array) => array.storage(),
                 Value::Bytes(storage) => storage,

@@ -87,11 +87,29 @@ pub enum Outcome {
     Reused,
 }
 
+/// What a finished task hands its consumers: its value, or in a simulation only its size (a
+/// virtual value holds no buffer, yet the ledger, the victim choice and the consumers' input
+/// bytes see it as a buffer of that many bytes).
+#[derive(Debug)]
+pub enum Produced {
+    Value(Value),
+    Virtual { bytes: u64 },
+}
+
+impl Produced {
+    fn buffer_bytes(&self) -> u64 {
+        match self {
+            Produced::Value(value) => value.buffer_bytes(),
+            Produced::Virtual { bytes } => *bytes,
+        }
+    }
+}
+
 /// A task to count as finished, in [`State::complete`]'s work list.
 struct Completion {
     task: TaskRef,
     outcome: Outcome,
-    output: Value,
+    output: Produced,
     /// The size of the file a path output names.
     file_bytes: u64,
     /// Its output's content hash (for its consumers' inputs hash), 0 when unknown.
@@ -136,6 +154,8 @@ pub enum Pick {
 pub struct SpillJob {
     pub task: TaskRef,
     pub value: Arc<Value>,
+    /// Its resident bytes (what a simulation "writes"; a real spill writes the value's buffer).
+    pub bytes: u64,
 }
 
 /// A spill a worker has written (or failed to write).
@@ -572,7 +592,7 @@ impl<'g> State<'g> {
             }
             let live = self.outputs.get_mut(&task).expect("a victim is a live output");
             live.spilling = true;
-            self.spill_jobs.push(SpillJob { task, value: live.value.clone() });
+            self.spill_jobs.push(SpillJob { task, value: live.value.clone(), bytes });
             freed += bytes;
         }
         if self.spill_jobs.is_empty() {
@@ -625,12 +645,32 @@ impl<'g> State<'g> {
                     continue;
                 }
             }
-            let moved = live.resident_bytes;
-            live.resident_bytes = 0;
-            self.ledger.remove_resident(moved);
-            self.spilled += moved;
-            self.spill_count += 1;
+            self.count_spilled(task);
         }
+    }
+
+    /// [`State::finish_spills`] for virtual buffers (a simulation): the spills of `written` are
+    /// taken as written, nothing is swapped, the accounting is the same.
+    pub fn finish_virtual_spills(&mut self, written: &mut Vec<TaskRef>) {
+        for task in written.drain(..) {
+            self.spills_in_flight -= 1;
+            let Some(live) = self.outputs.get_mut(&task) else { continue };
+            live.spilling = false;
+            // As with a real file: a buffer a task started reading meanwhile keeps its memory.
+            if Arc::get_mut(&mut live.value).is_some() {
+                self.count_spilled(task);
+            }
+        }
+    }
+
+    /// The live output of `task` is now in its spill file: out of the ledger, into the totals.
+    fn count_spilled(&mut self, task: TaskRef) {
+        let Some(live) = self.outputs.get_mut(&task) else { return };
+        let moved = live.resident_bytes;
+        live.resident_bytes = 0;
+        self.ledger.remove_resident(moved);
+        self.spilled += moved;
+        self.spill_count += 1;
     }
 
     /// A task peaked at `peak` beyond its estimate: the step's footprint reacts at once, even
@@ -729,6 +769,24 @@ impl<'g> State<'g> {
         hash: u64,
         wall: Duration,
     ) {
+        self.finish_produced(picked, outcome, Produced::Value(output), file_bytes, hash, wall);
+    }
+
+    /// [`State::finish`] for a simulated task, whose output is `output_bytes` of virtual buffer
+    /// (see [`Produced::Virtual`]).
+    pub fn finish_virtual(&mut self, picked: &Picked, outcome: Outcome, output_bytes: u64, wall: Duration) {
+        self.finish_produced(picked, outcome, Produced::Virtual { bytes: output_bytes }, 0, 0, wall);
+    }
+
+    fn finish_produced(
+        &mut self,
+        picked: &Picked,
+        outcome: Outcome,
+        output: Produced,
+        file_bytes: u64,
+        hash: u64,
+        wall: Duration,
+    ) {
         self.ledger.finish(picked.slot);
         let step = &mut self.steps[picked.task.step];
         step.running -= 1;
@@ -738,7 +796,7 @@ impl<'g> State<'g> {
         self.complete(picked.task, outcome, output, file_bytes, hash);
     }
 
-    fn complete(&mut self, task: TaskRef, outcome: Outcome, output: Value, file_bytes: u64, hash: u64) {
+    fn complete(&mut self, task: TaskRef, outcome: Outcome, output: Produced, file_bytes: u64, hash: u64) {
         let mut work = std::mem::take(&mut self.work);
         let mut ready = std::mem::take(&mut self.newly_ready);
         let poison = match outcome {
@@ -763,7 +821,7 @@ impl<'g> State<'g> {
                 let skip = |outcome, poison| Completion {
                     task: newly_ready,
                     outcome,
-                    output: Value::None,
+                    output: Produced::Value(Value::None),
                     file_bytes: 0,
                     hash: 0,
                     poison,
@@ -836,14 +894,20 @@ impl<'g> State<'g> {
     }
 
     /// A value nobody will read: freed outside the lock when it holds a buffer.
-    fn discard(&mut self, value: Value) {
-        if value.buffer_bytes() > 0 {
+    fn discard(&mut self, output: Produced) {
+        if let Produced::Value(value) = output
+            && value.buffer_bytes() > 0
+        {
             self.garbage.push(Garbage::Value(Arc::new(value)));
         }
     }
 
-    fn keep_output(&mut self, task: TaskRef, output: Value, file_bytes: u64, hash: u64) {
-        if matches!(output, Value::None) {
+    fn keep_output(&mut self, task: TaskRef, output: Produced, file_bytes: u64, hash: u64) {
+        let nothing = match &output {
+            Produced::Value(value) => matches!(value, Value::None),
+            Produced::Virtual { bytes } => *bytes == 0 && file_bytes == 0,
+        };
+        if nothing {
             return; // consumers get the shared `None`; nothing to store or free.
         }
         let consumers: u64 =
@@ -853,7 +917,16 @@ impl<'g> State<'g> {
             return;
         }
         let bytes = output.buffer_bytes();
-        let resident_bytes = if is_resident(&output) { bytes } else { 0 };
+        let (output, resident) = match output {
+            Produced::Value(value) => {
+                let resident = is_resident(&value);
+                (value, resident)
+            }
+            // A virtual buffer is resident until it is (virtually) spilled; its `Arc` holds
+            // nothing, but counts its readers as a real one does, for the victim choice.
+            Produced::Virtual { .. } => (Value::None, true),
+        };
+        let resident_bytes = if resident { bytes } else { 0 };
         self.ledger.add_resident(resident_bytes);
         let value = match self.spare.pop() {
             Some(mut shell) => match Arc::get_mut(&mut shell) {
@@ -965,7 +1038,14 @@ fn reused_completion(task: TaskRef, reused: &crate::resume::ReusedTask) -> Compl
         Value::Path(path) => std::fs::metadata(path).map_or(0, |m| m.len()),
         _ => 0,
     };
-    Completion { task, outcome: Outcome::Reused, output, file_bytes, hash: reused.output_hash, poison: None }
+    Completion {
+        task,
+        outcome: Outcome::Reused,
+        output: Produced::Value(output),
+        file_bytes,
+        hash: reused.output_hash,
+        poison: None,
+    }
 }
 
 /// Only the scheduler holds it (no task reads it now), it is in memory, and no one is writing it.

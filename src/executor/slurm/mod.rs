@@ -417,7 +417,7 @@ impl SlurmExecutor {
 }
 
 /// `--mem` of a job whose tasks reserve `reserved`.
-fn job_mem(reserved: u64) -> u64 {
+pub fn job_mem(reserved: u64) -> u64 {
     reserved.saturating_add(JOB_BASELINE)
 }
 
@@ -507,15 +507,21 @@ impl RemoteExecutor for SlurmExecutor {
     }
 
     fn tasks_per_job(&self, tasks: u64, workers: usize, longest_task: Option<Duration>) -> usize {
-        // A step's tasks are spread over about as many jobs as may be in flight (`--workers`);
-        // a job costs about a second (submission, start, `runner task` compiling the recipe), so
-        // once history says how long the step's tasks take, each job gets at least
-        // `JOB_WORK` of them; at most 64 tasks a job.
-        let spread = tasks.div_ceil(workers.max(1) as u64);
-        let filling =
-            longest_task.map_or(1, |longest| (JOB_WORK.as_secs_f64() / longest.as_secs_f64().max(1e-3)).ceil() as u64);
-        spread.max(filling).min(tasks).clamp(1, 64) as usize
+        tasks_per_job(tasks, workers, longest_task)
     }
+}
+
+/// How many of a step's `tasks` one job runs, with `workers` jobs in flight and the step's
+/// longest recorded task (the rule `runner simulate --executor slurm` packs by too).
+pub fn tasks_per_job(tasks: u64, workers: usize, longest_task: Option<Duration>) -> usize {
+    // A step's tasks are spread over about as many jobs as may be in flight (`--workers`);
+    // a job costs about a second (submission, start, `runner task` compiling the recipe), so
+    // once history says how long the step's tasks take, each job gets at least
+    // `JOB_WORK` of them; at most 64 tasks a job.
+    let spread = tasks.div_ceil(workers.max(1) as u64);
+    let filling =
+        longest_task.map_or(1, |longest| (JOB_WORK.as_secs_f64() / longest.as_secs_f64().max(1e-3)).ceil() as u64);
+    spread.max(filling).min(tasks).clamp(1, 64) as usize
 }
 
 impl SlurmExecutor {

@@ -1,0 +1,141 @@
+//! `runner replay CYCLES --simulate`: each cycle's last recorded run predicted from the history
+//! before it (with its budget and workers) and compared with what it recorded — wall, peak
+//! reserved, spilled — to show how far a prediction can be trusted.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+use runner_plugin::size::format_size;
+use serde::Serialize;
+
+use super::record;
+use super::simulate_cmd::{CriticalPathSummary, PredictedSummary};
+use super::summary::RunSummary;
+use crate::Compiled;
+use crate::simulate::{History, SimOptions};
+use crate::store::RunRow;
+
+/// The figures compared, predicted or recorded.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Figures {
+    pub wall_s: f64,
+    pub peak_reserved_bytes: u64,
+    pub spilled_bytes: u64,
+}
+
+/// The prediction's error: (predicted − recorded) / recorded.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Errors {
+    pub wall: Option<f64>,
+    pub peak_reserved: Option<f64>,
+    /// Whether spilling was predicted exactly where it happened (both spilled, or neither).
+    pub spill_agrees: bool,
+}
+
+/// One cycle of the summary: the predicted run's summary, and the comparison.
+#[derive(Debug, Serialize)]
+struct CycleEntry {
+    #[serde(flatten)]
+    run: RunSummary,
+    run_id: i64,
+    guesses: u64,
+    critical_path: CriticalPathSummary,
+    predicted: Figures,
+    recorded: Figures,
+    error: Errors,
+}
+
+/// Predicts each of `cycles` (compiled in `compiled`) against the store at `db`.
+pub fn replay(
+    cycle_ids: &[&str],
+    compiled: Vec<Compiled>,
+    db: &Path,
+    workers: Option<usize>,
+    budget: Option<u64>,
+    guess_speed: u64,
+    summary: Option<&Path>,
+) -> anyhow::Result<u8> {
+    let Some(store) = record::open_for_reading(db)? else {
+        anyhow::bail!(
+            "no feedback store at {}: --simulate predicts recorded cycles (replay them first, or pass --db PATH)",
+            db.display()
+        );
+    };
+    println!(
+        "{:<20} {:>7} {:>9} {:>9} {:>7} {:>11} {:>11} {:>7} {:>10} {:>10}",
+        "cycle", "run", "wall", "recorded", "error", "reserved", "recorded", "error", "spilled", "recorded"
+    );
+    let mut entries = Vec::new();
+    let mut predicted_any = false;
+    for (id, mut compiled) in cycle_ids.iter().zip(compiled) {
+        let Some(row) = store.last_run_of(&compiled.recipe.name, id)? else {
+            println!("{id:<20} not recorded in {}: nothing to compare", db.display());
+            continue;
+        };
+        let history = History::read(&store, &compiled, Some(row.run_id))?;
+        let options = SimOptions {
+            workers: workers.unwrap_or(row.workers.max(1) as usize),
+            budget: budget.unwrap_or(row.budget_bytes),
+            spill_bandwidth: 1 << 30,
+            read_every_task: false,
+        };
+        let prediction = crate::simulate::predict(&mut compiled, &history, &options, guess_speed, None, false);
+        let summary = PredictedSummary::new(&compiled, &prediction, guess_speed);
+        let entry = entry(summary, &row);
+        print_row(&entry);
+        predicted_any = true;
+        entries.push(entry);
+    }
+    if let Some(path) = summary {
+        let text = serde_json::to_string_pretty(&serde_json::json!({ "predicted": true, "cycles": entries }))? + "\n";
+        std::fs::write(path, text).with_context(|| format!("writing the replay summary to {}", path.display()))?;
+    }
+    if !predicted_any {
+        anyhow::bail!("none of the cycles is recorded in {}: nothing was predicted", db.display());
+    }
+    Ok(0)
+}
+
+fn entry(summary: PredictedSummary, row: &RunRow) -> CycleEntry {
+    let run = summary.run;
+    let predicted =
+        Figures { wall_s: run.wall_s, peak_reserved_bytes: run.peak_reserved_bytes, spilled_bytes: run.spilled_bytes };
+    let recorded = Figures {
+        wall_s: row.wall_ms.unwrap_or(0) as f64 / 1000.0,
+        peak_reserved_bytes: row.peak_reserved_bytes.unwrap_or(0),
+        spilled_bytes: row.spilled_bytes.unwrap_or(0),
+    };
+    let relative = |p: f64, r: f64| (r > 0.0).then(|| (p - r) / r);
+    let error = Errors {
+        wall: relative(predicted.wall_s, recorded.wall_s),
+        peak_reserved: relative(predicted.peak_reserved_bytes as f64, recorded.peak_reserved_bytes as f64),
+        spill_agrees: (predicted.spilled_bytes > 0) == (recorded.spilled_bytes > 0),
+    };
+    CycleEntry {
+        run,
+        run_id: row.run_id,
+        guesses: summary.guesses,
+        critical_path: summary.critical_path,
+        predicted,
+        recorded,
+        error,
+    }
+}
+
+fn print_row(entry: &CycleEntry) {
+    let percent = |e: Option<f64>| e.map_or("-".to_string(), |e| format!("{:+.0}%", e * 100.0));
+    println!(
+        "{:<20} {:>7} {:>8.2}s {:>8.2}s {:>7} {:>11} {:>11} {:>7} {:>10} {:>10}{}",
+        entry.run.cycle,
+        entry.run_id,
+        entry.predicted.wall_s,
+        entry.recorded.wall_s,
+        percent(entry.error.wall),
+        format_size(entry.predicted.peak_reserved_bytes),
+        format_size(entry.recorded.peak_reserved_bytes),
+        percent(entry.error.peak_reserved),
+        format_size(entry.predicted.spilled_bytes),
+        format_size(entry.recorded.spilled_bytes),
+        if entry.error.spill_agrees { "" } else { "  spill mispredicted" },
+    );
+}

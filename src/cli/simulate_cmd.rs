@@ -1,0 +1,271 @@
+//! `runner simulate`: compile as `run` does, predict the run from the store's history on the
+//! real scheduler with a virtual clock ([`crate::simulate`]), print what `run` would print at
+//! the end plus the critical path, and write the summary JSON (marked `"predicted": true`) and
+//! the HTML run page when asked.
+
+use anyhow::Context as _;
+use runner_plugin::size::format_size;
+use serde::Serialize;
+use std::path::Path;
+
+use super::output_guard::{OutputGuard, OutputKind};
+use super::record;
+use super::run_cmd::check_writable;
+use super::summary::{NO_LOCAL_BUDGET, RunSummary};
+use super::{EXIT_USAGE, ExecutorKind, SimulateArgs, UsageError, compile};
+use crate::Compiled;
+use crate::registry::Registry;
+use crate::simulate::{ClusterShape, History, Prediction, SimOptions};
+use crate::store::Executor;
+
+/// Jobs in flight with `--executor slurm` unless `--workers` says (as `run`).
+const SLURM_JOBS_IN_FLIGHT: usize = 64;
+
+pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
+    let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
+    let db = args.db.clone().unwrap_or_else(record::default_db);
+    let mut guard = OutputGuard::default();
+    guard.protect_store(&db).protect_recipe(&args.recipe.recipe, &compiled);
+    for (path, what, kind) in
+        [(&args.summary, "--summary", OutputKind::Json), (&args.report, "--report", OutputKind::Html)]
+    {
+        if let Some(path) = path {
+            guard.output(path, what, kind);
+        }
+    }
+    guard.check()?;
+    for (path, what) in [(&args.summary, "summary"), (&args.report, "report")] {
+        if let Some(path) = path {
+            check_writable(path).with_context(|| format!("the {what} cannot be written to {}", path.display()))?;
+        }
+    }
+    let cluster = cluster_shape(&args)?;
+    let options = sim_options(&args, cluster.is_some())?;
+    let history = match record::open_history(&db)? {
+        Some(store) => History::read(&store, &compiled, None)?,
+        None => History::none(&compiled),
+    };
+    let prediction =
+        crate::simulate::predict(&mut compiled, &history, &options, args.guess_speed, cluster, args.report.is_some());
+    let summary = PredictedSummary::new(&compiled, &prediction, args.guess_speed);
+    summary.print(&prediction);
+    if let Some(path) = &args.summary {
+        summary.write(path)?;
+    }
+    if let Some(path) = &args.report {
+        super::simulate_report::write(&compiled, &prediction, path)
+            .with_context(|| format!("writing the predicted run's page to {}", path.display()))?;
+        eprintln!("  report (a prediction): {}", path.display());
+    }
+    Ok(0)
+}
+
+/// Workers, budget and spill speed: `run`'s defaults, or a cluster's (no local budget).
+pub fn sim_options(args: &SimulateArgs, cluster: bool) -> anyhow::Result<SimOptions> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let default_workers = if cluster { SLURM_JOBS_IN_FLIGHT } else { cpus };
+    let budget = match (args.budget, cluster) {
+        (Some(budget), _) => budget,
+        (None, true) => NO_LOCAL_BUDGET,
+        (None, false) => {
+            crate::budget::choose(None)
+                .map_err(|e| anyhow::anyhow!("cannot choose a default budget ({e}); pass --budget"))?
+                .bytes
+        }
+    };
+    Ok(SimOptions {
+        workers: args.workers.map_or(default_workers, |w| w as usize),
+        budget,
+        spill_bandwidth: args.spill_bandwidth,
+        read_every_task: args.read_every_task,
+    })
+}
+
+/// The cluster of `--executor slurm`, checked: `--nodes` and `--node-memory` are needed.
+fn cluster_shape(args: &SimulateArgs) -> anyhow::Result<Option<ClusterShape>> {
+    let cluster_flags = args.nodes.is_some() || args.node_memory.is_some() || args.node_cpus.is_some();
+    if args.executor != ExecutorKind::Slurm {
+        if cluster_flags {
+            return Err(UsageError(
+                "--nodes, --node-memory and --node-cpus describe a cluster; expected them with --executor slurm".into(),
+            )
+            .into());
+        }
+        return Ok(None);
+    }
+    let (Some(nodes), Some(node_memory)) = (args.nodes, args.node_memory) else {
+        return Err(UsageError(
+            "--executor slurm simulates a cluster: expected --nodes K and --node-memory SIZE (and --node-cpus C, \
+             default 1), e.g. --nodes 4 --node-memory 256GiB --node-cpus 64"
+                .into(),
+        )
+        .into());
+    };
+    let node_cpus = args.node_cpus.unwrap_or(1);
+    if args.cpus_per_task > node_cpus {
+        return Err(UsageError(format!(
+            "--cpus-per-task {} is more than a node's {node_cpus} CPUs (--node-cpus); no job could start",
+            args.cpus_per_task
+        ))
+        .into());
+    }
+    Ok(Some(ClusterShape {
+        nodes,
+        node_memory,
+        node_cpus,
+        cpus_per_task: args.cpus_per_task,
+        queue_wait: args.queue_wait,
+        job_start: args.job_start,
+    }))
+}
+
+/// A predicted run's summary: a real run's fields and `"predicted": true`, with what only a
+/// prediction has.
+#[derive(Debug, Serialize)]
+pub struct PredictedSummary {
+    #[serde(flatten)]
+    pub run: RunSummary,
+    pub predicted: bool,
+    /// Tasks whose time was the default (their step had no recorded times).
+    pub guesses: u64,
+    /// Bytes of estimate a second a guessed task runs at.
+    pub guess_speed_bytes: u64,
+    pub critical_path: CriticalPathSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterSummary>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CriticalPathSummary {
+    pub steps: Vec<String>,
+    pub wall_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ClusterSummary {
+    pub nodes: u32,
+    pub node_memory_bytes: u64,
+    pub node_cpus: u32,
+    pub jobs: u64,
+    /// The nodes for the predicted wall.
+    pub node_hours: f64,
+    /// Of those, what the jobs held (their share of a node times their run time).
+    pub busy_node_hours: f64,
+    pub peak_per_node_bytes: Vec<u64>,
+}
+
+impl PredictedSummary {
+    pub fn new(compiled: &Compiled, prediction: &Prediction, guess_speed: u64) -> PredictedSummary {
+        let simulated = &prediction.simulated;
+        let mut run = RunSummary::new(&compiled.recipe, &simulated.report, simulated.peak_memory);
+        let cluster = simulated.cluster.as_ref().map(|cluster| {
+            run.executor = Executor::Slurm;
+            let shape = cluster.shape();
+            ClusterSummary {
+                nodes: shape.nodes,
+                node_memory_bytes: shape.node_memory,
+                node_cpus: shape.node_cpus,
+                jobs: cluster.jobs,
+                node_hours: shape.nodes as f64 * simulated.report.wall.as_secs_f64() / 3600.0,
+                busy_node_hours: cluster.busy_node_hours(),
+                peak_per_node_bytes: cluster.peak_per_node().to_vec(),
+            }
+        });
+        let names = prediction.critical_path.steps.iter().map(|&s| compiled.recipe.steps[s].name.clone()).collect();
+        PredictedSummary {
+            run,
+            predicted: true,
+            guesses: simulated.guesses,
+            guess_speed_bytes: guess_speed,
+            critical_path: CriticalPathSummary { steps: names, wall_s: prediction.critical_path.length.as_secs_f64() },
+            cluster,
+        }
+    }
+
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        let text = serde_json::to_string_pretty(self)? + "\n";
+        std::fs::write(path, text).with_context(|| format!("writing the summary to {}", path.display()))
+    }
+
+    /// The closing lines `run` prints, for the predicted run, then per step, the critical path
+    /// and the guesses.
+    pub fn print(&self, prediction: &Prediction) {
+        let run = &self.run;
+        let outcome = if run.tasks_failed == 0 && run.internal_error.is_none() { "ok" } else { "FAILED" };
+        let budget = if run.budget_bytes >= NO_LOCAL_BUDGET {
+            "no local budget".to_string()
+        } else {
+            format!("of {} budget", format_size(run.budget_bytes))
+        };
+        eprintln!(
+            "{} {}: predicted {outcome} — {} tasks ({} ok, {} failed, {} skipped) in {:.2} s on {} workers · peak \
+             reserved {} {budget} · peak memory {} · spilled {} in {} buffers · {} oversized · {} over their estimate",
+            run.recipe,
+            run.cycle,
+            run.tasks_total,
+            run.tasks_ok,
+            run.tasks_failed,
+            run.tasks_skipped,
+            run.wall_s,
+            run.workers,
+            format_size(run.peak_reserved_bytes),
+            format_size(run.peak_rss_bytes),
+            format_size(run.spilled_bytes),
+            run.spill_count,
+            run.oversized,
+            run.underestimates,
+        );
+        if let Some(error) = &run.internal_error {
+            eprintln!("  {error} ({} tasks not run)", run.tasks_not_run);
+        }
+        eprintln!(
+            "  {:<20} {:>8} {:>10} {:>12} {:>12}  time per task",
+            "step", "tasks", "wall", "estimate p50", "peak p50"
+        );
+        for (id, step) in run.steps.iter().enumerate() {
+            let learned = match prediction.durations.get(id).and_then(Option::as_ref) {
+                Some(model) => model.to_string(),
+                None => format!("no history: its estimate at {}/s (a guess)", format_size(self.guess_speed_bytes)),
+            };
+            eprintln!(
+                "  {:<20} {:>8} {:>9.2}s {:>12} {:>12}  {learned}",
+                step.step,
+                step.tasks,
+                step.wall_s,
+                format_size(step.estimate_bytes_p50),
+                format_size(step.peak_bytes_p50),
+            );
+        }
+        eprintln!(
+            "  critical path: {} — {:.2} s (no schedule finishes sooner)",
+            self.critical_path.steps.join(" → "),
+            self.critical_path.wall_s
+        );
+        if self.guesses > 0 {
+            eprintln!(
+                "  {} of {} tasks are guesses: their steps have no recorded times, each was taken to run for its \
+                 memory estimate at {}/s (--guess-speed)",
+                self.guesses,
+                run.tasks_total,
+                format_size(self.guess_speed_bytes)
+            );
+        }
+        if let Some(cluster) = &self.cluster {
+            let peak = cluster.peak_per_node_bytes.iter().copied().max().unwrap_or(0);
+            eprintln!(
+                "  cluster: {} jobs on {} nodes of {} and {} CPUs · {:.3} node-hours for the wall, {:.3} used by jobs · \
+                 peak per node {} (highest)",
+                cluster.jobs,
+                cluster.nodes,
+                format_size(cluster.node_memory_bytes),
+                cluster.node_cpus,
+                cluster.node_hours,
+                cluster.busy_node_hours,
+                format_size(peak),
+            );
+            let shown: Vec<String> = cluster.peak_per_node_bytes.iter().take(16).map(|&b| format_size(b)).collect();
+            let more = if cluster.peak_per_node_bytes.len() > 16 { ", …" } else { "" };
+            eprintln!("  peak per node: {}{more}", shown.join(", "));
+        }
+    }
+}

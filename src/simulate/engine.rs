@@ -1,0 +1,547 @@
+//! The discrete-event loop: virtual workers call the real scheduler's [`State`] — `pick`,
+//! `pick_more`, `admit_estimated`, `finish_virtual`, the spill victims it chooses — exactly
+//! where the worker loop in [`crate::scheduler`] calls them, on a virtual clock. A task "runs"
+//! for its predicted time holding its predicted peak; its output is a virtual buffer of its
+//! predicted size (a virtual buffer: `Produced::Virtual` in the scheduler's state), counted by the ledger and
+//! spillable, with no bytes behind it; a spill "writes" at a stated bandwidth.
+//!
+//! Nothing here decides order, admission, batching or victims: that is the one policy, in
+//! `State`. What is the simulator's: when events happen, and (with a [`Cluster`]) where a
+//! unit's job runs and when it may start.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use runner_plugin::Value;
+
+use crate::Compiled;
+use crate::executor::slurm::tasks_per_job;
+use crate::memory::{Admission, Meter, TaskSlot};
+use crate::plan::EstimateSource;
+use crate::scheduler::stats::StepStats;
+use crate::scheduler::{Garbage, MAX_BATCH, Outcome, Pick, Picked, RunReport, SpillJob, SpillRecord, State, TaskRef};
+
+use super::cluster::{Cluster, Job};
+use super::predict::{Predictor, TaskPrediction};
+
+/// How to simulate.
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    pub workers: usize,
+    pub budget: u64,
+    /// Bytes a second a spill is written at.
+    pub spill_bandwidth: u64,
+    /// Have the ledger read every running task's live bytes at each admission, as it does in a
+    /// local run (whose meter cannot promise tasks stay within their reservations): the
+    /// predictions are the same, only slower; the bench measures what that costs per worker.
+    pub read_every_task: bool,
+}
+
+/// The meter of a simulation: no task ever holds more than its reservation (one predicted to
+/// peak higher grows its reservation as it starts, as a task announcing its allocation does),
+/// so the ledger counts reservations and never reads a task.
+struct ReservationsOnly {
+    /// See [`SimOptions::read_every_task`].
+    read_every_task: bool,
+}
+
+impl Meter for ReservationsOnly {
+    fn task_live(&self, _slot: TaskSlot) -> u64 {
+        0
+    }
+    fn process_live(&self) -> u64 {
+        0
+    }
+    fn holds_reservations_only(&self) -> bool {
+        !self.read_every_task
+    }
+}
+
+/// One task in a simulated run, for the timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimulatedTask {
+    pub task: TaskRef,
+    pub worker: u32,
+    pub start: Duration,
+    pub wall: Duration,
+    pub estimate: u64,
+    pub peak: u64,
+}
+
+/// The ledger's count at one moment, for the memory chart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryPoint {
+    pub at: Duration,
+    pub reserved: u64,
+    pub resident: u64,
+    pub spilled: u64,
+}
+
+/// What a simulated run did.
+#[derive(Debug, Clone)]
+pub struct Simulated {
+    pub report: RunReport,
+    /// Tasks whose time was the default, not learned.
+    pub guesses: u64,
+    /// The most the tasks (at the larger of reservation and predicted peak) and the resident
+    /// buffers held at once.
+    pub peak_memory: u64,
+    /// Each step's longest task.
+    pub longest: Vec<Duration>,
+    /// Every task, when asked for (`--report`); empty otherwise.
+    pub tasks: Vec<SimulatedTask>,
+    pub memory: Vec<MemoryPoint>,
+    pub cluster: Option<Cluster>,
+}
+
+/// Memory points kept at most: one every so often, whatever the run's length.
+const MEMORY_POINTS: usize = 4000;
+
+/// An event on the virtual clock: what a worker finishes or may start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    /// Its tasks are done.
+    Ran,
+    /// Its spills are written.
+    Spilled,
+    /// Its job has waited in the queue and may start where it fits.
+    Eligible,
+}
+
+/// A virtual worker's claimed work.
+#[derive(Default)]
+struct VirtualWorker {
+    claimed: Vec<(Picked, TaskPrediction)>,
+    /// Held inputs of the claimed tasks (so that the victim choice sees them read).
+    inputs: Vec<Arc<Value>>,
+    counts: Vec<usize>,
+    spills: Vec<TaskRef>,
+    /// Its job and node (a cluster), and when the job started.
+    job: Option<(Job, usize, u64)>,
+}
+
+/// The simulator's state beside the scheduler's.
+struct Loop<'a> {
+    compiled: &'a Compiled,
+    predictor: &'a Predictor,
+    options: &'a SimOptions,
+    now: u64,
+    seq: u64,
+    events: BinaryHeap<Reverse<(u64, u64, u32, Event)>>,
+    workers: Vec<VirtualWorker>,
+    idle: Vec<u32>,
+    /// Jobs eligible to start but without room, in submission order.
+    pending: VecDeque<u32>,
+    stats: Vec<StepStats>,
+    longest: Vec<Duration>,
+    guesses: u64,
+    held: u64,
+    peak_memory: u64,
+    record_tasks: bool,
+    tasks: Vec<SimulatedTask>,
+    memory: Vec<MemoryPoint>,
+    memory_every: u64,
+    next_point: u64,
+    spills: Vec<SpillRecord>,
+    spill_jobs: Vec<SpillJob>,
+    batch: Vec<Picked>,
+    shells: Vec<Arc<Value>>,
+    cluster: Option<Cluster>,
+    failed: Vec<(Picked, TaskPrediction)>,
+}
+
+/// Simulates `compiled` (whose plan has learned from the history `predictor` was made from).
+/// With `cluster`, each unit is a job placed on its nodes. `record_tasks`: keep every task and
+/// the memory over time, for a report.
+pub fn simulate(
+    compiled: &Compiled,
+    predictor: &Predictor,
+    options: &SimOptions,
+    cluster: Option<Cluster>,
+    record_tasks: bool,
+) -> Simulated {
+    let recipe = &compiled.recipe;
+    let plan = &compiled.plan;
+    let follows_data = recipe.steps.iter().map(|s| s.plugin.estimate_follows_data()).collect();
+    let on_probation = (0..recipe.steps.len())
+        .map(|id| {
+            plan.steps[id].source == EstimateSource::Plugin
+                && !recipe.steps[id].plugin.estimate_is_exact(&crate::plan::sample_args(recipe, id))
+        })
+        .collect();
+    let meter = ReservationsOnly { read_every_task: options.read_every_task };
+    let workers = options.workers.max(1);
+    let mut state = State::new(&compiled.graph, plan, follows_data, on_probation, options.budget, &meter, None);
+    let mut sim = Loop {
+        compiled,
+        predictor,
+        options,
+        now: 0,
+        seq: 0,
+        events: BinaryHeap::new(),
+        workers: (0..workers).map(|_| VirtualWorker::default()).collect(),
+        idle: (0..workers as u32).rev().collect(),
+        pending: VecDeque::new(),
+        stats: vec![StepStats::default(); recipe.steps.len()],
+        longest: vec![Duration::ZERO; recipe.steps.len()],
+        guesses: 0,
+        held: 0,
+        peak_memory: 0,
+        record_tasks,
+        tasks: Vec::new(),
+        memory: Vec::new(),
+        memory_every: 0,
+        next_point: 0,
+        spills: Vec::new(),
+        spill_jobs: Vec::new(),
+        batch: Vec::with_capacity(MAX_BATCH),
+        shells: Vec::new(),
+        cluster,
+        failed: Vec::new(),
+    };
+    sim.run(&mut state);
+    let report = RunReport {
+        steps: std::mem::take(&mut sim.stats),
+        failures: Vec::new(),
+        wall: Duration::from_nanos(sim.now),
+        peak_reserved: state.ledger.peak_used(),
+        spilled_bytes: state.spilled,
+        spill_count: state.spill_count,
+        spill_error: None,
+        workers,
+        budget: options.budget,
+        internal_error: state.stuck.clone(),
+        not_run: state.unfinished(),
+        spills: std::mem::take(&mut sim.spills),
+        missing: Vec::new(),
+    };
+    Simulated {
+        report,
+        guesses: sim.guesses,
+        peak_memory: sim.peak_memory,
+        longest: sim.longest,
+        tasks: sim.tasks,
+        memory: sim.memory,
+        cluster: sim.cluster,
+    }
+}
+
+impl Loop<'_> {
+    fn slot(worker: u32, position: usize) -> TaskSlot {
+        TaskSlot(worker * MAX_BATCH as u32 + position as u32)
+    }
+
+    fn run(&mut self, state: &mut State<'_>) {
+        loop {
+            self.dispatch(state);
+            if state.is_done() || state.stuck.is_some() {
+                break;
+            }
+            let Some(Reverse((at, _, worker, event))) = self.events.pop() else {
+                let unrun = state.unfinished();
+                state.give_up(format!(
+                    "internal error: {unrun} tasks can never start in the simulation (nothing runs, nothing is \
+                     ready to run)"
+                ));
+                break;
+            };
+            self.now = at;
+            match event {
+                Event::Ran => self.finish_tasks(state, worker),
+                Event::Spilled => {
+                    state.finish_virtual_spills(&mut self.workers[worker as usize].spills);
+                    self.idle.push(worker);
+                }
+                Event::Eligible => self.pending.push_back(worker),
+            }
+            self.take_out_garbage(state);
+            self.start_pending_jobs();
+            self.note_memory(state);
+        }
+        self.note_memory(state);
+    }
+
+    /// Hands work to idle workers until the scheduler says wait: whatever one worker is told
+    /// to wait for, the next would be too.
+    fn dispatch(&mut self, state: &mut State<'_>) {
+        while let Some(&worker) = self.idle.last() {
+            if !self.claim_next(state, worker) {
+                break;
+            }
+            self.idle.pop();
+        }
+    }
+
+    /// What `Worker::claim_next` does, for virtual worker `worker`: true when it got work.
+    fn claim_next(&mut self, state: &mut State<'_>, worker: u32) -> bool {
+        let plan = &self.compiled.plan;
+        loop {
+            if state.is_done() || state.stuck.is_some() {
+                return false;
+            }
+            match state.pick(plan, Self::slot(worker, 0)) {
+                Pick::Run(picked) => {
+                    self.claim(state, worker, picked);
+                    let chunk = self.chunk(state, picked.task.step);
+                    self.claim_more(state, worker, &picked, chunk);
+                    self.start(state, worker);
+                    return true;
+                }
+                Pick::Estimate(task) => {
+                    state.estimated();
+                    let plugin_estimate = self.predictor.dispatch_estimate(task.step, task.index);
+                    if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, Self::slot(worker, 0)) {
+                        self.claim(state, worker, picked);
+                        if self.cluster.is_some() {
+                            let chunk = self.chunk(state, task.step);
+                            self.claim_more(state, worker, &picked, chunk);
+                        }
+                        self.start(state, worker);
+                        return true;
+                    }
+                }
+                Pick::Spill => {
+                    state.take_spill_jobs(&mut self.spill_jobs);
+                    let mut bytes = 0;
+                    for SpillJob { task, bytes: size, .. } in self.spill_jobs.drain(..) {
+                        self.workers[worker as usize].spills.push(task);
+                        bytes += size;
+                    }
+                    let wall = Duration::from_secs_f64(bytes as f64 / self.options.spill_bandwidth.max(1) as f64);
+                    self.spills.push(SpillRecord { started: Duration::from_nanos(self.now), wall, bytes });
+                    self.schedule(self.now + wall.as_nanos() as u64, worker, Event::Spilled);
+                    return true;
+                }
+                Pick::Wait => return false,
+            }
+        }
+    }
+
+    /// Tasks a unit of `step` holds: a job's chunk on a cluster, a batch of a quick step here.
+    fn chunk(&self, state: &State<'_>, step: usize) -> usize {
+        match &self.cluster {
+            Some(_) => tasks_per_job(
+                self.compiled.graph.steps[step].tasks,
+                self.options.workers,
+                self.compiled.plan.steps[step].longest_task,
+            ),
+            None if state.is_quick(step) => MAX_BATCH,
+            None => 1,
+        }
+    }
+
+    fn claim_more(&mut self, state: &mut State<'_>, worker: u32, picked: &Picked, chunk: usize) {
+        if picked.admission != Admission::Fits || chunk <= 1 {
+            return;
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        let slots = (1..chunk.min(MAX_BATCH)).map(|position| Self::slot(worker, position));
+        state.pick_more(picked, slots, &mut batch);
+        for more in batch.drain(..) {
+            self.claim(state, worker, more);
+        }
+        self.batch = batch;
+    }
+
+    /// Takes `picked` on at `worker`: its inputs held, its time and peak predicted, its
+    /// reservation grown to a predicted peak above it.
+    fn claim(&mut self, state: &mut State<'_>, worker: u32, picked: Picked) {
+        let step = picked.task.step;
+        let plan = &self.compiled.plan;
+        let as_planned = self.predictor.as_planned(step, plan.steps[step].input_bytes, picked.input_bytes);
+        // A task not as planned: the worker asks its plugin again, and one that needs more than
+        // it reserved goes back to be re-admitted (or deferred).
+        let picked = match self.predictor.recorded_estimate(step, picked.task.index) {
+            Some(plugin_estimate) if !as_planned && plugin_estimate > picked.plugin_estimate => {
+                match state.reestimate(plan, picked, plugin_estimate) {
+                    Some(regrown) => regrown,
+                    None => return,
+                }
+            }
+            Some(plugin_estimate) if !as_planned => Picked { plugin_estimate, ..picked },
+            _ => picked,
+        };
+        let held = &mut self.workers[worker as usize];
+        state.collect_inputs(picked.task, &mut held.inputs, &mut held.counts);
+        let model_peak =
+            plan.steps[step].model.as_ref().map(|model| model.predict_peak(picked.plugin_estimate, picked.input_bytes));
+        let prediction = self.predictor.task(
+            step,
+            picked.task.index,
+            as_planned,
+            picked.plugin_estimate,
+            picked.input_bytes,
+            model_peak,
+            picked.estimate,
+        );
+        if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot, prediction.peak) {
+            state.ledger.stop_growing(picked.slot);
+        }
+        self.held += picked.reserved.max(prediction.peak);
+        self.guesses += u64::from(prediction.guessed);
+        self.workers[worker as usize].claimed.push((picked, prediction));
+    }
+
+    /// The claimed unit starts: here at once, on a cluster once its job has queued.
+    fn start(&mut self, state: &State<'_>, worker: u32) {
+        self.note_memory(state);
+        match &self.cluster {
+            None => self.run_claimed(worker),
+            Some(cluster) => {
+                let at = self.now + cluster.shape().queue_wait.as_nanos() as u64;
+                self.schedule(at, worker, Event::Eligible);
+            }
+        }
+    }
+
+    /// Runs `worker`'s claimed tasks one after another from now.
+    fn run_claimed(&mut self, worker: u32) {
+        let mut clock = self.now;
+        if let Some(cluster) = &self.cluster {
+            clock += cluster.shape().job_start.as_nanos() as u64;
+        }
+        let record = self.record_tasks;
+        for (picked, prediction) in &self.workers[worker as usize].claimed {
+            if record {
+                self.tasks.push(SimulatedTask {
+                    task: picked.task,
+                    worker,
+                    start: Duration::from_nanos(clock),
+                    wall: prediction.duration,
+                    estimate: picked.estimate,
+                    peak: prediction.peak,
+                });
+            }
+            clock += prediction.duration.as_nanos() as u64;
+        }
+        self.schedule(clock, worker, Event::Ran);
+    }
+
+    /// Starts the eligible jobs that fit a node, in submission order (a later one that fits
+    /// starts before an earlier one that does not); fails the tasks of a job no node could hold.
+    fn start_pending_jobs(&mut self) {
+        let Some(mut cluster) = self.cluster.take() else { return };
+        let mut waiting = self.pending.len();
+        while waiting > 0 {
+            waiting -= 1;
+            let Some(worker) = self.pending.pop_front() else { break };
+            let held = &self.workers[worker as usize];
+            let reserved = held.claimed.iter().map(|(p, _)| p.reserved).max().unwrap_or(0);
+            let job = cluster.job(reserved);
+            if !cluster.can_ever_place(job) {
+                // Slurm refuses a job no node can hold: its tasks fail, at once.
+                self.failed.append(&mut self.workers[worker as usize].claimed);
+                self.schedule(self.now, worker, Event::Ran);
+                continue;
+            }
+            match cluster.place(job) {
+                Some(node) => {
+                    self.workers[worker as usize].job = Some((job, node, self.now));
+                    self.cluster = Some(cluster);
+                    self.run_claimed(worker);
+                    cluster = self.cluster.take().expect("put back above");
+                }
+                None => self.pending.push_back(worker),
+            }
+        }
+        self.cluster = Some(cluster);
+    }
+
+    /// What `Worker::report_and_claim` does with a finished unit: its inputs let go, each task
+    /// finished (the model bumped first if it peaked over its estimate), counted.
+    fn finish_tasks(&mut self, state: &mut State<'_>, worker: u32) {
+        let held = &mut self.workers[worker as usize];
+        held.inputs.clear();
+        held.counts.clear();
+        if let (Some((job, node, started)), Some(cluster)) = (held.job.take(), self.cluster.as_mut()) {
+            cluster.release(node, job, Duration::from_nanos(self.now - started));
+        }
+        let mut claimed = std::mem::take(&mut held.claimed);
+        for (picked, prediction) in claimed.drain(..) {
+            if prediction.peak > picked.estimate {
+                state.note_underestimate(&picked, prediction.peak);
+            }
+            state.finish_virtual(&picked, Outcome::Ok, prediction.output_bytes, prediction.duration);
+            self.count(&picked, &prediction, false);
+        }
+        for (picked, prediction) in std::mem::take(&mut self.failed) {
+            state.finish_virtual(&picked, Outcome::Failed, 0, Duration::ZERO);
+            self.count(&picked, &prediction, true);
+        }
+        self.workers[worker as usize].claimed = claimed;
+        for (task, _) in state.skipped.drain(..) {
+            self.stats[task.step].skipped += 1;
+        }
+        self.idle.push(worker);
+    }
+
+    /// A task's figures into its step's statistics (as `Worker::count` does).
+    fn count(&mut self, picked: &Picked, prediction: &TaskPrediction, failed: bool) {
+        self.held -= picked.reserved.max(prediction.peak);
+        let stats = &mut self.stats[picked.task.step];
+        if failed {
+            stats.failed += 1;
+            return;
+        }
+        stats.ok += 1;
+        stats.wall += prediction.duration;
+        stats.estimate.record(picked.estimate);
+        stats.peak.record(prediction.peak);
+        stats.estimate_sum += picked.estimate;
+        stats.peak_sum += prediction.peak;
+        stats.output_bytes += prediction.output_bytes;
+        if picked.admission == (Admission::Alone { oversized: true }) {
+            stats.oversized += 1;
+        }
+        if prediction.peak > picked.estimate {
+            stats.underestimates += 1;
+        }
+        let longest = &mut self.longest[picked.task.step];
+        *longest = (*longest).max(prediction.duration);
+    }
+
+    /// Values let go are dropped (they hold no bytes); their `Arc`s go back for reuse.
+    fn take_out_garbage(&mut self, state: &mut State<'_>) {
+        for garbage in state.garbage.drain(..) {
+            if let Garbage::Value(mut value) = garbage
+                && Arc::get_mut(&mut value).is_some()
+            {
+                self.shells.push(value);
+            }
+        }
+        state.recycle(&mut self.shells);
+        self.shells.clear();
+    }
+
+    fn schedule(&mut self, at: u64, worker: u32, event: Event) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, worker, event)));
+    }
+
+    /// The peak of what is held, and (for a report) a point of memory over time now and then.
+    fn note_memory(&mut self, state: &State<'_>) {
+        let resident = state.ledger.resident();
+        self.peak_memory = self.peak_memory.max(self.held + resident);
+        if !self.record_tasks || self.now < self.next_point {
+            return;
+        }
+        if self.memory.len() >= MEMORY_POINTS {
+            // Thin out to every other point and sample half as often from here.
+            let mut keep = false;
+            self.memory.retain(|_| {
+                keep = !keep;
+                keep
+            });
+            self.memory_every = self.memory_every.max(1) * 2;
+        }
+        self.memory.push(MemoryPoint {
+            at: Duration::from_nanos(self.now),
+            reserved: state.ledger.used(),
+            resident,
+            spilled: state.spilled,
+        });
+        self.next_point = self.now + self.memory_every;
+    }
+}

@@ -1,0 +1,142 @@
+//! What a simulation knows of a recipe's past: each step's recorded tasks, read from the store
+//! as the estimator reads them (the last [`HISTORY_RUNS`] runs, a sample of
+//! [`HISTORY_TASKS_PER_RUN`] tasks each, interrupted runs left out) — optionally only from the
+//! runs *before* a given one, so that `replay --simulate` predicts each recorded cycle from the
+//! history it had. From them: the footprint models ([`crate::plan::Plan::learn`], as `run`
+//! learns them), the duration models, and per step the figures a task's prediction needs that
+//! only a real run measures (its output's size, the estimate a data-following plugin gave at
+//! dispatch).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::Compiled;
+use crate::cli::record::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN};
+use crate::estimate::{Observation, Params};
+use crate::plan::EstimateSource;
+use crate::store::{RunFilter, Store, StoreError, TaskStatus};
+
+use super::durations::{DurationModel, Timing};
+
+/// A step's recorded tasks.
+#[derive(Debug, Clone, Default)]
+pub struct StepRecords {
+    pub observations: Vec<Observation>,
+    pub timings: Vec<Timing>,
+    /// Of the newest run's tasks: median output bytes, and median plugin estimate (what a
+    /// plugin estimating from its inputs at dispatch said, for the weather of that cycle).
+    pub newest_output_bytes: Option<u64>,
+    pub newest_plugin_estimate: Option<u64>,
+    /// The newest run's (plugin estimate, output bytes) by task index, for the sampled tasks:
+    /// what a task whose args or inputs differ from the plan's was estimated at and produced.
+    pub newest_by_index: HashMap<u64, (u64, u64)>,
+    pub longest: Option<Duration>,
+}
+
+/// Each step's records, in the recipe's step order.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    pub steps: Vec<StepRecords>,
+}
+
+impl History {
+    /// The history of `compiled`'s steps in `store`, from runs before `before_run` when given.
+    pub fn read(store: &Store, compiled: &Compiled, before_run: Option<i64>) -> Result<History, StoreError> {
+        let recipe = &compiled.recipe;
+        let steps = recipe
+            .steps
+            .iter()
+            .map(|step| read_step(store, &recipe.name, &step.name, before_run))
+            .collect::<Result<_, _>>()?;
+        Ok(History { steps })
+    }
+
+    /// No history at all (every task's time and peak a guess).
+    pub fn none(compiled: &Compiled) -> History {
+        History { steps: vec![StepRecords::default(); compiled.recipe.steps.len()] }
+    }
+
+    /// Makes each step's history the source of its estimates, as `run` does before it starts.
+    pub fn learn_footprints(&self, compiled: &mut Compiled) {
+        let Compiled { recipe, plan, .. } = compiled;
+        let history = |name: &str| -> Vec<Observation> {
+            recipe
+                .steps
+                .iter()
+                .position(|s| s.name == name)
+                .map(|at| self.steps[at].observations.clone())
+                .unwrap_or_default()
+        };
+        plan.learn(recipe, &history, Params::default());
+        for (step, records) in plan.steps.iter_mut().zip(&self.steps) {
+            step.longest_task = records.longest;
+        }
+    }
+
+    /// Each step's duration model (`None` for a step without history).
+    pub fn durations(&self) -> Vec<Option<DurationModel>> {
+        self.steps.iter().map(|s| DurationModel::learn(&s.timings)).collect()
+    }
+}
+
+/// The records of `step` of `recipe`, from runs before `before_run` when given.
+pub fn read_step(store: &Store, recipe: &str, step: &str, before_run: Option<i64>) -> Result<StepRecords, StoreError> {
+    let mut runs = store.history_runs(Some(recipe), Some(step), usize::MAX, RunFilter::default())?;
+    if let Some(before) = before_run {
+        runs.retain(|run| run.run_id < before);
+    }
+    let skip = runs.len().saturating_sub(HISTORY_RUNS);
+    let runs = &runs[skip..];
+    let mut records = StepRecords::default();
+    let mut newest_outputs = Vec::new();
+    let mut newest_estimates = Vec::new();
+    let mut longest_ms = 0;
+    for (index, run) in runs.iter().enumerate() {
+        let age = (runs.len() - 1 - index) as u32;
+        store.step_tasks(run.run_id, step, HISTORY_TASKS_PER_RUN, |task| {
+            // Reused tasks were measured by the run they come from; skipped ones not at all.
+            if matches!(task.status, TaskStatus::Skipped | TaskStatus::Reused) {
+                return;
+            }
+            let plugin_estimate = task.plugin_estimate_bytes.unwrap_or(0);
+            records.observations.push(Observation {
+                age,
+                peak: task.peak_bytes,
+                plugin_estimate,
+                input_bytes: task.input_bytes,
+                estimate: task.estimate_bytes,
+                from_history: task.estimate_source == Some(EstimateSource::History),
+            });
+            records.timings.push(Timing {
+                age,
+                // Recorded in whole ms, truncated: half a ms is the expected remainder.
+                wall: Duration::from_micros(task.wall_ms * 1000 + 500),
+                plugin_estimate,
+                input_bytes: task.input_bytes,
+            });
+            longest_ms = longest_ms.max(task.wall_ms);
+            if age == 0 {
+                if let Some(index) = task.task_index {
+                    records.newest_by_index.insert(index, (plugin_estimate, task.output_bytes));
+                }
+                newest_outputs.push(task.output_bytes);
+                if plugin_estimate > 0 {
+                    newest_estimates.push(plugin_estimate);
+                }
+            }
+        })?;
+    }
+    records.newest_output_bytes = median(&mut newest_outputs);
+    records.newest_plugin_estimate = median(&mut newest_estimates);
+    records.longest = (!runs.is_empty()).then(|| Duration::from_millis(longest_ms));
+    Ok(records)
+}
+
+/// The lower median, `None` for none.
+fn median(values: &mut [u64]) -> Option<u64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_unstable();
+    Some(values[(values.len() - 1) / 2])
+}

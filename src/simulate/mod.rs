@@ -1,0 +1,49 @@
+//! `runner simulate`: a run predicted instead of made. The recipe compiles as for `run`, the
+//! plan learns its footprints from the store as `run`'s does, and the real scheduler's `State`
+//! (order, admission, batching, spill victims) is driven on a virtual clock by virtual workers
+//! ([`engine`]); each task takes the time and peak its step's history predicts ([`predict`],
+//! [`durations`], [`history`]). With a [`cluster`], units become jobs on its nodes. The
+//! result is what `run` reports, plus the [`critical_path`].
+
+pub mod cluster;
+pub mod critical_path;
+pub mod durations;
+pub mod engine;
+pub mod history;
+pub mod predict;
+
+use crate::Compiled;
+pub use cluster::{Cluster, ClusterShape};
+pub use critical_path::CriticalPath;
+pub use engine::{SimOptions, Simulated};
+pub use history::History;
+pub use predict::Predictor;
+
+/// A predicted run and its critical path.
+#[derive(Debug, Clone)]
+pub struct Prediction {
+    pub simulated: Simulated,
+    pub critical_path: CriticalPath,
+    /// Each step's learned task time (`None`: no recorded times, a guess).
+    pub durations: Vec<Option<durations::DurationModel>>,
+}
+
+/// Predicts a run of `compiled` from `history`: its plan learns from it (as `run` learns from
+/// the store), then the scheduler runs it on the virtual clock. A task of a step without recorded
+/// times runs for its estimate at `guess_speed` bytes a second. `record_tasks` keeps every task
+/// and the memory over time.
+pub fn predict(
+    compiled: &mut Compiled,
+    history: &History,
+    options: &SimOptions,
+    guess_speed: u64,
+    cluster: Option<ClusterShape>,
+    record_tasks: bool,
+) -> Prediction {
+    history.learn_footprints(compiled);
+    let predictor = Predictor::new(compiled, history, guess_speed);
+    let simulated = engine::simulate(compiled, &predictor, options, cluster.map(Cluster::new), record_tasks);
+    let critical_path = critical_path::critical_path(&compiled.graph, &simulated.longest);
+    let durations = (0..compiled.recipe.steps.len()).map(|s| predictor.duration_model(s).copied()).collect();
+    Prediction { simulated, critical_path, durations }
+}

@@ -1,0 +1,149 @@
+//! What one simulated task does: how long it runs, what it peaks at, how big its output is, and
+//! (for a plugin that estimates from its inputs at dispatch) what its plugin would estimate —
+//! each from the step's history, or a stated default where there is none: a task of a step
+//! without recorded times runs for its memory estimate at [`Predictor::new`]'s `guess_speed`
+//! (bytes a second: a task that touches its memory once at that speed), and counts as a guess.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::Compiled;
+
+use super::durations::DurationModel;
+use super::history::History;
+
+/// A step's predictions.
+#[derive(Debug, Clone)]
+struct StepPrediction {
+    /// `None`: no history, every task takes the default time and counts as a guess.
+    duration: Option<DurationModel>,
+    output_bytes: u64,
+    /// What the plugin is taken to estimate for a task at dispatch.
+    dispatch_estimate: u64,
+    /// The newest run's output bytes, by task index and their median.
+    recorded_output_bytes: Option<u64>,
+    by_index: HashMap<u64, (u64, u64)>,
+    /// Args rendered per task: the plan's figures are one sample task's, not each task's.
+    per_task_args: bool,
+    /// How this cycle's plan differs from the newest run's for the same (first) task, in its
+    /// plugin estimate and output bytes: a recorded figure of another task is scaled by it (a
+    /// cycle with 6 thresholds instead of 2 triples each threshold task's).
+    estimate_scale: f64,
+    output_scale: f64,
+}
+
+/// One task as the simulator has it run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskPrediction {
+    pub duration: Duration,
+    pub peak: u64,
+    pub output_bytes: u64,
+    /// Its time is the default, not learned.
+    pub guessed: bool,
+}
+
+/// Per-step predictions for a compiled recipe.
+#[derive(Debug, Clone)]
+pub struct Predictor {
+    steps: Vec<StepPrediction>,
+    guess_speed: u64,
+}
+
+impl Predictor {
+    /// Predictions for `compiled` (whose plan has learned from `history` already); a task of a
+    /// step without recorded times runs for its estimate at `guess_speed` bytes a second.
+    pub fn new(compiled: &Compiled, history: &History, guess_speed: u64) -> Predictor {
+        let durations = history.durations();
+        let steps = compiled
+            .plan
+            .steps
+            .iter()
+            .zip(&history.steps)
+            .zip(durations)
+            .zip(&compiled.recipe.steps)
+            .map(|(((plan, records), duration), step)| StepPrediction {
+                // A plugin estimating from its data at dispatch saw that cycle's weather, which
+                // the plan's metadata estimate cannot scale.
+                estimate_scale: match records.newest_by_index.get(&0) {
+                    Some(&(first, _)) if first > 0 && !step.plugin.estimate_follows_data() => {
+                        plan.plugin_estimate as f64 / first as f64
+                    }
+                    _ => 1.0,
+                },
+                output_scale: match (records.newest_by_index.get(&0), plan.output.bytes()) {
+                    (Some(&(_, first)), Some(now)) if first > 0 => now as f64 / first as f64,
+                    _ => 1.0,
+                },
+                duration,
+                // A shape the plan knows is exact; otherwise the newest run's size.
+                output_bytes: plan.output.bytes().or(records.newest_output_bytes).unwrap_or(0),
+                dispatch_estimate: records.newest_plugin_estimate.unwrap_or(plan.plugin_estimate),
+                recorded_output_bytes: records.newest_output_bytes,
+                by_index: records.newest_by_index.clone(),
+                per_task_args: step.args.is_per_task(),
+            })
+            .collect();
+        Predictor { steps, guess_speed: guess_speed.max(1) }
+    }
+
+    /// What a plugin that estimates at dispatch from its inputs (which a simulation does not
+    /// have) is taken to say for a task of `step`: its median in the newest recorded run —
+    /// yesterday's weather — else its estimate on the plan's metadata.
+    pub fn dispatch_estimate(&self, step: usize, index: u64) -> u64 {
+        let prediction = &self.steps[step];
+        let estimate = prediction.by_index.get(&index).map_or(prediction.dispatch_estimate, |&(estimate, _)| estimate);
+        (estimate as f64 * prediction.estimate_scale) as u64
+    }
+
+    /// Whether the plan's figures hold for a task of `step` reading `input_bytes` (as the
+    /// worker decides whether to ask the plugin again): not when its args are rendered per task
+    /// or its inputs are not the size the plan assumed.
+    pub fn as_planned(&self, step: usize, plan_input_bytes: u64, input_bytes: u64) -> bool {
+        !self.steps[step].per_task_args && input_bytes == plan_input_bytes
+    }
+
+    /// What the plugin estimated for task `index` of `step` in the newest run, when recorded
+    /// (the worker asks the plugin again for a task not as planned; the simulation has no
+    /// inputs to show it, so it takes that answer).
+    pub fn recorded_estimate(&self, step: usize, index: u64) -> Option<u64> {
+        let prediction = &self.steps[step];
+        let recorded = prediction.by_index.get(&index).map(|&(estimate, _)| estimate).filter(|&e| e > 0)?;
+        Some((recorded as f64 * prediction.estimate_scale) as u64)
+    }
+
+    /// Task `index` of `step`, whose plugin estimates `plugin_estimate`, reading `input_bytes`:
+    /// `peak` is what its step's footprint model expects without its margin (`None`: no
+    /// model, the task holds what it reserved, `reserved`). `as_planned`: the plan's output
+    /// shape holds for it (else the newest run's output size of the same task, or of the
+    /// step's median task).
+    #[expect(clippy::too_many_arguments, reason = "one task's figures, each named")]
+    pub fn task(
+        &self,
+        step: usize,
+        index: u64,
+        as_planned: bool,
+        plugin_estimate: u64,
+        input_bytes: u64,
+        peak: Option<u64>,
+        reserved: u64,
+    ) -> TaskPrediction {
+        let prediction = &self.steps[step];
+        let output_bytes = if as_planned {
+            prediction.output_bytes
+        } else {
+            let recorded =
+                prediction.by_index.get(&index).map(|&(_, bytes)| bytes).or(prediction.recorded_output_bytes);
+            recorded.map_or(prediction.output_bytes, |bytes| (bytes as f64 * prediction.output_scale) as u64)
+        };
+        let (duration, guessed) = match &prediction.duration {
+            Some(model) => (model.predict(plugin_estimate, input_bytes), false),
+            None => (Duration::from_secs_f64(reserved as f64 / self.guess_speed as f64), true),
+        };
+        TaskPrediction { duration, peak: peak.unwrap_or(reserved), output_bytes, guessed }
+    }
+
+    /// The duration model of `step`, if it has one.
+    pub fn duration_model(&self, step: usize) -> Option<&DurationModel> {
+        self.steps[step].duration.as_ref()
+    }
+}

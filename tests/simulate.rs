@@ -1,0 +1,219 @@
+//! `runner simulate` and `runner replay --simulate`: a recorded run predicted within bounds of a
+//! real run of the next cycle, the summary JSON's fields, the replay table and its per-cycle
+//! `predicted`/`recorded` objects, guesses without history, spills predicted where they happen,
+//! the Slurm what-if, and bad flags reported.
+
+mod common;
+
+use std::path::Path;
+
+use common::{runner, stderr, write};
+use serde_json::Value as Json;
+
+const MIB: f64 = (1 << 20) as f64;
+
+/// Two steps whose tasks hold their memory for a fixed time, so real walls are steady.
+const HOLDING: &str = "recipe: sim-holding
+dims:
+  i: 8
+steps:
+  make:
+    plugin: alloc
+    over: [i]
+    args: {bytes: 6MiB, hold_ms: 60, output_bytes: 1MiB}
+  use:
+    plugin: alloc
+    over: [i]
+    inputs: {x: make}
+    args: {bytes: 3MiB, hold_ms: 40}
+";
+
+/// A gather of 12 × 8 MiB under 64 MiB: the buffers must go to disk.
+const GATHER: &str = "recipe: sim-gather
+dims:
+  member: 12
+steps:
+  make:
+    plugin: alloc
+    over: [member]
+    args: {bytes: 0, output_bytes: 8MiB}
+  all:
+    plugin: noop
+    inputs: {members: make}
+";
+
+fn json(path: &Path) -> Json {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn run_cycle(dir: &Path, recipe: &str, cycle: &str, summary: &str) -> Json {
+    let out = runner(
+        dir,
+        &["run", recipe, "--cycle", cycle, "--workers", "2", "--budget", "64MiB", "--db", "h.db", "--summary", summary],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    json(&dir.join(summary))
+}
+
+#[test]
+fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_predicted() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
+    run_cycle(dir.path(), "h.yaml", "c2", "r2.json");
+    let out = runner(
+        dir.path(),
+        &["simulate", "h.yaml", "--cycle", "c3", "--workers", "2", "--budget", "64MiB", "--db", "h.db"]
+            .into_iter()
+            .chain(["--summary", "p.json", "--report", "p.html"])
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(text.contains("predicted ok"), "{text}");
+    assert!(text.contains("critical path: make → use"), "{text}");
+    let real = run_cycle(dir.path(), "h.yaml", "c3", "r3.json");
+    let predicted = json(&dir.path().join("p.json"));
+    assert_eq!(predicted["predicted"], true);
+    assert_eq!(predicted["guesses"], 0);
+    for field in ["recipe", "cycle", "status", "tasks_total", "tasks_ok", "wall_s", "budget_bytes"] {
+        assert!(!predicted[field].is_null(), "{field} in {predicted}");
+    }
+    assert_eq!(predicted["tasks_total"], 16);
+    assert_eq!(predicted["steps"].as_array().unwrap().len(), 2);
+    let (p_wall, r_wall) = (predicted["wall_s"].as_f64().unwrap(), real["wall_s"].as_f64().unwrap());
+    assert!((p_wall - r_wall).abs() <= 0.2 * r_wall, "predicted wall {p_wall} s, real {r_wall} s");
+    let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
+    let (p_reserved, r_reserved) = (reserved(&predicted), reserved(&real));
+    assert!(
+        (p_reserved - r_reserved).abs() <= 0.1 * r_reserved,
+        "predicted peak reserved {:.1} MiB, real {:.1} MiB",
+        p_reserved / MIB,
+        r_reserved / MIB
+    );
+    let page = std::fs::read_to_string(dir.path().join("p.html")).unwrap();
+    assert!(page.contains("A prediction, not a run"));
+    // Nothing ran: the store holds the three real runs only.
+    assert_eq!(common::query(&dir.path().join("h.db"), "SELECT count(*) FROM runs"), [["3"]]);
+}
+
+#[test]
+fn without_history_every_task_is_a_guess_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    let out = runner(
+        dir.path(),
+        &["simulate", "h.yaml", "--workers", "2", "--budget", "64MiB", "--db", "none.db", "--summary", "p.json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("16 of 16 tasks are guesses"), "{}", stderr(&out));
+    let predicted = json(&dir.path().join("p.json"));
+    assert_eq!(predicted["guesses"], 16);
+    assert!(!dir.path().join("none.db").exists(), "a simulation writes no store");
+}
+
+#[test]
+fn a_spill_is_predicted_where_the_real_run_spilled() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.yaml", GATHER);
+    let real = run_cycle(dir.path(), "g.yaml", "c1", "r1.json");
+    assert!(real["spilled_bytes"].as_u64().unwrap() > 0, "{real}");
+    let out = runner(
+        dir.path(),
+        &["simulate", "g.yaml", "--cycle", "c2", "--workers", "2", "--budget", "64MiB", "--db", "h.db"]
+            .into_iter()
+            .chain(["--summary", "p.json"])
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let predicted = json(&dir.path().join("p.json"));
+    assert!(predicted["spilled_bytes"].as_u64().unwrap() > 0, "{predicted}");
+    // The gather runs alone over the budget with its spilled inputs mapped, in both.
+    let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
+    let (p_reserved, r_reserved) = (reserved(&predicted), reserved(&real));
+    assert!((p_reserved - r_reserved).abs() <= 0.1 * r_reserved, "predicted {predicted}\nreal {real}");
+}
+
+#[test]
+fn replay_simulate_prints_a_row_per_cycle_and_writes_predicted_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    write(dir.path(), "cycles.yaml", "recipe: h.yaml\ncycles:\n  - {id: c1}\n  - {id: c2}\n  - {id: c3}\n");
+    let real = runner(dir.path(), &["replay", "cycles.yaml", "--workers", "2", "--budget", "64MiB", "--db", "h.db"]);
+    assert_eq!(real.status.code(), Some(0), "{}", stderr(&real));
+    let out = runner(dir.path(), &["replay", "cycles.yaml", "--simulate", "--db", "h.db", "--summary", "p.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(lines[0].contains("recorded") && lines[0].contains("error"), "{table}");
+    assert!(lines[3].starts_with("c3"), "{table}");
+    let summary = json(&dir.path().join("p.json"));
+    assert_eq!(summary["predicted"], true);
+    let cycles = summary["cycles"].as_array().unwrap();
+    assert_eq!(cycles.len(), 3);
+    for cycle in cycles {
+        for side in ["predicted", "recorded"] {
+            for field in ["wall_s", "peak_reserved_bytes", "spilled_bytes"] {
+                assert!(cycle[side][field].is_number(), "{side}.{field} in {cycle}");
+            }
+        }
+    }
+    // The first cycle had no history before it: its times are guesses; the later ones learned.
+    assert_eq!(cycles[0]["guesses"], 16);
+    assert_eq!(cycles[2]["guesses"], 0);
+    let recorded = cycles[2]["recorded"]["wall_s"].as_f64().unwrap();
+    let predicted = cycles[2]["predicted"]["wall_s"].as_f64().unwrap();
+    assert!((predicted - recorded).abs() <= 0.25 * recorded, "{predicted} s predicted, {recorded} s recorded");
+}
+
+#[test]
+fn the_slurm_what_if_reports_node_hours_and_the_peak_per_node() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
+    let out = runner(
+        dir.path(),
+        &["simulate", "h.yaml", "--executor", "slurm", "--nodes", "2", "--node-memory", "1GiB", "--node-cpus", "4"]
+            .into_iter()
+            .chain(["--queue-wait", "10s", "--workers", "8", "--db", "h.db", "--summary", "p.json"])
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("node-hours"), "{}", stderr(&out));
+    let predicted = json(&dir.path().join("p.json"));
+    let cluster = &predicted["cluster"];
+    assert_eq!(cluster["nodes"], 2);
+    assert_eq!(cluster["peak_per_node_bytes"].as_array().unwrap().len(), 2);
+    assert!(cluster["node_hours"].as_f64().unwrap() > 0.0);
+    // Two steps, each waiting 10 s in the queue: the wall is at least that.
+    assert!(predicted["wall_s"].as_f64().unwrap() >= 20.0, "{predicted}");
+    // A node too small for any job: its tasks fail, as Slurm would refuse the jobs.
+    let out = runner(
+        dir.path(),
+        &["simulate", "h.yaml", "--executor", "slurm", "--nodes", "2", "--node-memory", "32MiB", "--db", "h.db"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("predicted FAILED"), "{}", stderr(&out));
+}
+
+#[test]
+fn bad_flags_are_usage_errors_that_say_what_was_expected() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    for (args, expected) in [
+        (&["--nodes", "2"][..], "expected them with --executor slurm"),
+        (&["--executor", "slurm", "--nodes", "2"][..], "expected --nodes K and --node-memory SIZE"),
+        (&["--executor", "slurm", "--nodes", "2", "--node-memory", "1GiB", "--cpus-per-task", "8"][..], "--node-cpus"),
+        (&["--workers", "0"][..], "--workers"),
+        (&["--node-memory", "lots"][..], "--node-memory"),
+    ] {
+        let mut all = vec!["simulate", "h.yaml", "--db", "h.db"];
+        all.extend_from_slice(args);
+        let out = runner(dir.path(), &all);
+        assert_eq!(out.status.code(), Some(2), "{all:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{all:?}: {}", stderr(&out));
+    }
+    let out = runner(dir.path(), &["replay", "h.yaml", "--guess-speed", "1GiB"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
