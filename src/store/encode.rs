@@ -100,15 +100,12 @@ impl Counts {
     }
 }
 
-
-
 /// A batch's rows of one step (and plugin), by index in the batch, in recording order.
 pub(super) struct Group {
     pub step: Arc<str>,
     pub plugin: &'static str,
     pub rows: Vec<u32>,
 }
-
 
 /// What one transaction writes.
 pub(super) struct Batch<'a> {

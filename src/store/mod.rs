@@ -98,7 +98,6 @@ impl StoreError {
     }
 }
 
-
 /// An open feedback store. Not `Sync`: one per thread (each [`RunRecorder`] has its own
 /// connection on its writer thread).
 pub struct Store {

@@ -29,8 +29,8 @@
 //! transaction as the last batch.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -61,7 +61,6 @@ pub const MAX_BATCHES: u64 = (CHANNEL_CAPACITY + BATCH_ROWS / 64 + 64) as u64;
 pub const SPARE_WAIT: Duration = Duration::from_millis(250);
 /// How long [`RunInterrupt::interrupt`] waits for the writer to commit what it has.
 pub const INTERRUPT_WAIT: Duration = Duration::from_secs(3);
-
 
 enum Message {
     /// The first `.1` rows of the batch are to be written; the rest are spare rows a sender
@@ -340,7 +339,6 @@ impl Pending {
         self.first_sample_at = None;
     }
 }
-
 
 struct Writer {
     conn: Connection,
