@@ -19,6 +19,7 @@ mod output_paths;
 mod plugin_check;
 mod raw;
 mod raw_dims;
+mod step_keys;
 mod suggest;
 pub mod template;
 mod template_check;
