@@ -5,11 +5,13 @@
 use std::fmt;
 use std::time::Duration;
 
-use runner_plugin::{Args, InputMeta, InputsForEstimate, ValueMeta};
+use runner_plugin::{InputMeta, InputsForEstimate, ValueMeta};
 
 use crate::estimate::{Observation, Params, StepModel};
 use crate::graph::Graph;
 use crate::recipe::{Diagnostic, Recipe, StepId};
+// The scheduler still names it here; it lives with the recipe, where `layout` reads it too.
+pub use crate::recipe::sample_args;
 
 /// Where an estimate comes from, in order of preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,8 +197,3 @@ fn panicked(step: &crate::recipe::Step, doing: &str, panic: &dyn fmt::Display) -
     Diagnostic::new(step.loc, format!("plugin `{}` panicked {doing} step `{}`: {panic}", step.plugin.name(), step.name))
 }
 
-/// Args of a step's first task (every dim at its first value), for planning.
-pub fn sample_args(recipe: &Recipe, step: StepId) -> Args {
-    let first = |name: &str| recipe.dims.iter().find(|d| d.name == name).map(|d| d.value(0));
-    recipe.steps[step].args.for_task(&first).into_owned()
-}
