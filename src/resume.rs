@@ -34,7 +34,7 @@ use runner_plugin::{ArgKind, DimValue, Value};
 use serde_json::Value as Json;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::recipe::{Recipe, StepId};
 use crate::store::{RecordedTask, TaskStatus};
 use crate::values;
