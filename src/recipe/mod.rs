@@ -35,8 +35,8 @@ use std::io::Read as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use runner_plugin::{Args, Plugin};
 use runner_plugin::size::format_size;
+use runner_plugin::{Args, Plugin};
 
 pub use args::{ArgTemplate, StepArgs};
 use compiler::Compiler;
