@@ -20,7 +20,7 @@ fn cgroups_here() -> bool {
     match runner::command::support() {
         Ok(_) => true,
         Err(why) => {
-            eprintln!("no memory cgroup can be made here ({why}): the fallback is what runs");
+            eprintln!("skipped: the cgroup part (no memory cgroup can be made here: {why}); the fallback is what runs");
             false
         }
     }
