@@ -119,6 +119,7 @@ pub(super) struct Batch<'a> {
     pub finish: Option<(RunOutcome, Counts)>,
 }
 
+/// One value as bound to a statement parameter. `Unbound` is what a fresh statement holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Cell<'a> {
     Unbound,

@@ -525,8 +525,6 @@ impl Writer {
     }
 }
 
-/// One value as bound to a statement parameter. `Unbound` is what a fresh statement holds.
-
 fn thread_cpu_time() -> Duration {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `now` is a valid timespec for clock_gettime to fill in.
