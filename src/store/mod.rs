@@ -12,8 +12,8 @@
 //!   worker threads hand it [`TaskRecord`]s, the sampler [`Sample`]s and [`RunEvent`]s, a writer
 //!   thread inserts them in batches ([`writer`]), and [`RunRecorder::finish`] completes the run
 //!   row.
-//! - The row types, written and read, are [`model`]'s; run rows, samples and events are read
-//!   back by [`runs`], the compact encoding of a batch is [`encode`]'s.
+//! - The row types, written and read, are `model`'s; run rows, samples and events are read
+//!   back by `runs`, the compact encoding of a batch is `encode`'s.
 //! - [`query`] reads the history back: per-task rows of a step's recent runs for the estimator,
 //!   per-run per-step aggregates and failures for `runner history`; [`prune`] deletes old runs.
 //!

@@ -20,10 +20,10 @@ pub enum RunStatus {
     Ok,
     /// Finished with failed tasks.
     Failed,
-    /// Its process died without finishing it (noticed by a later [`Store::open`], or seen gone
+    /// Its process died without finishing it (noticed by a later [`Store::open`](super::Store::open), or seen gone
     /// by a reader). Its rows still teach what they measured.
     Killed,
-    /// Its recorder was dropped without [`RunRecorder::finish`] (the runner gave up on it).
+    /// Its recorder was dropped without [`RunRecorder::finish`](super::RunRecorder::finish) (the runner gave up on it).
     Aborted,
     /// Stopped by Ctrl-C or SIGTERM. History and learning leave such runs out unless asked.
     Interrupted,
@@ -141,7 +141,7 @@ impl Executor {
     }
 }
 
-/// One task's row, as a worker hands it to [`RunRecorder::record`].
+/// One task's row, as a worker hands it to [`RunRecorder::record`](super::RunRecorder::record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskRecord {
     pub step: Arc<str>,
@@ -278,7 +278,7 @@ impl RunStart {
     }
 }
 
-/// The run row's remaining columns, written by [`RunRecorder::finish`]. The writer counts the
+/// The run row's remaining columns, written by [`RunRecorder::finish`](super::RunRecorder::finish). The writer counts the
 /// rest (tasks by status, under-estimates, estimate and peak sums) from the rows it wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunOutcome {

@@ -12,7 +12,7 @@
 //!   first uncommitted row or when [`BATCH_ROWS`] wait. Samples and events alone wait up to
 //!   [`SAMPLE_FLUSH`] (they ride along with task rows otherwise). Each commit also moves the run
 //!   row's `recorded_ms` on, from which a later open dates the end of a killed run.
-//! - **compactly** (the SQL is [`super::encode`]'s): a batch is written a step at a time, so a step's rows get consecutive task
+//! - **compactly** (the SQL is `encode`'s): a batch is written a step at a time, so a step's rows get consecutive task
 //!   ids, recorded as one `task_blocks` row that also holds what the rows share (plugin, and the
 //!   first row's estimate, sources and hashes; a row stores these only where it differs), 32
 //!   rows per prepared `INSERT`, binding only what differs from the row bound before in the same

@@ -32,7 +32,7 @@ pub(super) fn release(addr: *const u8, len: usize, path: &Path) {
 }
 
 /// Releases the pages of `value`'s buffer if it is a spilled (mapped) one, as
-/// [`MappedBuffer::release_pages`] does, and returns its size; 0 (and nothing done) for resident
+/// [`super::MappedBuffer::release_pages`] does, and returns its size; 0 (and nothing done) for resident
 /// buffers and other values. For the engine, which holds spilled values as `Arc<Value>` and cannot
 /// reach the `MappedBuffer` inside.
 pub fn release_value_pages(value: &Value) -> u64 {
