@@ -5,8 +5,7 @@
 use runner_plugin::{DimRead, GroupOf, InputLayout, LayoutDim, ProducerDim, StepLayout};
 
 use crate::graph::{Graph, ProducerRule};
-use crate::plan::sample_args;
-use crate::recipe::{DimId, Recipe, StepId};
+use crate::recipe::{DimId, Recipe, StepId, sample_args};
 
 /// The layout of step `id`: its dims, and for each input how the producer's dims are read.
 pub fn step_layout(recipe: &Recipe, graph: &Graph, id: StepId) -> StepLayout {

@@ -1,15 +1,19 @@
 //! What a run will do before it does it: each step's task count, output shape, inputs and
 //! estimated peak bytes per task with the estimate's source. `runner plan` prints it; the
-//! scheduler admits tasks by it.
+//! scheduler admits tasks by it. [`Compiled`] is a recipe taken through the graph to its plan.
 
 use std::fmt;
+use std::path::Path;
 use std::time::Duration;
 
-use runner_plugin::{Args, InputMeta, InputsForEstimate, ValueMeta};
+use runner_plugin::{InputMeta, InputsForEstimate, ValueMeta};
 
 use crate::estimate::{Observation, Params, StepModel};
 use crate::graph::Graph;
-use crate::recipe::{Diagnostic, Recipe, StepId};
+use crate::recipe::{self, CompileOptions, Diagnostic, Recipe, RecipeError, StepId};
+use crate::registry::Registry;
+// The scheduler still names it here; it lives with the recipe, where `layout` reads it too.
+pub use crate::recipe::sample_args;
 
 /// Where an estimate comes from, in order of preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,8 +199,48 @@ fn panicked(step: &crate::recipe::Step, doing: &str, panic: &dyn fmt::Display) -
     Diagnostic::new(step.loc, format!("plugin `{}` panicked {doing} step `{}`: {panic}", step.plugin.name(), step.name))
 }
 
-/// Args of a step's first task (every dim at its first value), for planning.
-pub fn sample_args(recipe: &Recipe, step: StepId) -> Args {
-    let first = |name: &str| recipe.dims.iter().find(|d| d.name == name).map(|d| d.value(0));
-    recipe.steps[step].args.for_task(&first).into_owned()
+/// A recipe compiled to its graph and plan, ready to run.
+#[derive(Debug)]
+pub struct Compiled {
+    pub recipe: Recipe,
+    pub graph: Graph,
+    pub plan: Plan,
+}
+
+impl Compiled {
+    /// Reads, validates and plans the recipe at `path`.
+    pub fn from_file(path: &Path, options: &CompileOptions, registry: &Registry) -> Result<Compiled, RecipeError> {
+        Self::finish(recipe::load(path, options, registry).map_err(Self::check_the_sound_part)?)
+    }
+
+    /// Validates and plans recipe `text`, reporting errors as if it were read from `path`.
+    pub fn from_text(
+        path: &Path,
+        text: &str,
+        options: &CompileOptions,
+        registry: &Registry,
+    ) -> Result<Compiled, RecipeError> {
+        Self::finish(recipe::parse(path, text.to_string(), options, registry).map_err(Self::check_the_sound_part)?)
+    }
+
+    /// A rejected recipe's sound part (the steps that compiled cleanly, with their producers)
+    /// still goes through the graph and plan checks, so that one report holds every problem of
+    /// the file, not the front end's first and the others after they are fixed.
+    fn check_the_sound_part(mut error: RecipeError) -> RecipeError {
+        let later = match error.sound_part() {
+            Some(part) => match Graph::build(part) {
+                Err(diagnostics) => diagnostics,
+                Ok(graph) => Plan::build(part, &graph).err().unwrap_or_default(),
+            },
+            None => Vec::new(),
+        };
+        error.extend(later);
+        error
+    }
+
+    fn finish(recipe: Recipe) -> Result<Compiled, RecipeError> {
+        let graph = Graph::build(&recipe).map_err(|d| RecipeError::new(recipe.source.clone(), d))?;
+        let plan = Plan::build(&recipe, &graph).map_err(|d| RecipeError::new(recipe.source.clone(), d))?;
+        Ok(Compiled { recipe, graph, plan })
+    }
 }

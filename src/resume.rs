@@ -34,10 +34,12 @@ use runner_plugin::{ArgKind, DimValue, Value};
 use serde_json::Value as Json;
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::recipe::{Recipe, StepId};
 use crate::store::{RecordedTask, TaskStatus};
+// The scheduler still names it here; it lives with the value files, where `store::prune` reads it too.
 use crate::values;
+pub use crate::values::cache_dir;
 
 /// The output hash of nothing (a task that returns `Value::None`).
 pub const NONE_HASH: u64 = 0x6e6f_6e65_0000_0001;
@@ -252,15 +254,6 @@ fn add_folder(hasher: &mut Xxh3, root: &Path, relative: &Path) {
 /// 0 means "no hash" in the store.
 fn nonzero(hash: u64) -> u64 {
     if hash == 0 { 1 } else { hash }
-}
-
-/// Where `cache: true` keeps a step's values: `runner-cache/<recipe>/<cycle>/<step>/` in the
-/// directory the runner started in, like outputs.
-pub fn cache_dir(recipe: &str, cycle: &str, step: &str) -> PathBuf {
-    let safe = |s: &str| -> String {
-        s.chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
-    };
-    PathBuf::from("runner-cache").join(safe(recipe)).join(safe(cycle)).join(safe(step))
 }
 
 /// How a reused task's output is had again.

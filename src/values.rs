@@ -202,6 +202,15 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> io::Result<()> {
     runner_plugin::files::write_bytes_atomically(path, bytes).map_err(io::Error::other)
 }
 
+/// Where `cache: true` keeps a step's values: `runner-cache/<recipe>/<cycle>/<step>/` in the
+/// directory the runner started in, like outputs.
+pub fn cache_dir(recipe: &str, cycle: &str, step: &str) -> PathBuf {
+    let safe = |s: &str| -> String {
+        s.chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+    };
+    PathBuf::from("runner-cache").join(safe(recipe)).join(safe(cycle)).join(safe(step))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,13 +2,15 @@
 //! runs may still take, an explicit budget beyond what is available (or what others leave) is
 //! warned about, and a finished run's registration no longer counts.
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn runner(dir: &Path, budgets: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-    command.args(args).current_dir(dir).env("RUNNER_BUDGETS_DIR", budgets).env_remove("RUNNER_DB");
+    let mut command = common::runner_command(dir, args);
+    command.env("RUNNER_BUDGETS_DIR", budgets);
     command
 }
 

@@ -1,14 +1,13 @@
 //! The command line as users meet it: exit codes, what is written, the summary JSON, plan
 //! formats, the plugin listing and the help.
 
+mod common;
+
+use common::runner;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value as Json;
-
-fn runner(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner")).args(args).current_dir(dir).output().expect("running runner")
-}
 
 fn recipe(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes").join(name).display().to_string()

@@ -34,7 +34,7 @@ fn cgroups(test: &str) -> bool {
     match command::support() {
         Ok(_) => true,
         Err(why) => {
-            eprintln!("{test}: skipping the cgroup half: no memory cgroup can be made here ({why})");
+            eprintln!("skipped: the cgroup half of {test} (no memory cgroup can be made here: {why})");
             false
         }
     }

@@ -9,28 +9,18 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{stderr, write};
+use common::{runner, runner_command, stderr, write};
 
 const MIB: u64 = 1 << 20;
-
-fn runner_command(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-    command.args(args).current_dir(dir);
-    command
-}
-
-fn runner(dir: &Path, args: &[&str]) -> Output {
-    runner_command(dir, args).output().expect("running runner")
-}
 
 fn cgroups_here() -> bool {
     match runner::command::support() {
         Ok(_) => true,
         Err(why) => {
-            eprintln!("no memory cgroup can be made here ({why}): the fallback is what runs");
+            eprintln!("skipped: the cgroup part (no memory cgroup can be made here: {why}); the fallback is what runs");
             false
         }
     }

@@ -3,6 +3,8 @@
 //! anything runs, with exit code 2, each problem at its exact `file:line:column`, saying what is
 //! wrong and what was expected, and never a panic.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -169,9 +171,7 @@ fn corpus_file(name: &str) -> PathBuf {
 }
 
 fn runner() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-    command.env_remove("RUNNER_DB").env_remove("RUST_BACKTRACE").env_remove("RUST_LOG");
-    command
+    common::runner_command(Path::new("."), &[])
 }
 
 fn plan(path: &Path, extra: &[&str]) -> Output {

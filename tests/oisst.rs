@@ -9,14 +9,13 @@
 //! Python checks need `numpy netCDF4 xarray zarr dask` (CI installs them) and fail, saying so,
 //! when they are missing.
 
+mod common;
+
+use common::runner;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn runner(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner")).args(args).current_dir(dir).output().expect("running runner")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

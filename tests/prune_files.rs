@@ -1,8 +1,10 @@
 //! `runner prune` removes, beside the runs it deletes, the files of the cycles no run is left
 //! of: their commands' logs (`runner-logs/`) and kept values (`runner-cache/`).
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
+
+use common::runner;
+use std::process::Output;
 
 const RECIPE: &str = r#"
 recipe: pruned
@@ -16,10 +18,6 @@ steps:
     args:
       command: [echo, hello]
 "#;
-
-fn runner(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_runner")).args(args).current_dir(dir).output().unwrap()
-}
 
 fn assert_ok(out: &Output) {
     assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));

@@ -7,6 +7,9 @@
 //! Chromium is required: `.ci/install-chromium` installs Debian's (CI runs it). `CHROMIUM`
 //! names another binary.
 
+mod common;
+
+use common::runner;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -17,16 +20,6 @@ use serde_json::Value as Json;
 
 /// How long one Chromium render may take before the test gives up on it.
 const RENDER_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn runner(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(args)
-        .current_dir(dir)
-        .env_remove("RUNNER_DB")
-        .env("NO_COLOR", "1")
-        .output()
-        .expect("running runner")
-}
 
 fn ok(output: &std::process::Output) -> String {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();

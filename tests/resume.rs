@@ -3,6 +3,8 @@
 //! cause is fixed, runs only what failed and what depends on it; a changed input file is run
 //! again with what reads it.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -83,9 +85,9 @@ steps:
 "#;
 
 fn runner(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-    command.args(["run", "r.yaml", "--cycle", CYCLE, "--workers", "2", "--summary", "s.json"]).args(args);
-    command.current_dir(dir);
+    let mut command =
+        common::runner_command(dir, &["run", "r.yaml", "--cycle", CYCLE, "--workers", "2", "--summary", "s.json"]);
+    command.args(args);
     command
 }
 

@@ -60,8 +60,8 @@ fn slurm_conf() -> String {
 }
 
 fn runner_command(dir: &Path, conf: &str, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-    command.args(args).current_dir(dir).env("SLURM_CONF", conf).env_remove("RUNNER_DB");
+    let mut command = common::runner_command(dir, args);
+    command.env("SLURM_CONF", conf);
     command
 }
 

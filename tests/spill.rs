@@ -388,7 +388,7 @@ fn a_full_disk_is_an_error_and_leaves_no_partial_file() {
     let disk = match TinyDisk::mount() {
         Ok(disk) => disk,
         Err(why) => {
-            eprintln!("SKIPPED: cannot mount a 1 MiB tmpfs to fill ({})", why.trim());
+            eprintln!("skipped: cannot mount a 1 MiB tmpfs to fill ({})", why.trim());
             return;
         }
     };

@@ -3,6 +3,8 @@
 //! spills, a killed run's folder is removed by the next run, and an unusable spill dir is a
 //! clear warning while the run goes on.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -12,7 +14,7 @@ use serde_json::Value as Json;
 const MIB: u64 = 1 << 20;
 
 fn runner() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_runner"))
+    common::runner_command(Path::new("."), &[])
 }
 
 /// RssAnon of a running process, from /proc.

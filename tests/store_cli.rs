@@ -4,23 +4,16 @@
 //! store never touching what is not its own (foreign files, `--no-record`, reading commands,
 //! read-only directories, a lock held by another run).
 
+mod common;
+
+use common::{runner, runner_command};
 use std::collections::BTreeSet;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
-
-fn runner_command(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-    command.args(args).current_dir(dir).env_remove("RUNNER_DB").env("NO_COLOR", "1");
-    command
-}
-
-fn runner(dir: &Path, args: &[&str]) -> Output {
-    runner_command(dir, args).output().expect("running runner")
-}
 
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -173,7 +173,7 @@ fn store_errors_say_what_is_wrong_and_exit_3() {
         .unwrap();
     let text = stderr(&out);
     if root && text.contains("Permission denied") && !text.contains("r.db") {
-        eprintln!("skipped the read-only folder case: `nobody` cannot reach {}: {text}", ro.display());
+        eprintln!("skipped: the read-only folder case: `nobody` cannot reach {}: {text}", ro.display());
         return;
     }
     assert_eq!(out.status.code(), Some(3), "{text}");

@@ -277,7 +277,7 @@ mod tests {
     use runner_plugin::{ArgSpec, Plugin};
 
     use super::*;
-    use crate::Compiled;
+    use crate::plan::Compiled;
     use crate::recipe::CompileOptions;
     use crate::registry::Registry;
 

@@ -17,7 +17,7 @@ use runner_plugin::{FailureKind, Input, Inputs, TaskError, Value};
 use serde::{Deserialize, Serialize};
 
 use super::attempt::{Limits, Site, TaskOutcome, TaskToRun, attempt};
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::recipe::StepId;
 use crate::values;
 

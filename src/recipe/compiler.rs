@@ -1,5 +1,6 @@
 //! The compiler: checks the recipe as written ([`super::raw`]) name by name — vars, dims,
-//! steps, their `over`, inputs, hints and keys — and builds the validated steps.
+//! steps, their `over`, inputs, hints and keys (the scalar ones in [`super::step_keys`]) — and
+//! builds the validated steps.
 //!
 //! Every problem becomes a diagnostic and checking goes on. A check that depends on something
 //! already reported as wrong (a dim that was rejected, a key that could not be read) is
@@ -11,14 +12,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use runner_plugin::DimValue;
-use runner_plugin::size::{parse_duration, parse_size};
 use serde_json::Value as Json;
 
 use super::diagnostic::Source;
 use super::diagnostic::{Diagnostic, Loc};
 use super::dims::{Dim, DimId};
-use super::limits::{MAX_DIMS, MAX_RETRIES, MAX_TASKS};
-use super::raw::{Field, Located, RawInput, RawRecipe, RawStep, bounded, to_json};
+use super::limits::{MAX_DIMS, MAX_TASKS};
+use super::raw::{Field, Located, RawInput, RawRecipe, RawStep, to_json};
 use super::suggest::suggestion;
 use super::time::{INSTANT_FORMS, parse_instant};
 use super::{CompileOptions, InputSpec, OnMissing, PathPolicy, Recipe, Step, StepId};
@@ -466,86 +466,6 @@ impl Compiler<'_> {
             .entry(dim_id)
             .or_insert_with(|| values.iter().enumerate().map(|(i, v)| (v.clone(), i as u64)).collect());
         index.get(value).copied()
-    }
-
-    fn memory_hint(&mut self, step: &str, memory: &super::yaml::Item) -> Option<u64> {
-        use super::yaml::Node;
-        let parsed = match &memory.node {
-            Node::Int(i) if *i >= 0 => Ok(*i as u64),
-            Node::UInt(u) => Ok(*u),
-            Node::Int(i) => Err(format!(
-                "invalid size `{i}`: a size cannot be negative; expected a number of bytes or a size such as `600MiB`"
-            )),
-            Node::Str(s) => parse_size(s),
-            Node::Float(x) if x.fract() == 0.0 && *x >= 18_446_744_073_709_551_616.0 => {
-                Err(format!("{x:e} bytes: out of range; expected at most {} bytes (16 EiB)", u64::MAX))
-            }
-            Node::Float(x) if x.fract() == 0.0 && *x >= 0.0 => Ok(*x as u64),
-            other => Err(format!("{}; expected a number of bytes or a size such as `600MiB`", other.kind())),
-        };
-        parsed
-            .map_err(|e| {
-                self.error(Diagnostic::with_expectation(memory.loc, format!("`memory` of step `{step}`: {e}")))
-            })
-            .ok()
-    }
-
-    fn retries(&mut self, step: &str, item: &super::yaml::Item) -> Option<u64> {
-        bounded(item, format!("`retries` of step `{step}`"), 0, MAX_RETRIES).map_err(|d| self.error(d)).ok()
-    }
-
-    fn timeout(&mut self, step: &str, item: &super::yaml::Item) -> Option<std::time::Duration> {
-        use super::yaml::Node;
-        let what = format!("`timeout` of step `{step}`");
-        let expected = "a duration with a unit, e.g. `30s`, `10m` or `2h`";
-        let duration = match &item.node {
-            Node::Str(s) => {
-                parse_duration(s).map_err(|e| Diagnostic::with_expectation(item.loc, format!("{what}: {e}")))
-            }
-            other => Err(Diagnostic::new(item.loc, format!("{what} is {}", other.kind())).expected(expected)),
-        };
-        match duration {
-            Ok(d) if d.is_zero() => {
-                self.error(Diagnostic::new(item.loc, format!("{what} is 0")).expected(format!("{expected}, above 0")));
-                None
-            }
-            Ok(d) => Some(d),
-            Err(d) => {
-                self.error(d);
-                None
-            }
-        }
-    }
-
-    fn on_missing(&mut self, step: &str, item: &super::yaml::Item) -> Option<OnMissing> {
-        use super::yaml::Node;
-        const CHOICES: [(&str, OnMissing); 3] =
-            [("error", OnMissing::Error), ("skip", OnMissing::Skip), ("ignore", OnMissing::Ignore)];
-        let names = CHOICES.map(|(n, _)| n);
-        let what = format!("`on_missing` of step `{step}`");
-        let expected = match &item.node {
-            Node::Str(s) => match CHOICES.iter().find(|(n, _)| **n == **s) {
-                Some((_, choice)) => return Some(*choice),
-                None => {
-                    self.error(Diagnostic::new(item.loc, format!("{what} is `{s}`")).expected(suggestion(s, names)));
-                    return None;
-                }
-            },
-            other => Diagnostic::new(item.loc, format!("{what} is {}", other.kind())),
-        };
-        self.error(expected.expected(suggestion("", names)));
-        None
-    }
-
-    fn cache(&mut self, step: &str, item: &super::yaml::Item) -> Option<bool> {
-        match item.node {
-            super::yaml::Node::Bool(b) => Some(b),
-            ref other => {
-                let message = format!("`cache` of step `{step}` is {}", other.kind());
-                self.error(Diagnostic::new(item.loc, message).expected("`true` or `false`"));
-                None
-            }
-        }
     }
 }
 

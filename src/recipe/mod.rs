@@ -19,6 +19,7 @@ mod output_paths;
 mod plugin_check;
 mod raw;
 mod raw_dims;
+mod step_keys;
 mod suggest;
 pub mod template;
 mod template_check;
@@ -34,8 +35,8 @@ use std::io::Read as _;
 use std::path::Path;
 use std::sync::Arc;
 
-use runner_plugin::Plugin;
 use runner_plugin::size::format_size;
+use runner_plugin::{Args, Plugin};
 
 pub use args::{ArgTemplate, StepArgs};
 use compiler::Compiler;
@@ -145,6 +146,12 @@ impl Recipe {
     pub fn step_id(&self, name: &str) -> Option<StepId> {
         self.steps.iter().position(|s| s.name == name)
     }
+}
+
+/// Args of a step's first task (every dim at its first value), for planning and for plugins' layout checks.
+pub fn sample_args(recipe: &Recipe, step: StepId) -> Args {
+    let first = |name: &str| recipe.dims.iter().find(|d| d.name == name).map(|d| d.value(0));
+    recipe.steps[step].args.for_task(&first).into_owned()
 }
 
 /// Reads and validates the recipe at `path`.

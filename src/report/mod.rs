@@ -10,9 +10,14 @@
 //! inlined script draws — uPlot (vendored in `vendor/`, MIT) for the series, a small script of
 //! our own for the timeline. Nothing is fetched when the page is opened: a Content-Security-
 //! Policy of `default-src 'none'` forbids it, and everything the page needs is inside it.
+//!
+//! The models are `run_page` and `recipe_page` (with `timeline`); their renderings are `run_html`
+//! and `recipe_html`, built of the pieces in `html`. A model never calls its rendering.
 
 mod html;
+mod recipe_html;
 mod recipe_page;
+mod run_html;
 pub mod run_page;
 pub mod timeline;
 

@@ -98,9 +98,4 @@ impl RecipePage {
         }
         Ok(RecipePage { recipe: recipe.to_string(), runs, steps })
     }
-
-    /// Renders the page.
-    pub fn to_html(&self) -> String {
-        super::html::recipe_page(self)
-    }
 }

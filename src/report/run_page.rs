@@ -259,11 +259,6 @@ impl RunPage {
         };
         self.run.workers.max(highest).max(1)
     }
-
-    /// Renders the page.
-    pub fn to_html(&self) -> String {
-        super::html::run_page(self)
-    }
 }
 
 /// The run's end as its row and samples tell it.

@@ -171,7 +171,7 @@ impl Store {
 /// The folders of a recipe and cycle's logs and kept values under `root`, as runs name them.
 fn files_of(root: &Path, recipe: &str, cycle: &str) -> Vec<PathBuf> {
     let logs = crate::command::task_log_path(recipe, cycle, "x", "x");
-    let cache = crate::resume::cache_dir(recipe, cycle, "x");
+    let cache = crate::values::cache_dir(recipe, cycle, "x");
     [logs.parent().and_then(Path::parent), cache.parent()]
         .into_iter()
         .flatten()

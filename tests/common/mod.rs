@@ -36,10 +36,8 @@ pub fn run_measured(recipe: &str, args: &[&str]) -> Measured {
 /// Runs `runner run RECIPE --summary s.json ARGS...` in `dir` and reaps it with `wait4`.
 #[expect(clippy::zombie_processes, reason = "the child is reaped with wait4, for its rusage")]
 pub fn run_measured_in(dir: &Path, recipe: &str, args: &[&str]) -> Measured {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["run", recipe, "--summary", "s.json"])
+    let mut child = runner_command(dir, &["run", recipe, "--summary", "s.json"])
         .args(args)
-        .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -68,14 +66,24 @@ pub fn assert_ok(m: &Measured) {
 }
 
 /// `runner ARGS...` in `dir`, in an environment of its own: the developer's `RUNNER_DB`,
-/// `RUNNER_PYTHON`, `NO_COLOR` and `RUST_LOG` are not inherited (the store defaults to `dir`).
+/// `RUNNER_PYTHON`, `NO_COLOR`, `RUST_LOG` and `RUST_BACKTRACE` are not inherited (the store
+/// defaults to `dir`), and its temporary folder (`TMPDIR`: the default spill folder, scratch
+/// folders and the sweep of dead runners' ones) is this test binary's own, not the machine's.
 pub fn runner_command(dir: &Path, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
     command.args(args).current_dir(dir);
-    for name in ["RUNNER_DB", "RUNNER_PYTHON", "NO_COLOR", "RUST_LOG"] {
+    for name in ["RUNNER_DB", "RUNNER_PYTHON", "NO_COLOR", "RUST_LOG", "RUST_BACKTRACE"] {
         command.env_remove(name);
     }
+    command.env("TMPDIR", temp_dir());
     command
+}
+
+/// This test binary's temporary folder, made on first use; it lives as long as the binary.
+pub fn temp_dir() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::Builder::new().prefix("runner-test-tmp-").tempdir().expect("a temporary folder"))
+        .path()
 }
 
 /// Runs [`runner_command`] to its end.

@@ -6,6 +6,9 @@ use runner_plugin::{
     TaskContext, Value,
 };
 
+use super::create::clear_store;
+use super::finalize::remove_replaced;
+use super::write::positions;
 use super::*;
 use crate::testing::{TestHost, args, array};
 
