@@ -174,6 +174,27 @@ impl OutputGuard {
     }
 
     /// A usage error naming both files when an output is a protected file or another output.
+    /// Guards a command's `--summary` (JSON) and `--report` (HTML), then checks everything:
+    /// no output replaces what the command reads, and each output can be written.
+    pub fn check_summary_and_report(&mut self, summary: Option<&Path>, report: Option<&Path>) -> anyhow::Result<()> {
+        use anyhow::Context as _;
+        let outputs =
+            [(summary, "--summary", "summary", OutputKind::Json), (report, "--report", "report", OutputKind::Html)];
+        for (path, flag, _, kind) in outputs {
+            if let Some(path) = path {
+                self.output(path, flag, kind);
+            }
+        }
+        self.check()?;
+        for (path, _, what, _) in outputs {
+            if let Some(path) = path {
+                super::run_cmd::check_writable(path)
+                    .with_context(|| format!("the {what} cannot be written to {}", path.display()))?;
+            }
+        }
+        Ok(())
+    }
+
     pub fn check(&self) -> Result<(), UsageError> {
         for (i, output) in self.outputs.iter().enumerate() {
             let clash = self.protected.iter().chain(&self.outputs[..i]).find(|p| p.identity == output.identity);

@@ -8,11 +8,11 @@ use anyhow::Context as _;
 use runner_plugin::size::format_size;
 use serde::{Deserialize, Serialize};
 
-use super::output_guard::{OutputGuard, OutputKind};
+use super::output_guard::OutputGuard;
 use super::output_lock::OutputLocks;
 use super::record;
 use super::report_cmd;
-use super::run_cmd::{check_writable, execute, plan_resume, refuse_a_second_run, run_options};
+use super::run_cmd::{execute, plan_resume, refuse_a_second_run, run_options};
 use super::summary::RunSummary;
 use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ReplayArgs};
 use crate::Compiled;
@@ -59,19 +59,7 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     for one in &compiled {
         guard.protect_recipe(&recipe_path, one);
     }
-    for (path, what, kind) in
-        [(&args.summary, "--summary", OutputKind::Json), (&args.report, "--report", OutputKind::Html)]
-    {
-        if let Some(path) = path {
-            guard.output(path, what, kind);
-        }
-    }
-    guard.check()?;
-    for (path, what) in [(&args.summary, "summary"), (&args.report, "report")] {
-        if let Some(path) = path {
-            check_writable(path).with_context(|| format!("the {what} cannot be written to {}", path.display()))?;
-        }
-    }
+    guard.check_summary_and_report(args.summary.as_deref(), args.report.as_deref())?;
     if args.simulate {
         let ids: Vec<&str> = file.cycles.iter().map(|c| c.id.as_str()).collect();
         let workers = args.resources.workers.map(usize::from);

@@ -8,9 +8,8 @@ use runner_plugin::size::format_size;
 use serde::Serialize;
 use std::path::Path;
 
-use super::output_guard::{OutputGuard, OutputKind};
+use super::output_guard::OutputGuard;
 use super::record;
-use super::run_cmd::check_writable;
 use super::summary::{NO_LOCAL_BUDGET, RunSummary};
 use super::{EXIT_USAGE, ExecutorKind, SimulateArgs, UsageError, compile};
 use crate::Compiled;
@@ -26,19 +25,7 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
     let db = args.db.clone().unwrap_or_else(record::default_db);
     let mut guard = OutputGuard::default();
     guard.protect_store(&db).protect_recipe(&args.recipe.recipe, &compiled);
-    for (path, what, kind) in
-        [(&args.summary, "--summary", OutputKind::Json), (&args.report, "--report", OutputKind::Html)]
-    {
-        if let Some(path) = path {
-            guard.output(path, what, kind);
-        }
-    }
-    guard.check()?;
-    for (path, what) in [(&args.summary, "summary"), (&args.report, "report")] {
-        if let Some(path) = path {
-            check_writable(path).with_context(|| format!("the {what} cannot be written to {}", path.display()))?;
-        }
-    }
+    guard.check_summary_and_report(args.summary.as_deref(), args.report.as_deref())?;
     let cluster = cluster_shape(&args)?;
     let options = sim_options(&args, cluster.is_some())?;
     let history = match record::open_history(&db)? {

@@ -34,7 +34,7 @@ fn page(compiled: &Compiled, prediction: &Prediction) -> RunPage {
     let recipe = &compiled.recipe;
     let mut timeline = TimelineBuilder::new(limits.timeline_bars, limits.band_bins);
     let (mut key, mut index) = (String::new(), Vec::new());
-    let mut rows: Vec<StepRow> = recipe.steps.iter().map(|s| empty_row(&s.name, s.plugin.name())).collect();
+    let mut rows: Vec<StepRow> = recipe.steps.iter().map(|s| StepRow::empty(&s.name, s.plugin.name())).collect();
     for task in &simulated.tasks {
         let start_ms = task.start.as_millis() as u64;
         let wall_ms = task.wall.as_millis() as u64;
@@ -126,27 +126,5 @@ fn page(compiled: &Compiled, prediction: &Prediction) -> RunPage {
         events_total: 0,
         failures: Vec::new(),
         failures_total: 0,
-    }
-}
-
-fn empty_row(step: &str, plugin: &str) -> StepRow {
-    StepRow {
-        step: step.to_string(),
-        plugin: plugin.to_string(),
-        sources: Vec::new(),
-        tasks: 0,
-        ok: 0,
-        failed: 0,
-        skipped: 0,
-        retried: 0,
-        wall_ms_total: 0,
-        first_start_ms: None,
-        last_end_ms: None,
-        estimate_p50: 0,
-        estimate_max: 0,
-        peak_p50: 0,
-        peak_max: 0,
-        underestimates: 0,
-        slack: None,
     }
 }

@@ -81,28 +81,35 @@ struct StepTally {
     peak_sum: u128,
 }
 
+impl StepRow {
+    /// The row of a step with no task yet.
+    pub fn empty(step: &str, plugin: &str) -> StepRow {
+        StepRow {
+            step: step.to_string(),
+            plugin: plugin.to_string(),
+            sources: Vec::new(),
+            tasks: 0,
+            ok: 0,
+            failed: 0,
+            skipped: 0,
+            retried: 0,
+            wall_ms_total: 0,
+            first_start_ms: None,
+            last_end_ms: None,
+            estimate_p50: 0,
+            estimate_max: 0,
+            peak_p50: 0,
+            peak_max: 0,
+            underestimates: 0,
+            slack: None,
+        }
+    }
+}
+
 impl StepTally {
     fn new(step: &str, plugin: &str) -> StepTally {
         StepTally {
-            row: StepRow {
-                step: step.to_string(),
-                plugin: plugin.to_string(),
-                sources: Vec::new(),
-                tasks: 0,
-                ok: 0,
-                failed: 0,
-                skipped: 0,
-                retried: 0,
-                wall_ms_total: 0,
-                first_start_ms: None,
-                last_end_ms: None,
-                estimate_p50: 0,
-                estimate_max: 0,
-                peak_p50: 0,
-                peak_max: 0,
-                underestimates: 0,
-                slack: None,
-            },
+            row: StepRow::empty(step, plugin),
             estimates: Vec::new(),
             peaks: Vec::new(),
             estimate_sum: 0,

@@ -79,11 +79,17 @@ pub fn runner_command(dir: &Path, args: &[&str]) -> Command {
     command
 }
 
-/// This test binary's temporary folder, made on first use; it lives as long as the binary.
+/// This test binary's temporary folder, made on first use under Cargo's folder for test
+/// files (`target/tmp`, so nothing is left in the machine's `/tmp`), emptied at its next use.
 pub fn temp_dir() -> &'static Path {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| tempfile::Builder::new().prefix("runner-test-tmp-").tempdir().expect("a temporary folder"))
-        .path()
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let binary = std::env::current_exe().ok().and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(binary.unwrap_or_else(|| "tests".into()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("a temporary folder for the tests");
+        dir
+    })
 }
 
 /// Runs [`runner_command`] to its end.

@@ -116,6 +116,7 @@ fn registry_holds_the_contracted_plugins_and_arguments() {
                 optional("env", "{}"),
                 optional("output", "none"),
                 optional("isolate", "false"),
+                optional("fork", "true"),
                 optional("max_resident", "none"),
             ],
         ),
