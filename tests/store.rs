@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use runner::measure::PeakSource;
 use runner::plan::EstimateSource;
 use runner::store::{
-    HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, StepHistory, Store,
+    HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, Sample, StepHistory, Store,
     StoreError, TaskRecord, TaskStatus,
 };
 use rusqlite::Connection;
@@ -912,4 +912,44 @@ fn resume_reads_back_each_tasks_hashes_and_output_path() {
         assert_eq!((t.output_hash, &t.output_path), (want.output_hash, &want.output_path));
     }
     assert_eq!(read.iter().filter(|t| t.step == "read").count(), 100);
+}
+
+#[test]
+fn a_run_that_ended_without_its_closing_figures_keeps_what_its_samples_say() {
+    // An interrupted run exits without its closing line: the next open marks it killed, and
+    // what it had spilled and reserved come from its samples rather than reading 0.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    let recorder = store.start_run(&start("r", "c1")).unwrap();
+    let run_id = recorder.run_id();
+    for (t_ms, spilled_bytes, reserved_bytes) in
+        [(100, 0, 300 << 20), (200, 489 << 20, 900 << 20), (300, 489 << 20, 500 << 20)]
+    {
+        recorder.sample(Sample {
+            t_ms,
+            reserved_bytes,
+            live_bytes: 0,
+            rss_bytes: 0,
+            resident_bytes: 0,
+            spilled_bytes,
+            running_tasks: 1,
+            external_bytes: 0,
+        });
+    }
+    drop(recorder);
+    drop(store);
+    // As a killed process leaves it: still running, owned by a process that is gone.
+    raw(&path)
+        .execute(
+            "UPDATE runs SET status = 'running', finished_at = NULL, spilled_bytes = NULL, \
+             peak_reserved_bytes = NULL, pid = 2147483000 WHERE run_id = ?1",
+            [run_id],
+        )
+        .unwrap();
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.killed_at_open(), [run_id]);
+    let row = store.run(run_id).unwrap().unwrap();
+    assert_eq!(row.status, RunStatus::Killed);
+    assert_eq!((row.spilled_bytes, row.peak_reserved_bytes), (Some(489 << 20), Some(900 << 20)));
 }

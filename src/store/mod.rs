@@ -219,8 +219,9 @@ impl Store {
     }
 
     /// Marks `killed` the `running` runs whose owner process is gone, with `finished_at` as
-    /// far as their committed rows and samples reach, and their rows counted by status; returns
-    /// their ids.
+    /// far as their committed rows and samples reach, their rows counted by status, and what
+    /// they had spilled and reserved at most as far as their samples tell (an interrupted run
+    /// ends without its closing figures); returns their ids.
     fn mark_killed_runs(&self) -> Result<Vec<i64>, StoreError> {
         let what = "looking for runs left unfinished by a killed process";
         let mut stmt = self
@@ -252,9 +253,13 @@ impl Store {
                 .execute(
                     &format!(
                         "UPDATE runs SET status = 'killed', finished_at = ?2, \
-                         tasks_ok = counts.ok, tasks_failed = counts.failed, tasks_skipped = counts.skipped \
+                         tasks_ok = counts.ok, tasks_failed = counts.failed, tasks_skipped = counts.skipped, \
+                         spilled_bytes = coalesce(spilled_bytes, sampled.spilled), \
+                         peak_reserved_bytes = coalesce(peak_reserved_bytes, sampled.reserved) \
                          FROM (SELECT coalesce(sum(t.status = 0), 0) AS ok, coalesce(sum(t.status = 1), 0) AS failed, \
-                           coalesce(sum(t.status = 2), 0) AS skipped FROM {}) AS counts \
+                           coalesce(sum(t.status = 2), 0) AS skipped FROM {}) AS counts, \
+                         (SELECT max(spilled_bytes) AS spilled, max(reserved_bytes) AS reserved \
+                           FROM samples WHERE run_id = ?1) AS sampled \
                          WHERE run_id = ?1 AND status = 'running'",
                         query::RUN_ROWS
                     ),
