@@ -27,7 +27,7 @@ use super::super::cgroup::TaskCgroup;
 use super::super::registry::{self, Registration};
 use super::super::tree::{self, Tree};
 use super::sampler::resident_of;
-use super::{DEATH_PATIENCE, NoRebase, Place, Service, blocking_pipe, launch, wait_for_exit};
+use super::{DEATH_PATIENCE, EXIT_PATIENCE, NoRebase, Place, Service, blocking_pipe, launch, wait_for_exit};
 use crate::measure::external;
 
 /// How long a warmed process may take to answer a fork request.
@@ -214,9 +214,13 @@ impl Ended {
 }
 
 impl Drop for Reaper {
-    /// Its last service is gone, so it ends by itself; if not, it is killed.
+    /// Its last service is gone, so it ends by itself; one that never forked or retired waits
+    /// on its control socket, which is closed for it; if it still runs, it is killed.
     fn drop(&mut self) {
         external::remove_standing(self.standing);
+        if !wait_for_exit(self.pid, EXIT_PATIENCE) {
+            let _ = self.control.shutdown(std::net::Shutdown::Both);
+        }
         if !wait_for_exit(self.pid, DEATH_PATIENCE) {
             if let Some(cgroup) = &self.cgroup {
                 cgroup.kill();

@@ -324,10 +324,8 @@ fn take_idle(spec: &ServiceSpec) -> Idle {
 /// its own waits for these instead. A forking spec's one process is warmed and forks the rest
 /// ([`fork`]); others start side by side.
 pub fn prestart(spec: &ServiceSpec, workers: usize, log_path: &Path, warm: runner_plugin::service::WarmUp) {
-    if let Err(e) = ensure_log_folder(log_path) {
-        tracing::info!("no service started ahead of need: {e}");
-        return;
-    }
+    // Called before every task of a service's plugin: nothing but the pool's lock until a
+    // service is really to be started.
     let places = {
         let mut pool = pool();
         let idle = pool.idle.iter().any(|s| s.spec == *spec);
@@ -361,7 +359,7 @@ fn warm_up_in_background(
     let counted = spec.clone();
     let started = std::thread::Builder::new().name(name).spawn(move || {
         let mut ready = Vec::new();
-        match warm_up(&log_path) {
+        match ensure_log_folder(&log_path).and_then(|()| warm_up(&log_path)) {
             Ok(services) => {
                 for mut service in services {
                     let standing = Sampler::new(&service).sample();
