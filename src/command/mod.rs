@@ -192,7 +192,7 @@ impl<'a> Request<'a> {
 /// Why a command or service was stopped to keep the budget.
 pub(crate) fn preempted_text(what: &str, held: u64, reserved: u64) -> String {
     format!(
-        "{what} was preempted: the run went over its memory budget while it held {}, more than the {} its task reserved; the task runs again with what it held reserved",
+        "{what} was preempted: the run went over its memory budget while it held {}, more than the {} its task reserved; the task runs again with at least that reserved",
         format_size(held),
         format_size(reserved)
     )

@@ -1,8 +1,8 @@
 //! The budget held for commands by default: when the run's memory (the runner's heap, the
 //! running tasks' commands and services, the services' baselines) goes over the budget while
 //! some task's commands hold more than the task reserved, the newest such task is told to yield
-//! ([`Watched::should_yield`]): its command is killed, and the task runs again with what it was
-//! measured at reserved (`FailureKind::Preempted`, not counted against `retries`).
+//! ([`Watched::should_yield`]): its command is killed, and the task runs again with a reservation
+//! grown past what it was measured at (`FailureKind::Preempted`, not counted against `retries`).
 //!
 //! Only tasks that went over their reservation are candidates — a task within what it reserved
 //! is exactly what admission promised room for — and a task alone is never preempted: running

@@ -969,7 +969,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             match &outcome.result {
                 Err(error) if error.kind() == FailureKind::Preempted => {
                     tracing::info!("task {}[{}] preempted to keep the budget: {error}", step_def.name, self.key);
-                    // Not an attempt that counts: it runs again, with what it held reserved.
+                    // Not an attempt that counts: it runs again, its reservation grown past what it held.
                     (attempts, preempted) = (attempts - 1, preempted + 1);
                     picked = self.grow_after_oom(picked, outcome.peak);
                 }

@@ -42,8 +42,8 @@ pub enum FailureKind {
     /// The run was interrupted or aborted while the task ran.
     Cancelled,
     /// The run went over its memory budget while the task's commands held more than it
-    /// reserved: it was stopped to keep the budget, and runs again with what it was measured
-    /// at reserved (not counted against `retries`).
+    /// reserved: it was stopped to keep the budget, and runs again with a reservation
+    /// grown past what it was measured at (not counted against `retries`).
     Preempted,
 }
 
