@@ -12,7 +12,9 @@
 //! is changed, though the folder's own mtime is not). `output_hash` hashes what a later run can
 //! check of its output: a path's name, size and modification time (a file rewritten since is a
 //! changed output), or a value kept with `cache: true` by its content; an in-memory value that
-//! is not kept is not hashed (0).
+//! is not kept is not hashed (0). A step with `resume: content` ([`ResumeCheck::Content`]) has
+//! the files it reads and writes hashed by their bytes instead of size and modification time,
+//! as Nextflow's `cache 'deep'`: for files whose modification time lies.
 //! [`Reuse::plan`] compares them with what the recipe would do now:
 //! 1. a task is reusable when it finished ok last time, its step's fingerprint is unchanged,
 //!    every producer of it is reusable, the inputs hash it would have now is the recorded one,
@@ -35,7 +37,7 @@ use serde_json::Value as Json;
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::plan::Compiled;
-use crate::recipe::{Recipe, StepId};
+use crate::recipe::{Recipe, ResumeCheck, StepId};
 use crate::store::{RecordedTask, TaskStatus};
 // The scheduler still names it here; it lives with the value files, where `store::prune` reads it too.
 use crate::values;
@@ -66,6 +68,8 @@ pub struct Fingerprints {
     steps: Vec<u64>,
     /// The args naming files a step's tasks read (`ArgKind::InputPath`, `ArgKind::MayNameInputs`).
     input_paths: Vec<Vec<(&'static str, ArgKind)>>,
+    /// How each step's files are checked (`resume:`).
+    checks: Vec<ResumeCheck>,
 }
 
 impl Fingerprints {
@@ -92,7 +96,8 @@ impl Fingerprints {
                 step.plugin.args().iter().filter(reads).map(|a| (a.name, a.kind)).collect()
             })
             .collect();
-        Fingerprints { steps, input_paths }
+        let checks = recipe.steps.iter().map(|step| step.resume).collect();
+        Fingerprints { steps, input_paths, checks }
     }
 
     /// The fingerprint of `step` (every task's `args_hash`).
@@ -101,8 +106,8 @@ impl Fingerprints {
     }
 
     /// The inputs hash of a task of `step` whose producers' hash is `producers` (see
-    /// [`producers_hash`]): with, when the step reads files named by its args, each file's
-    /// name, size and modification time — a file changed since is a changed input.
+    /// [`ProducersHash`]): with, when the step reads files named by its args, each file's
+    /// [`path_hash`] — a file changed since is a changed input.
     pub fn inputs_hash(&self, recipe: &Recipe, step: StepId, producers: u64, dims: &[(&str, DimValue)]) -> u64 {
         let names = &self.input_paths[step];
         if names.is_empty() {
@@ -113,10 +118,11 @@ impl Fingerprints {
         let mut hasher = Xxh3::new();
         hasher.update(&producers.to_le_bytes());
         let work_dir = std::env::current_dir().ok().and_then(|d| d.canonicalize().ok());
+        let check = self.checks[step];
         for &(name, kind) in names {
             let mut add = |path: &str| {
                 if kind == ArgKind::InputPath || names_a_file_inside(path, work_dir.as_deref()) {
-                    hasher.update(&path_hash(Path::new(path)).to_le_bytes());
+                    hasher.update(&path_hash(Path::new(path), check).to_le_bytes());
                 }
             };
             match args.get(name) {
@@ -126,6 +132,12 @@ impl Fingerprints {
             }
         }
         nonzero(hasher.digest())
+    }
+
+    /// The output hash of a task of `step` (see [`output_hash`]), its files checked as the
+    /// step's `resume:` says.
+    pub fn output_hash(&self, step: StepId, value: &Value, kept: bool) -> u64 {
+        output_hash(value, kept, self.checks[step])
     }
 }
 
@@ -146,10 +158,10 @@ impl ProducersHash {
 /// Hash of a task's output, as far as a later run can check it: nothing, a path (its file), or
 /// a value kept with `cache: true` (its content); 0 for an in-memory value not kept, which is
 /// not hashed at all.
-pub fn output_hash(value: &Value, kept: bool) -> u64 {
+fn output_hash(value: &Value, kept: bool, check: ResumeCheck) -> u64 {
     match value {
         Value::None => NONE_HASH,
-        Value::Path(path) => path_hash(path),
+        Value::Path(path) => path_hash(path, check),
         _ if kept => content_hash(value),
         _ => 0,
     }
@@ -177,7 +189,8 @@ fn content_hash(value: &Value) -> u64 {
             hasher.0.update(b"json");
             let _ = serde_json::to_writer(&mut hasher, json);
         }
-        Value::Path(path) => return path_hash(path),
+        // Not reached: a path's hash is its file's (`output_hash`).
+        Value::Path(path) => return path_hash(path, ResumeCheck::Metadata),
     }
     nonzero(hasher.0.digest())
 }
@@ -196,35 +209,65 @@ fn names_a_file_inside(item: &str, work_dir: Option<&Path>) -> bool {
     }
 }
 
-/// Hash of a path: its name, and its file's size and modification time — for a folder, those of
-/// every file and folder under it, recursively, by name relative to it, in name order (0 when
-/// nothing is there, which no output hashes to).
-pub fn path_hash(path: &Path) -> u64 {
+/// Hash of a path: its name, and its file's size and modification time (or, with
+/// [`ResumeCheck::Content`], its bytes) — for a folder, those of every file and folder under
+/// it, recursively, by name relative to it, in name order (0 when nothing is there, which no
+/// output hashes to).
+pub fn path_hash(path: &Path, check: ResumeCheck) -> u64 {
     let Ok(meta) = std::fs::metadata(path) else { return 0 };
     let mut hasher = Xxh3::new();
-    hasher.update(b"path");
+    hasher.update(match check {
+        ResumeCheck::Metadata => b"path",
+        ResumeCheck::Content => b"deep",
+    });
     hasher.update(path.as_os_str().as_encoded_bytes());
-    add_metadata(&mut hasher, &meta);
+    add_file(&mut hasher, path, &meta, check);
     if meta.is_dir() {
         hasher.update(b"dir");
-        add_folder(&mut hasher, path, Path::new(""));
+        add_folder(&mut hasher, path, Path::new(""), check);
     }
     nonzero(hasher.digest())
 }
 
-/// Size and modification time (for a folder, only its kind: its contents say what changed).
-fn add_metadata(hasher: &mut Xxh3, meta: &std::fs::Metadata) {
+/// A file's size and modification time, or its bytes (for a folder, only its kind: its
+/// contents say what changed). A file that cannot be read hashes as such, so that it reads
+/// as changed once it can be.
+fn add_file(hasher: &mut Xxh3, path: &Path, meta: &std::fs::Metadata, check: ResumeCheck) {
     if meta.is_dir() {
         return;
     }
     hasher.update(&meta.len().to_le_bytes());
-    let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
-    hasher.update(&modified.map_or(0, |d| d.as_nanos()).to_le_bytes());
+    match check {
+        ResumeCheck::Metadata => {
+            let modified = meta.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+            hasher.update(&modified.map_or(0, |d| d.as_nanos()).to_le_bytes());
+        }
+        ResumeCheck::Content => {
+            if add_bytes(hasher, path).is_err() {
+                hasher.update(b"unreadable");
+            }
+        }
+    }
+}
+
+/// The bytes of the file at `path`, streamed into `hasher`.
+fn add_bytes(hasher: &mut Xxh3, path: &Path) -> io::Result<()> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path)?;
+    let mut chunk = [0u8; 64 << 10];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => return Ok(()),
+            Ok(n) => hasher.update(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Every entry under `root/relative`, depth first in name order. Symbolic links are hashed by
 /// what they point to, and folders they point to are not entered (no loops).
-fn add_folder(hasher: &mut Xxh3, root: &Path, relative: &Path) {
+fn add_folder(hasher: &mut Xxh3, root: &Path, relative: &Path, check: ResumeCheck) {
     let Ok(entries) = std::fs::read_dir(root.join(relative)) else { return };
     let mut names: Vec<std::ffi::OsString> = entries.flatten().map(|e| e.file_name()).collect();
     names.sort_unstable();
@@ -240,13 +283,13 @@ fn add_folder(hasher: &mut Xxh3, root: &Path, relative: &Path) {
                 hasher.update(target.as_os_str().as_encoded_bytes());
             }
             if let Ok(meta) = std::fs::metadata(&full) {
-                add_metadata(hasher, &meta);
+                add_file(hasher, &full, &meta, check);
             }
         } else if own.is_dir() {
             hasher.update(b"dir");
-            add_folder(hasher, root, &relative);
+            add_folder(hasher, root, &relative, check);
         } else {
-            add_metadata(hasher, &own);
+            add_file(hasher, &full, &own, check);
         }
     }
 }
@@ -315,7 +358,8 @@ impl Reuse {
                     continue;
                 }
                 let output_hash = task.output_hash.unwrap_or(0);
-                let Some(recovered) = recover(output_hash, task.output_path.as_deref()) else { continue };
+                let check = recipe.steps[step].resume;
+                let Some(recovered) = recover(output_hash, task.output_path.as_deref(), check) else { continue };
                 let reused = ReusedTask {
                     args_hash: fingerprints.step(step),
                     inputs_hash: inputs,
@@ -417,12 +461,12 @@ pub fn remove_temp_files_of(pid: u32, previous: &[RecordedTask]) -> usize {
 /// How the output a task recorded is had again, or `None` when it must run again: a path
 /// output whose file is gone or changed. A kept value whose file is gone or no longer holds
 /// what was recorded is as good as not kept.
-fn recover(output_hash: u64, output_path: Option<&str>) -> Option<Recovered> {
+fn recover(output_hash: u64, output_path: Option<&str>, check: ResumeCheck) -> Option<Recovered> {
     let Some(path) = output_path.map(Path::new) else {
         return Some(if output_hash == NONE_HASH { Recovered::Nothing } else { Recovered::Lost });
     };
     if !is_value_file(path) {
-        return (path_hash(path) == output_hash).then(|| Recovered::Path(path.to_path_buf()));
+        return (path_hash(path, check) == output_hash).then(|| Recovered::Path(path.to_path_buf()));
     }
     let intact = kept_value(path).is_some_and(|value| content_hash(&value) == output_hash);
     Some(if intact { Recovered::Cached(path.to_path_buf()) } else { Recovered::Lost })
@@ -474,16 +518,39 @@ mod tests {
             std::fs::write(store.join(format!("sst/c/0/{chunk}")), [chunk as u8; 10]).unwrap();
         }
         std::fs::write(store.join("zarr.json"), "{}").unwrap();
-        let before = path_hash(&store);
-        assert_eq!(before, path_hash(&store), "the same contents hash the same");
+        let before = path_hash(&store, ResumeCheck::Metadata);
+        assert_eq!(before, path_hash(&store, ResumeCheck::Metadata), "the same contents hash the same");
         let folder_mtime = std::fs::metadata(&store).unwrap().modified().unwrap();
         std::fs::remove_file(store.join("sst/c/0/1")).unwrap();
         assert_eq!(std::fs::metadata(&store).unwrap().modified().unwrap(), folder_mtime, "the folder's mtime stays");
-        let deleted = path_hash(&store);
+        let deleted = path_hash(&store, ResumeCheck::Metadata);
         assert_ne!(deleted, before, "a deleted nested chunk is a change");
         std::fs::write(store.join("sst/c/0/2"), [9u8; 11]).unwrap();
-        assert_ne!(path_hash(&store), deleted, "a rewritten chunk is a change");
-        assert_eq!(path_hash(&dir.path().join("nothing")), 0);
+        assert_ne!(path_hash(&store, ResumeCheck::Metadata), deleted, "a rewritten chunk is a change");
+        assert_eq!(path_hash(&dir.path().join("nothing"), ResumeCheck::Metadata), 0);
+    }
+
+    #[test]
+    fn content_checks_see_a_file_rewritten_with_its_size_and_mtime_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let (file, store) = (dir.path().join("t.nc"), dir.path().join("t.zarr"));
+        std::fs::create_dir(&store).unwrap();
+        let chunk = store.join("0");
+        let hashes = |check| (path_hash(&file, check), path_hash(&store, check));
+        std::fs::write(&file, b"first").unwrap();
+        std::fs::write(&chunk, b"first").unwrap();
+        let (metadata, content) = (hashes(ResumeCheck::Metadata), hashes(ResumeCheck::Content));
+        assert_ne!(metadata, content, "the two checks never mistake one another");
+        // As `cp -p` or `rsync -t` would leave it: other bytes, the same size and mtime.
+        for path in [&file, &chunk] {
+            let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
+            std::fs::write(path, b"other").unwrap();
+            std::fs::File::options().write(true).open(path).unwrap().set_modified(mtime).unwrap();
+        }
+        assert_eq!(hashes(ResumeCheck::Metadata), metadata, "size and mtime do not tell");
+        let rewritten = hashes(ResumeCheck::Content);
+        assert!(rewritten.0 != content.0 && rewritten.1 != content.1, "the bytes do");
+        assert_eq!(hashes(ResumeCheck::Content), rewritten, "the same bytes hash the same");
     }
 
     #[test]

@@ -325,3 +325,51 @@ fn a_resumed_replay_picks_up_at_the_first_unfinished_cycle() {
     assert_eq!((cycles[0]["cycle"].as_str(), cycles[0]["tasks_reused"].as_u64()), (Some("c2"), Some(9)), "{summary}");
     assert_eq!((cycles[1]["cycle"].as_str(), cycles[1]["tasks_ok"].as_u64()), (Some("c3"), Some(14)), "{summary}");
 }
+
+/// A step copying files named in its command, with `resume:` as given (or none).
+fn copying(resume: &str) -> String {
+    format!(
+        "recipe: resume-deep\ndims:\n  i: 2\nsteps:\n  copy:\n    plugin: exec\n    over: [i]\n{resume}    args:\n      \
+         command: [cp, \"in/{{i}}.txt\", \"{{output}}\"]\n      output: \"out/{{i}}.txt\"\n"
+    )
+}
+
+#[test]
+fn resume_content_sees_an_input_rewritten_with_its_size_and_mtime_kept() {
+    for (resume, rerun) in [("", false), ("    resume: content\n", true)] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("r.yaml"), copying(resume)).unwrap();
+        std::fs::create_dir(dir.path().join("in")).unwrap();
+        for i in 0..2 {
+            std::fs::write(dir.path().join(format!("in/{i}.txt")), "first").unwrap();
+        }
+        let (first, _) = run(dir.path(), &[]);
+        assert_eq!(first.status.code(), Some(0), "{}", stderr(&first));
+        // As `cp -p` or `rsync -t` leave a file: other bytes, its size and mtime as they were.
+        let input = dir.path().join("in/0.txt");
+        let mtime = std::fs::metadata(&input).unwrap().modified().unwrap();
+        std::fs::write(&input, "other").unwrap();
+        std::fs::File::options().write(true).open(&input).unwrap().set_modified(mtime).unwrap();
+        let (resumed, _) = run(dir.path(), &["--resume"]);
+        let text = stderr(&resumed);
+        assert_eq!(resumed.status.code(), Some(0), "{text}");
+        let copied = std::fs::read_to_string(dir.path().join("out/0.txt")).unwrap();
+        if rerun {
+            assert!(text.contains("1 of 2 tasks taken over"), "{text}");
+            assert_eq!(copied, "other", "the changed input is copied again");
+        } else {
+            assert!(text.contains("2 of 2 tasks taken over"), "{text}");
+            assert_eq!(copied, "first", "size and mtime cannot tell: the old copy stays");
+        }
+    }
+}
+
+#[test]
+fn a_misspelt_resume_check_names_the_choices() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), copying("    resume: contents\n")).unwrap();
+    let (out, _) = run(dir.path(), &[]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("`resume` of step `copy` is `contents`") && text.contains("content"), "{text}");
+}

@@ -21,7 +21,7 @@ use super::limits::{MAX_DIMS, MAX_TASKS};
 use super::raw::{Field, Located, RawInput, RawRecipe, RawStep, to_json};
 use super::suggest::suggestion;
 use super::time::{INSTANT_FORMS, parse_instant};
-use super::{CompileOptions, InputSpec, OnMissing, PathPolicy, Recipe, Step, StepId};
+use super::{CompileOptions, InputSpec, OnMissing, PathPolicy, Recipe, ResumeCheck, Step, StepId};
 use crate::registry::Registry;
 
 /// What the compiler made of a recipe: its parts, and each step (`None` when it could not be
@@ -267,26 +267,34 @@ impl Compiler<'_> {
         let timeout = raw.timeout.given().map_or(Some(None), |t| self.timeout(&name, t).map(Some));
         let on_missing = raw.on_missing.given().map_or(Some(OnMissing::Error), |m| self.on_missing(&name, m));
         let cache = raw.cache.given().map_or(Some(false), |c| self.cache(&name, c));
+        let resume = raw.resume.given().map_or(Some(ResumeCheck::Metadata), |r| self.resume(&name, r));
         let args =
             plugin.as_ref().and_then(|plugin| self.compile_args(&name, loc, &**plugin, raw.args, &over, over_known));
-        let step = match (plugin, args, retries, timeout, on_missing, cache) {
-            (Some(plugin), Some((args, arg_locs)), Some(retries), Some(timeout), Some(on_missing), Some(cache)) => {
-                Some(Step {
-                    name,
-                    loc,
-                    plugin,
-                    over,
-                    inputs,
-                    args,
-                    arg_locs,
-                    memory_hint,
-                    description: raw.description.into_given(),
-                    retries: retries as u32,
-                    timeout,
-                    on_missing,
-                    cache,
-                })
-            }
+        let step = match (plugin, args, retries, timeout, on_missing, cache, resume) {
+            (
+                Some(plugin),
+                Some((args, arg_locs)),
+                Some(retries),
+                Some(timeout),
+                Some(on_missing),
+                Some(cache),
+                Some(resume),
+            ) => Some(Step {
+                name,
+                loc,
+                plugin,
+                over,
+                inputs,
+                args,
+                arg_locs,
+                memory_hint,
+                description: raw.description.into_given(),
+                retries: retries as u32,
+                timeout,
+                on_missing,
+                cache,
+                resume,
+            }),
             _ => None,
         };
         let sound = step.is_some() && self.diagnostics.len() == before && !self.tainted;

@@ -93,6 +93,20 @@ pub struct Step {
     pub on_missing: OnMissing,
     /// `cache:` keep this step's in-memory outputs so that `--resume` can reuse them.
     pub cache: bool,
+    /// `resume:` how `--resume` tells that a file this step reads or writes has changed.
+    pub resume: ResumeCheck,
+}
+
+/// How `--resume` tells that a file has changed since it was recorded (`resume:` of a step).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ResumeCheck {
+    /// By its size and modification time: cheap, and right unless something rewrites files
+    /// keeping both (`cp -p`, `rsync -t`, `tar x`, a clock set back).
+    #[default]
+    Metadata,
+    /// By its bytes (hashed: every file read in full at the end of each task and at each
+    /// `--resume`), for files whose modification time lies.
+    Content,
 }
 
 /// What a task whose input is missing ([`runner_plugin::FailureKind::MissingInput`]) becomes.

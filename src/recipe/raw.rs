@@ -65,8 +65,19 @@ impl<T> Field<T> {
 /// Keys of the top level, in the order `expected one of` lists them.
 pub const RECIPE_KEYS: &[&str] = &["recipe", "description", "dims", "vars", "steps", "paths"];
 /// Keys of a step.
-pub const STEP_KEYS: &[&str] =
-    &["plugin", "description", "over", "inputs", "args", "memory", "retries", "timeout", "on_missing", "cache"];
+pub const STEP_KEYS: &[&str] = &[
+    "plugin",
+    "description",
+    "over",
+    "inputs",
+    "args",
+    "memory",
+    "retries",
+    "timeout",
+    "on_missing",
+    "cache",
+    "resume",
+];
 const SELECT_KEYS: &[&str] = &["step", "select"];
 const PATHS_KEYS: &[&str] = &["allow_outside"];
 
@@ -99,6 +110,7 @@ pub struct RawStep<'t> {
     pub timeout: Field<&'t Item>,
     pub on_missing: Field<&'t Item>,
     pub cache: Field<&'t Item>,
+    pub resume: Field<&'t Item>,
 }
 
 /// One input of a step: its name, its producer, and the producer dims it pins.
@@ -196,6 +208,7 @@ impl<'d> Reader<'d> {
                 timeout: Field::Broken,
                 on_missing: Field::Broken,
                 cache: Field::Broken,
+                resume: Field::Broken,
             };
         };
         let of = |key: &str| format!("`{key}` of step `{step}`");
@@ -211,6 +224,7 @@ impl<'d> Reader<'d> {
             timeout: keys.get("timeout"),
             on_missing: keys.get("on_missing"),
             cache: keys.get("cache"),
+            resume: keys.get("resume"),
             name,
         };
         RawStep { flawed: self.diagnostics.len() > before, ..raw }

@@ -1,13 +1,14 @@
-//! A step's scalar keys read and checked: `memory`, `retries`, `timeout`, `on_missing`, `cache`.
+//! A step's scalar keys read and checked: `memory`, `retries`, `timeout`, `on_missing`, `cache`,
+//! `resume`.
 
 use runner_plugin::size::{parse_duration, parse_size};
 
-use super::OnMissing;
 use super::compiler::Compiler;
 use super::diagnostic::Diagnostic;
 use super::limits::MAX_RETRIES;
 use super::raw::bounded;
 use super::suggest::suggestion;
+use super::{OnMissing, ResumeCheck};
 
 impl Compiler<'_> {
     pub(super) fn memory_hint(&mut self, step: &str, memory: &super::yaml::Item) -> Option<u64> {
@@ -60,13 +61,26 @@ impl Compiler<'_> {
     }
 
     pub(super) fn on_missing(&mut self, step: &str, item: &super::yaml::Item) -> Option<OnMissing> {
+        let choices = [("error", OnMissing::Error), ("skip", OnMissing::Skip), ("ignore", OnMissing::Ignore)];
+        self.choice(&format!("`on_missing` of step `{step}`"), item, &choices)
+    }
+
+    pub(super) fn resume(&mut self, step: &str, item: &super::yaml::Item) -> Option<ResumeCheck> {
+        let choices = [("metadata", ResumeCheck::Metadata), ("content", ResumeCheck::Content)];
+        self.choice(&format!("`resume` of step `{step}`"), item, &choices)
+    }
+
+    /// One of a key's named `choices` (`what` names the key in the error).
+    fn choice<T: Copy, const N: usize>(
+        &mut self,
+        what: &str,
+        item: &super::yaml::Item,
+        choices: &[(&'static str, T); N],
+    ) -> Option<T> {
         use super::yaml::Node;
-        const CHOICES: [(&str, OnMissing); 3] =
-            [("error", OnMissing::Error), ("skip", OnMissing::Skip), ("ignore", OnMissing::Ignore)];
-        let names = CHOICES.map(|(n, _)| n);
-        let what = format!("`on_missing` of step `{step}`");
+        let names = choices.map(|(n, _)| n);
         let expected = match &item.node {
-            Node::Str(s) => match CHOICES.iter().find(|(n, _)| **n == **s) {
+            Node::Str(s) => match choices.iter().find(|(n, _)| **n == **s) {
                 Some((_, choice)) => return Some(*choice),
                 None => {
                     self.error(Diagnostic::new(item.loc, format!("{what} is `{s}`")).expected(suggestion(s, names)));
