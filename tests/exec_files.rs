@@ -51,7 +51,7 @@ steps:
     plugin: exec
     over: [i]
     args:
-      command: [sh, -c, 'cat "$1" in/store/* > "$2"', sh, in/a.txt, "{{output}}"]
+      command: [sh, -c, 'cat "$1" in/store/* > "$2"', sh, in/a.txt, "{output}"]
       output: "out/{i}.txt"
       reads: [in/store]
 "#;
@@ -148,13 +148,13 @@ steps:
   made:
     plugin: exec
     args:
-      command: [cp, --, "-n.txt", "{{output}}"]
+      command: [cp, --, "-n.txt", "{output}"]
       output: "-copy.txt"
   numbered:
     plugin: exec
     inputs: {file: made}
     args:
-      command: [sh, -c, 'test ! -e out/n.txt && cat "$1" > "$2"', sh, "{{input.file}}", "{{output}}"]
+      command: [sh, -c, 'test ! -e out/n.txt && cat "$1" > "$2"', sh, "{input.file}", "{output}"]
       output: out/n.txt
 "#,
     );
@@ -170,7 +170,7 @@ steps:
     write(
         dir.path(),
         "r.yaml",
-        "recipe: dir\nsteps:\n  tool:\n    plugin: exec\n    args:\n      command: [mkdir, \"{{output}}\"]\n      output: out/d.nc\n",
+        "recipe: dir\nsteps:\n  tool:\n    plugin: exec\n    args:\n      command: [mkdir, \"{output}\"]\n      output: out/d.nc\n",
     );
     let (out, _) = run(dir.path(), &["--no-record"]);
     let err = stderr(&out);

@@ -72,3 +72,40 @@ fn a_lookup_without_an_entry_for_a_lead_is_refused_where_it_is_written() {
         run.stderr
     );
 }
+
+/// Values holding what looks like `exec`'s own references: each must reach the command as text.
+const ONCE: &str = r#"recipe: expanded-once
+vars:
+  note: "plain"
+  tags: {0: "{input.x}", 1: "a}b{"}
+dims:
+  i: 2
+steps:
+  make:
+    plugin: exec
+    args:
+      command: [sh, -c, 'printf %s "$1" > "$0"', "{output}", "{note}"]
+      output: "out/note.txt"
+  each:
+    plugin: exec
+    over: [i]
+    inputs: {x: make}
+    args:
+      command: [sh, -c, 'printf "%s|%s|%s|%s" "$1" "$2" "$3" "$NOTE" > "$0"', "{output}", "t={tags[i]}", "{{output}}", "{input.x}"]
+      output: "out/each_{i}.txt"
+      env: {NOTE: "{note}"}
+"#;
+
+#[test]
+fn values_are_expanded_once_and_never_read_as_a_command_s_references() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("r.yaml"), ONCE).unwrap();
+    let run = run_measured_in(dir.path(), "r.yaml", &["--set", "note=\"{output}\""]);
+    assert_ok(&run);
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.path().join("out").join(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+    };
+    assert_eq!(read("note.txt"), "{output}", "a --set value holding `{{output}}` is that text");
+    assert_eq!(read("each_0.txt"), "t={input.x}|{output}|out/note.txt|{output}", "a lookup entry, `{{{{`, env");
+    assert_eq!(read("each_1.txt"), "t=a}b{|{output}|out/note.txt|{output}", "lone braces in a value");
+}

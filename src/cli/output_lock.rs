@@ -191,8 +191,8 @@ fn template_roots(template: &ArgTemplate, roots: &mut Vec<String>) {
             let mut prefix = String::new();
             for segment in &text.segments {
                 match segment {
-                    Segment::Literal(literal) => prefix.push_str(literal),
-                    Segment::Ref { .. } | Segment::Lookup { .. } | Segment::Time(_) => break,
+                    Segment::Literal(literal) | Segment::Rendered(literal) => prefix.push_str(literal),
+                    Segment::FileRef(_) | Segment::Ref { .. } | Segment::Lookup { .. } | Segment::Time(_) => break,
                 }
             }
             let folder = match prefix.rfind('/') {

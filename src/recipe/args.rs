@@ -16,7 +16,7 @@ use super::limits::MAX_ARG_BYTES;
 use super::plugin_check::check_args;
 use super::raw::{Field, Located, to_json};
 use super::suggest::{closest, suggestion};
-use super::template::{Filled, Segment, Template, TemplateValue};
+use super::template::{Braces, Filled, Segment, Template, TemplateValue};
 use super::yaml::Item;
 
 /// A step's arguments: fixed for every task, or with templates over the step's dims that are
@@ -187,7 +187,9 @@ impl Compiler<'_> {
                     continue;
                 }
             };
-            match self.arg_template(step, &written, over, over_known) {
+            let spec = specs.iter().find(|s| s.name == key.value);
+            let braces = if spec.is_some_and(|s| s.file_refs) { Braces::Doubled } else { Braces::Plain };
+            match self.arg_template(step, &written, over, over_known, braces) {
                 Ok(template) => {
                     if specs.iter().any(|s| s.name == key.value && s.kind == ArgKind::OutputPath) {
                         output_paths.push((key.value.clone(), item.loc, written));
@@ -257,12 +259,14 @@ impl Compiler<'_> {
     /// Fills vars and `{cycle}` into every string of an arg; what still refers to dims of the
     /// step stays a template. Unknown names, formats that do not suit a value, and args that
     /// could expand beyond [`MAX_ARG_BYTES`] are errors, found before anything is expanded.
+    /// `braces` says how the arg's text braces reach the plugin.
     fn arg_template(
         &mut self,
         step: &str,
         value: &Json,
         over: &[DimId],
         over_known: bool,
+        braces: Braces,
     ) -> Result<ArgTemplate, String> {
         let mut expansion = Expansion::default();
         self.check_templates(step, value, over, over_known, &mut expansion)?;
@@ -281,7 +285,7 @@ impl Compiler<'_> {
                 format_size(MAX_ARG_BYTES as u64)
             ));
         }
-        self.fill_fixed(value)
+        self.fill_fixed(value, braces)
     }
 
     /// Checks the names and formats of every template in `value`, and adds what they can
@@ -304,7 +308,7 @@ impl Compiler<'_> {
                 for segment in &template.segments {
                     let len = self.segment_len(step, segment, lone, over, over_known)?;
                     match segment {
-                        Segment::Literal(_) => expansion.add_literal(len),
+                        Segment::Literal(_) | Segment::Rendered(_) | Segment::FileRef(_) => expansion.add_literal(len),
                         Segment::Ref { name, .. } => expansion.add_reference(name, len),
                         Segment::Lookup { lookup, .. } => {
                             expansion.add_reference(&format!("{}[{}]", lookup.table, lookup.key), len)
@@ -332,14 +336,14 @@ impl Compiler<'_> {
     }
 
     /// Fills vars and the cycle into `value` (already checked); dims stay.
-    pub(super) fn fill_fixed(&mut self, value: &Json) -> Result<ArgTemplate, String> {
+    fn fill_fixed(&mut self, value: &Json, braces: Braces) -> Result<ArgTemplate, String> {
         match value {
-            Json::String(text) => match self.fixed_template(text)? {
+            Json::String(text) => match self.fixed_template(text, braces)? {
                 Filled::Value(json) => Ok(ArgTemplate::Json(json)),
                 Filled::Partial(rest) => Ok(ArgTemplate::Text(rest)),
             },
             Json::Array(items) => {
-                let items = items.iter().map(|i| self.fill_fixed(i)).collect::<Result<Vec<_>, _>>()?;
+                let items = items.iter().map(|i| self.fill_fixed(i, braces)).collect::<Result<Vec<_>, _>>()?;
                 if items.iter().all(|i| matches!(i, ArgTemplate::Json(_))) {
                     Ok(ArgTemplate::Json(Json::Array(items.into_iter().map(ArgTemplate::into_json).collect())))
                 } else {
@@ -347,10 +351,10 @@ impl Compiler<'_> {
                 }
             }
             Json::Object(map) => {
-                let entries = map
-                    .iter()
-                    .map(|(k, v)| Ok((k.clone(), self.fill_fixed(v)?)))
-                    .collect::<Result<Vec<_>, String>>()?;
+                let entries =
+                    map.iter()
+                        .map(|(k, v)| Ok((k.clone(), self.fill_fixed(v, braces)?)))
+                        .collect::<Result<Vec<_>, String>>()?;
                 if entries.iter().all(|(_, v)| matches!(v, ArgTemplate::Json(_))) {
                     Ok(ArgTemplate::Json(Json::Object(entries.into_iter().map(|(k, v)| (k, v.into_json())).collect())))
                 } else {

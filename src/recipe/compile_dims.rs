@@ -15,7 +15,7 @@ use super::dims::{Dim, DimValues};
 use super::limits::{MAX_LIST_FILE_BYTES, MAX_TASKS};
 use super::raw::{Located, RangeEnd, RawDim, RawDimEntry, bounded, integer};
 use super::suggest::suggestion;
-use super::template::Filled;
+use super::template::{Braces, Filled};
 use super::time::{INSTANT_FORMS, Instant, parse_instant};
 use super::yaml::{Item, Node};
 
@@ -247,7 +247,7 @@ impl Compiler<'_> {
             }
             return instant;
         }
-        let filled = match self.fixed_template(text) {
+        let filled = match self.fixed_template(text, Braces::Plain) {
             Ok(Filled::Value(serde_json::Value::String(filled))) => filled,
             Ok(Filled::Value(other)) => other.to_string(),
             Ok(Filled::Partial(rest)) => {

@@ -19,7 +19,7 @@ use super::compiler::Compiler;
 use super::diagnostic::{Diagnostic, Loc, shorten};
 use super::dims::{DimId, DimValues};
 use super::limits::MAX_PATH_VALUES_COMPARED;
-use super::template::{Filled, Segment, Template, TemplateValue};
+use super::template::{Braces, Filled, Segment, Template, TemplateValue};
 
 impl Compiler<'_> {
     /// Checks output path arg `arg` as written (`written`); false when it was refused.
@@ -47,8 +47,10 @@ impl Compiler<'_> {
 
     fn path_problem(&mut self, step: &str, arg: &str, written: &str, over: &[DimId]) -> Option<Diagnostic> {
         // Names and formats were checked already.
-        let template = match self.fixed_template(written).ok()? {
-            Filled::Value(Json::String(path)) => Template { segments: vec![Segment::Literal(path)] },
+        let template = match self.fixed_template(written, Braces::Plain).ok()? {
+            Filled::Value(Json::String(path)) => {
+                Template { segments: vec![Segment::Literal(path)], braces: Braces::Plain }
+            }
             Filled::Value(_) => return None,
             Filled::Partial(template) => template,
         };

@@ -7,7 +7,10 @@
 //! Vars and the cycle are filled in once when the recipe is compiled; dim references stay until
 //! a task is dispatched, so a step whose args do not mention a dim costs nothing per task. What
 //! a value brings in is never read as a template again: a var or table entry holding `{lead}`
-//! is written as that text.
+//! is written as that text. `{input.NAME}` and `{output}` are a plugin's, passed through as
+//! written; in an arg whose plugin fills them in ([`runner_plugin::ArgSpec::file_refs`]), every
+//! other brace — of the recipe's text or of a value — is handed over doubled ([`Braces`]), so
+//! that a value is never read as a reference either.
 
 use serde_json::Value as Json;
 
@@ -16,10 +19,28 @@ pub use super::template_format::{Format, FormatSpec, TemplateValue};
 use super::time_expr::Evaluated;
 pub use super::time_expr::TimeExpr;
 
+/// How a filled-in template writes braces that are text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Braces {
+    /// As they are.
+    #[default]
+    Plain,
+    /// Doubled, for an arg whose plugin reads `{input.NAME}` and `{output}` in it
+    /// ([`runner_plugin::file_refs`]).
+    Doubled,
+}
+
 /// One piece of a template.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Segment {
+    /// Text as the recipe means it.
     Literal(String),
+    /// Text already as the plugin is to see it (braces written as [`Braces`] says): what an
+    /// earlier, partial fill made.
+    Rendered(String),
+    /// `{output}` or `{input.NAME}` (the text between the braces): the plugin's, not the
+    /// recipe's.
+    FileRef(String),
     Ref {
         name: String,
         format: Format,
@@ -39,7 +60,7 @@ impl Segment {
     /// The names whose values the segment needs (for a lookup, its dim).
     fn names(&self) -> impl Iterator<Item = &str> {
         let (one, expr) = match self {
-            Segment::Literal(_) => (None, None),
+            Segment::Literal(_) | Segment::Rendered(_) | Segment::FileRef(_) => (None, None),
             Segment::Ref { name, .. } => (Some(name.as_str()), None),
             Segment::Lookup { lookup, .. } => (Some(lookup.key.as_str()), None),
             Segment::Time(expr) => (None, Some(expr)),
@@ -52,6 +73,8 @@ impl Segment {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Template {
     pub segments: Vec<Segment>,
+    /// How text braces are written when it is filled in (set for the arg it is in).
+    pub braces: Braces,
 }
 
 impl Template {
@@ -92,16 +115,14 @@ impl Template {
                             at + 1
                         ));
                     }
-                    // A task's own files, which plugins such as `exec` fill in themselves at run
-                    // time (`{input.NAME}`, `{output}`): passed through as written.
-                    if is_plugin_reference(&body) {
-                        literal.push('{');
-                        literal.push_str(&body);
-                        literal.push('}');
-                        continue;
-                    }
                     if !literal.is_empty() {
                         segments.push(Segment::Literal(std::mem::take(&mut literal)));
+                    }
+                    // A task's own files, which plugins such as `exec` fill in themselves at run
+                    // time (`{input.NAME}`, `{output}`): passed through as written.
+                    if runner_plugin::file_refs::is_reference(&body) {
+                        segments.push(Segment::FileRef(body));
+                        continue;
                     }
                     segments.push(parse_reference(&body)?);
                 }
@@ -111,7 +132,7 @@ impl Template {
         if !literal.is_empty() {
             segments.push(Segment::Literal(literal));
         }
-        Ok(Template { segments })
+        Ok(Template { segments, braces: Braces::Plain })
     }
 
     /// Names referenced, in order (not the run-time file references plugins fill in): dims,
@@ -139,7 +160,7 @@ impl Template {
     /// fields, a lookup (two values may have one entry), date-time arithmetic.
     pub fn may_merge(&self, name: &str) -> bool {
         self.segments.iter().any(|segment| match segment {
-            Segment::Literal(_) => false,
+            Segment::Literal(_) | Segment::Rendered(_) | Segment::FileRef(_) => false,
             Segment::Ref { name: n, format, .. } => n == name && format.may_merge_values(),
             Segment::Lookup { lookup, .. } => lookup.key == name,
             Segment::Time(expr) => expr.names().any(|n| n == name),
@@ -152,7 +173,7 @@ impl Template {
             let (one, expr) = match segment {
                 Segment::Lookup { lookup, .. } => (Some(lookup), None),
                 Segment::Time(expr) => (None, Some(expr)),
-                Segment::Literal(_) | Segment::Ref { .. } => (None, None),
+                _ => (None, None),
             };
             one.into_iter().chain(expr.into_iter().flat_map(TimeExpr::lookups_mut))
         })
@@ -168,17 +189,19 @@ impl Template {
 
     /// Fills in the names `lookup` knows; the others stay as references. A string that is one
     /// reference or lookup without a format becomes the value itself (so `"{thresholds}"` can
-    /// be a list). Nothing is allocated but the text, when every name is known.
+    /// be a list). Text braces are written as [`Self::braces`] says. Nothing is allocated but the text,
+    /// when every name is known and no brace is doubled.
     pub fn fill<'v>(&self, lookup: &dyn Fn(&str) -> Option<TemplateValue<'v>>) -> Result<Filled, String> {
+        let braces = self.braces;
         match self.segments.as_slice() {
             [Segment::Ref { name, has_spec: false, .. }] => {
                 if let Some(value) = lookup(name) {
-                    return Ok(Filled::Value(value.to_json()));
+                    return Ok(Filled::Value(braces.json(value.to_json())));
                 }
             }
             [Segment::Lookup { lookup: table, has_spec: false, .. }] => {
                 if let Some(entry) = table.resolve(lookup) {
-                    return Ok(Filled::Value(entry.clone()));
+                    return Ok(Filled::Value(braces.json(entry.clone())));
                 }
             }
             _ => {}
@@ -187,13 +210,24 @@ impl Template {
         let mut text = String::new();
         let mut keep = |segment: Segment, text: &mut String| {
             if !text.is_empty() {
-                segments.push(Segment::Literal(std::mem::take(text)));
+                segments.push(Segment::Rendered(std::mem::take(text)));
             }
             segments.push(segment);
         };
         for segment in &self.segments {
+            let from = text.len();
             match segment {
                 Segment::Literal(l) => text.push_str(l),
+                Segment::Rendered(r) => {
+                    text.push_str(r);
+                    continue;
+                }
+                Segment::FileRef(body) => {
+                    text.push('{');
+                    text.push_str(body);
+                    text.push('}');
+                    continue;
+                }
                 Segment::Ref { name, format, .. } => match lookup(name) {
                     Some(value) => value.format(format, &mut text).map_err(|e| format!("`{{{name}}}`: {e}"))?,
                     None => keep(segment.clone(), &mut text),
@@ -212,14 +246,15 @@ impl Template {
                     }
                 }
             }
+            braces.apply_from(&mut text, from);
         }
         if segments.is_empty() {
             return Ok(Filled::Value(Json::String(text)));
         }
         if !text.is_empty() {
-            segments.push(Segment::Literal(text));
+            segments.push(Segment::Rendered(text));
         }
-        Ok(Filled::Partial(Template { segments }))
+        Ok(Filled::Partial(Template { segments, braces }))
     }
 }
 
@@ -274,13 +309,34 @@ fn parse_format(body: &str, spec_text: Option<&str>) -> Result<(Format, bool), S
     Ok((format, true))
 }
 
-/// `{output}` and `{input.NAME}`: references to a task's files that a plugin renders at run time
-/// (as `exec` does), not names the recipe fills in.
-pub fn is_plugin_reference(body: &str) -> bool {
-    body == "output"
-        || body
-            .strip_prefix("input.")
-            .is_some_and(|name| !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
+impl Braces {
+    /// Doubles the braces `text` gained from `from` on, when braces are doubled.
+    fn apply_from(self, text: &mut String, from: usize) {
+        // `from` is past the end when the segment was kept: its text went with the one before.
+        if self == Braces::Plain || from >= text.len() || !text[from..].contains(['{', '}']) {
+            return;
+        }
+        let written = text.split_off(from);
+        runner_plugin::file_refs::escape(&written, text);
+    }
+
+    /// A value that became an arg as it is, with the braces of its strings (at any depth)
+    /// doubled when braces are doubled.
+    fn json(self, value: Json) -> Json {
+        match (self, value) {
+            (Braces::Plain, value) => value,
+            (Braces::Doubled, Json::String(text)) => {
+                let mut doubled = String::new();
+                runner_plugin::file_refs::escape(&text, &mut doubled);
+                Json::String(doubled)
+            }
+            (Braces::Doubled, Json::Array(items)) => Json::Array(items.into_iter().map(|i| self.json(i)).collect()),
+            (Braces::Doubled, Json::Object(map)) => {
+                Json::Object(map.into_iter().map(|(k, v)| (k, self.json(v))).collect())
+            }
+            (Braces::Doubled, other) => other,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -399,8 +455,33 @@ mod tests {
         assert_eq!(filled, "x/{lead}/{lead}");
         let partly = Template::parse("{v}{lead}").unwrap().fill(&value).unwrap();
         let Filled::Partial(rest) = partly else { panic!("lead is open") };
-        assert_eq!(rest.segments[0], Segment::Literal("{lead}".into()), "kept as text: {rest:?}");
+        assert_eq!(rest.segments[0], Segment::Rendered("{lead}".into()), "kept as text: {rest:?}");
         assert_eq!(render("{{lead}}", &lookup).unwrap(), "{lead}");
+    }
+
+    #[test]
+    fn in_an_arg_with_file_refs_only_the_recipe_s_references_stay_single() {
+        let var = serde_json::json!("{output}");
+        let list = serde_json::json!(["{input.x}", 1]);
+        let value = |name: &str| match name {
+            "v" => Some(TemplateValue::Json(&var)),
+            "l" => Some(TemplateValue::Json(&list)),
+            "lead" => Some(TemplateValue::Dim(DimValue::Int(7))),
+            _ => None,
+        };
+        let doubled = |text: &str| Template { braces: Braces::Doubled, ..Template::parse(text).unwrap() };
+        let Filled::Value(filled) = doubled("{{a}} {output} {v} {input.x}").fill(&value).unwrap() else {
+            panic!("every name is known")
+        };
+        assert_eq!(filled, "{{a}} {output} {{output}} {input.x}");
+        let Filled::Value(lone) = doubled("{l}").fill(&value).unwrap() else { panic!("known") };
+        assert_eq!(lone, serde_json::json!(["{{input.x}}", 1]), "a lone value's strings too");
+        // Filled in two steps (vars at compile time, dims per task): the same text.
+        let Filled::Partial(rest) = doubled("{v}-{lead}-{output}").fill(&|n| value(n).filter(|_| n == "v")).unwrap()
+        else {
+            panic!("lead is open")
+        };
+        assert_eq!(rest.fill(&value).unwrap(), Filled::Value("{{output}}-7-{output}".into()));
     }
 
     #[test]
@@ -417,7 +498,7 @@ mod tests {
             panic!("expected partial");
         };
         assert_eq!(rest.names().collect::<Vec<_>>(), vec!["member", "lead"]);
-        assert_eq!(rest.segments[0], Segment::Literal("C/".into()));
+        assert_eq!(rest.segments[0], Segment::Rendered("C/".into()));
     }
 
     #[test]

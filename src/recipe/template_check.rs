@@ -10,7 +10,7 @@ use super::compiler::Compiler;
 use super::dims::{DimId, DimValues};
 use super::lookup::{Lookup, LookupTable};
 use super::suggest::suggestion;
-use super::template::{Filled, Format, Segment, Template, TemplateValue, TimeExpr};
+use super::template::{Braces, Filled, Format, Segment, Template, TemplateValue, TimeExpr};
 use super::time::Unit;
 use super::time_expr::{Operand, Term};
 
@@ -50,9 +50,11 @@ impl Compiler<'_> {
         Ok(template)
     }
 
-    /// `text` with vars and the cycle filled in (already checked); dims stay.
-    pub(super) fn fixed_template(&mut self, text: &str) -> Result<Filled, String> {
-        let template = self.parse_template(text)?;
+    /// `text` with vars and the cycle filled in (already checked); dims stay. Its text braces
+    /// will be written as `braces` says.
+    pub(super) fn fixed_template(&mut self, text: &str, braces: Braces) -> Result<Filled, String> {
+        let mut template = self.parse_template(text)?;
+        template.braces = braces;
         template.fill(&|name| self.fixed_value(name))
     }
 
@@ -75,7 +77,8 @@ impl Compiler<'_> {
         over_known: bool,
     ) -> Result<usize, String> {
         match segment {
-            Segment::Literal(text) => Ok(text.len()),
+            Segment::Literal(text) | Segment::Rendered(text) => Ok(text.len()),
+            Segment::FileRef(body) => Ok(body.len() + 2),
             Segment::Ref { name, format, .. } => {
                 let len = self.reference_len(step, name, format, over, over_known)?;
                 Ok(if lone { len } else { format.max_len(len) })

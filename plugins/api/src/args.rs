@@ -17,6 +17,9 @@ pub struct ArgSpec {
     pub about: &'static str,
     /// What the value names, so the engine can check paths before anything runs.
     pub kind: ArgKind,
+    /// The plugin fills in `{input.NAME}` and `{output}` in this arg's strings: the engine hands
+    /// them over with literal braces doubled ([`crate::file_refs`]).
+    pub file_refs: bool,
 }
 
 /// What an argument's value is, as far as the engine cares.
@@ -38,11 +41,11 @@ pub enum ArgKind {
 
 impl ArgSpec {
     pub const fn required(name: &'static str, about: &'static str) -> ArgSpec {
-        ArgSpec { name, default: None, about, kind: ArgKind::Value }
+        ArgSpec { name, default: None, about, kind: ArgKind::Value, file_refs: false }
     }
 
     pub const fn optional(name: &'static str, default: &'static str, about: &'static str) -> ArgSpec {
-        ArgSpec { name, default: Some(default), about, kind: ArgKind::Value }
+        ArgSpec { name, default: Some(default), about, kind: ArgKind::Value, file_refs: false }
     }
 
     /// This argument names a file or directory the task writes ([`ArgKind::OutputPath`]).
@@ -61,6 +64,14 @@ impl ArgSpec {
     /// This argument names a file or directory the task reads ([`ArgKind::InputPath`]).
     pub const fn input_path(mut self) -> ArgSpec {
         self.kind = ArgKind::InputPath;
+        self
+    }
+
+    /// The plugin fills in `{input.NAME}` and `{output}` in this arg's strings, read with
+    /// [`crate::file_refs::pieces`]: the engine hands them over with every literal brace doubled,
+    /// so that a value filled into the recipe's template is never read as a reference.
+    pub const fn file_refs(mut self) -> ArgSpec {
+        self.file_refs = true;
         self
     }
 

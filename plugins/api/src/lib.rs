@@ -26,6 +26,7 @@ mod args;
 pub mod command;
 mod context;
 mod error;
+pub mod file_refs;
 pub mod files;
 mod inputs;
 pub mod layout;

@@ -29,8 +29,9 @@
 //! raw file. JSON or nothing cannot be handed over.
 //!
 //! The braces `{input.…}` and `{output}` are this plugin's own templates, not the engine's: the
-//! recipe's templates pass them through (escaped ones, `{{input.field}}`, reach here the same
-//! way). Any other brace text is left as it is.
+//! recipe's templates pass them through, and `command` and `env` are marked
+//! [`ArgSpec::file_refs`], so they are filled in once — a dim, var or `--set` value holding
+//! `{output}` reaches the command as that text, and so does `{{output}}` written in the recipe.
 //!
 //! Estimate: [`DEFAULT_ESTIMATE`] per task. The command's memory is not knowable from here; the
 //! recipe's `memory:` hint, then the step's measured history, do the rest.
@@ -38,6 +39,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+use runner_plugin::file_refs::{self, Piece, pieces, whole_input};
 use runner_plugin::serde_json::Value as Json;
 use runner_plugin::{
     ArgError, ArgSpec, Args, CommandSpec, Input, InputMeta, Inputs, InputsForEstimate, Plugin, Storage, TaskContext,
@@ -55,9 +57,11 @@ const ARGS: &[ArgSpec] = &[
         "command",
         "the argv, no shell: a list such as [python3, tools/x.py, \"{input.field}\", --out, \"{output}\"]",
     )
-    .may_name_inputs(),
+    .may_name_inputs()
+    .file_refs(),
     ArgSpec::optional("output", "none", "the file the command writes; the task's value").output_path(),
-    ArgSpec::optional("env", "{}", "environment variables added for the command, e.g. {OMP_NUM_THREADS: \"1\"}"),
+    ArgSpec::optional("env", "{}", "environment variables added for the command, e.g. {OMP_NUM_THREADS: \"1\"}")
+        .file_refs(),
     ArgSpec::optional("reads", "[]", "files or folders the command reads that `command` does not name (for --resume)")
         .input_path(),
 ];
@@ -344,7 +348,7 @@ impl Parsed {
     }
 
     fn mentions_output(&self) -> bool {
-        self.items().any(|(_, item)| pieces(item).iter().any(|p| matches!(p, Piece::Output)))
+        self.items().any(|(_, item)| file_refs::mentions_output(item))
     }
 }
 
@@ -369,59 +373,6 @@ fn scalar_text(value: &Json) -> Option<String> {
         Json::String(s) => Some(s.clone()),
         Json::Number(n) => Some(n.to_string()),
         Json::Bool(b) => Some(b.to_string()),
-        _ => None,
-    }
-}
-
-/// A piece of a template item.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Piece<'a> {
-    Text(&'a str),
-    /// `{input.NAME}`
-    Input(&'a str),
-    /// `{output}`
-    Output,
-}
-
-/// Splits an item into text, `{input.NAME}` and `{output}`; any other brace is text.
-fn pieces(item: &str) -> Vec<Piece<'_>> {
-    let mut pieces = Vec::new();
-    let mut text_from = 0;
-    let mut at = 0;
-    while let Some(open) = item[at..].find('{').map(|i| at + i) {
-        let Some(close) = item[open..].find('}').map(|i| open + i) else { break };
-        let inner = &item[open + 1..close];
-        let piece = match inner.strip_prefix("input.") {
-            _ if inner == "output" => Some(Piece::Output),
-            Some(name) if is_name(name) => Some(Piece::Input(name)),
-            _ => None,
-        };
-        match piece {
-            Some(piece) => {
-                if open > text_from {
-                    pieces.push(Piece::Text(&item[text_from..open]));
-                }
-                pieces.push(piece);
-                text_from = close + 1;
-                at = close + 1;
-            }
-            None => at = open + 1,
-        }
-    }
-    if text_from < item.len() {
-        pieces.push(Piece::Text(&item[text_from..]));
-    }
-    pieces
-}
-
-fn is_name(name: &str) -> bool {
-    !name.is_empty() && name.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-')
-}
-
-/// The input named by an item that is exactly `{input.NAME}`.
-fn whole_input(item: &str) -> Option<&str> {
-    match pieces(item).as_slice() {
-        [Piece::Input(name)] => Some(name),
         _ => None,
     }
 }
@@ -497,20 +448,6 @@ mod tests {
     use super::*;
     use crate::testing::{self, array, gathered, meta, single};
     use runner_plugin::serde_json::json;
-
-    #[test]
-    fn templates_are_input_output_or_text() {
-        assert_eq!(pieces("{input.field}"), vec![Piece::Input("field")]);
-        assert_eq!(
-            pieces("--in={input.a}:{output}.tmp"),
-            vec![Piece::Text("--in="), Piece::Input("a"), Piece::Text(":"), Piece::Output, Piece::Text(".tmp")]
-        );
-        // Other braces are the command's own text (a Python format string, say).
-        assert_eq!(pieces("print({1: 2})"), vec![Piece::Text("print({1: 2})")]);
-        assert_eq!(pieces("{input.}{inputs.x}{"), vec![Piece::Text("{input.}{inputs.x}{")]);
-        assert_eq!(whole_input("{input.members}"), Some("members"));
-        assert_eq!(whole_input("x{input.members}"), None);
-    }
 
     #[test]
     fn args_are_checked_with_messages_naming_the_arg() {

@@ -16,7 +16,9 @@
 //! - `output`: a file the call writes (IMPROVER's `save_netcdf`): `"{output}"` in `args` or
 //!   `kwargs` is its path; its folder is made and a stale file removed before the call, the
 //!   task fails unless the file exists after it, and the path is the task's value when the
-//!   callable returns `None`. Checked and claimed like every output path.
+//!   callable returns `None`. Checked and claimed like every output path. The strings of
+//!   `args` and `kwargs` are filled in once ([`ArgSpec::file_refs`]): a value holding `{output}`
+//!   reaches the callable as that text, as does `{{output}}` written in the recipe.
 //! - `fork`: `true` (the default) starts one interpreter, which imports, and forks the run's
 //!   others from it; `false` starts each afresh.
 //! - `isolate`: `true` gives the step interpreters of its own (by default steps that name the
@@ -34,6 +36,7 @@ mod protocol;
 use std::ffi::OsString;
 use std::path::Path;
 
+use runner_plugin::file_refs::{self, Piece};
 use runner_plugin::serde_json::{Map, Value as Json, json};
 use runner_plugin::{
     ArgError, ArgSpec, Args, FailureKind, InputMeta, Inputs, InputsForEstimate, Plugin, ServiceIo, ServiceSpec,
@@ -42,9 +45,6 @@ use runner_plugin::{
 
 pub use protocol::OBJECT_ATTR;
 use protocol::Outgoing;
-
-/// Where `args` and `kwargs` name the `output` file.
-const OUTPUT: &str = "{output}";
 
 /// The interpreter's side of the conversation.
 const WORKER: &str = include_str!("worker.py");
@@ -60,8 +60,9 @@ const ARGS: &[ArgSpec] = &[
         "args",
         "the inputs in order",
         "positional arguments: \"{input.NAME}\", \"*{input.NAME}\" or values",
-    ),
-    ArgSpec::optional("kwargs", "{}", "keyword arguments: \"{input.NAME}\" or values"),
+    )
+    .file_refs(),
+    ArgSpec::optional("kwargs", "{}", "keyword arguments: \"{input.NAME}\" or values").file_refs(),
     ArgSpec::optional("python", "$RUNNER_PYTHON or python3", "the interpreter, e.g. venv/bin/python"),
     ArgSpec::optional("pythonpath", "[]", "folders put before PYTHONPATH"),
     ArgSpec::optional("env", "{}", "environment variables added for the interpreter"),
@@ -92,7 +93,7 @@ impl Plugin for Python {
 
     fn check(&self, args: &Args) -> Result<(), ArgError> {
         let call = Call::from_args(args)?;
-        if call.output.is_none() && call.items().any(|(_, item)| mentions(item, OUTPUT)) {
+        if call.output.is_none() && call.items().any(|(_, item)| mentions_output(item)) {
             return Err(ArgError::new("args", "`{output}` is used but the step has no `output` arg"));
         }
         Ok(())
@@ -365,13 +366,16 @@ impl Call {
         }
     }
 
-    /// `item` with `{output}` in its strings (at any depth) replaced by the output path.
+    /// `item` with its strings (at any depth) as they are meant ([`file_refs`]): `{output}`
+    /// replaced by the output path, `{input.NAME}` inside a longer string left as that text.
     fn with_output(&self, item: &Json) -> Result<Json, TaskError> {
         Ok(match item {
-            Json::String(text) if text.contains(OUTPUT) => match &self.output {
-                Some(path) => Json::String(text.replace(OUTPUT, path)),
-                None => return Err(TaskError::msg("`{output}` is used but the step has no `output` arg")),
-            },
+            Json::String(text) => Json::String(file_refs::render(text, |piece| match (piece, &self.output) {
+                (Piece::Output, Some(path)) => Ok(path.clone()),
+                (Piece::Output, None) => Err(TaskError::msg("`{output}` is used but the step has no `output` arg")),
+                (Piece::Input(name), _) => Ok(format!("{{input.{name}}}")),
+                (Piece::Text(text), _) => Ok(text.to_string()),
+            })?),
             Json::Array(items) => Json::Array(items.iter().map(|i| self.with_output(i)).collect::<Result<_, _>>()?),
             Json::Object(map) => Json::Object(
                 map.iter().map(|(k, v)| Ok((k.clone(), self.with_output(v)?))).collect::<Result<_, TaskError>>()?,
@@ -394,12 +398,12 @@ fn describe_input<'v>(
     Ok(json!({"t": if spread { "star" } else { "list" }, "items": items}))
 }
 
-/// True when a string of `item`, at any depth, holds `text`.
-fn mentions(item: &Json, text: &str) -> bool {
+/// True when a string of `item`, at any depth, holds `{output}`.
+fn mentions_output(item: &Json) -> bool {
     match item {
-        Json::String(s) => s.contains(text),
-        Json::Array(items) => items.iter().any(|i| mentions(i, text)),
-        Json::Object(map) => map.values().any(|v| mentions(v, text)),
+        Json::String(s) => file_refs::mentions_output(s),
+        Json::Array(items) => items.iter().any(mentions_output),
+        Json::Object(map) => map.values().any(mentions_output),
         _ => false,
     }
 }
@@ -456,5 +460,30 @@ fn check_env_name(name: &str) -> Result<(), ArgError> {
             "env",
             format!("`{name}` is not an environment variable name; expected letters, digits and _"),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strings_reach_the_callable_as_meant_and_only_the_recipe_s_output_is_a_path() {
+        // As the engine hands `kwargs` over ([`ArgSpec::file_refs`]): text braces doubled.
+        let args = Args::new(
+            json!({"call": "m:f", "output": "out/x.nc", "kwargs": {
+                "path": "{output}", "text": "{{output}} {{a}}", "deep": ["x={output}", {"k": "}}"}]
+            }})
+            .as_object()
+            .unwrap()
+            .clone(),
+        );
+        let call = Call::from_args(&args).unwrap();
+        let rendered = call.with_output(&Json::Object(call.kwargs.clone())).unwrap();
+        assert_eq!(rendered, json!({"path": "out/x.nc", "text": "{output} {a}", "deep": ["x=out/x.nc", {"k": "}"}]}));
+        let no_output = Call { output: None, ..call };
+        let error = no_output.with_output(&json!("{output}")).unwrap_err();
+        assert!(error.to_string().contains("no `output` arg"), "{error}");
+        assert!(no_output.with_output(&json!("{{output}}")).is_ok(), "a literal needs no output");
     }
 }
