@@ -204,8 +204,7 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
     if let Some(bytes) = resources.log_limit {
         crate::command::set_log_limit(bytes);
     }
-    // Empties the cgroups of runners that were killed, and with them their commands' orphans.
-    let _ = crate::command::support();
+    crate::command::kill_what_killed_runners_left();
     Ok(RunOptions {
         workers,
         budget,

@@ -35,6 +35,7 @@
 
 mod cgroup;
 mod log;
+mod orphans;
 mod registry;
 pub mod service;
 mod spawn;
@@ -299,6 +300,15 @@ pub enum CommandError {
 /// Detected once per process (and stale cgroups of killed runners removed then).
 pub fn support() -> Result<CgroupVersion, &'static str> {
     cgroup::hierarchy().map(|h| h.version)
+}
+
+/// Kills what runners that were killed left running: their cgroups' processes (emptied and
+/// removed when this process first looks at the hierarchy) and, cgroup or not, every process
+/// whose environment names a runner that is gone ([`orphans`]). Returns how many processes
+/// the second found.
+pub fn kill_what_killed_runners_left() -> usize {
+    let _ = support();
+    orphans::kill_orphans()
 }
 
 /// Runs a command to its end and measures it; see the module documentation.

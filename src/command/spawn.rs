@@ -207,11 +207,14 @@ fn c_string(text: &OsStr) -> io::Result<CString> {
     })
 }
 
-/// The runner's environment with `additions` (which win over the same names).
+/// The runner's environment with `additions` (which win over the same names), and the
+/// command's owner ([`super::orphans::OWNER_VAR`]: this runner, whatever the additions say).
 fn environment(additions: &[(OsString, OsString)]) -> Vec<OsString> {
+    let owner = super::orphans::OWNER_VAR;
     let mut env: Vec<(OsString, OsString)> =
-        std::env::vars_os().filter(|(k, _)| !additions.iter().any(|(name, _)| name == k)).collect();
-    env.extend(additions.iter().cloned());
+        std::env::vars_os().filter(|(k, _)| k != owner && !additions.iter().any(|(name, _)| name == k)).collect();
+    env.extend(additions.iter().filter(|(k, _)| k != owner).cloned());
+    env.push((owner.into(), super::orphans::owner_value().into()));
     env.into_iter()
         .map(|(mut k, v)| {
             k.push("=");
