@@ -11,20 +11,24 @@ use std::fs;
 
 use crate::process_identity::ProcessIdentity;
 
-/// The environment variable naming the runner that started a command: `<pid>.<start ticks>`.
+/// The environment variable naming the runner that started a command:
+/// `<pid>.<start ticks>@<host>` (the host, so that a process that carried it to another host —
+/// a cluster job started from a command — is never judged there).
 pub const OWNER_VAR: &str = "RUNNER_OWNER";
 
 /// This process's [`OWNER_VAR`] value.
 pub(crate) fn owner_value() -> String {
     let us = ProcessIdentity::current();
-    format!("{}.{}", us.pid, us.start_ticks.unwrap_or(0))
+    format!("{}.{}@{}", us.pid, us.start_ticks.unwrap_or(0), us.host.as_deref().unwrap_or(""))
 }
 
 /// The owner a value of [`OWNER_VAR`] names.
 fn parse_owner(value: &[u8]) -> Option<ProcessIdentity> {
     let text = std::str::from_utf8(value).ok()?;
-    let (pid, start) = text.split_once('.')?;
-    Some(ProcessIdentity::from_pid_and_start(pid.parse().ok()?, start.parse().ok()?))
+    let (process, host) = text.split_once('@')?;
+    let (pid, start) = process.split_once('.')?;
+    let owner = ProcessIdentity::from_pid_and_start(pid.parse().ok()?, start.parse().ok()?);
+    Some(ProcessIdentity { host: Some(host.to_string()), ..owner })
 }
 
 /// The owner named in a process's environment (`/proc/<pid>/environ`: NUL-separated).
@@ -68,10 +72,11 @@ mod tests {
 
     #[test]
     fn the_owner_is_read_from_an_environment_block() {
-        let environ = b"PATH=/bin\0RUNNER_OWNER=4242.987654\0HOME=/root\0";
+        let environ = b"PATH=/bin\0RUNNER_OWNER=4242.987654@login1\0HOME=/root\0";
         let owner = owner_in(environ).unwrap();
-        assert_eq!((owner.pid, owner.start_ticks), (4242, Some(987654)));
-        assert!(owner_in(b"PATH=/bin\0RUNNER_OWNERS=1.2\0").is_none());
+        assert_eq!((owner.pid, owner.start_ticks, owner.host.as_deref()), (4242, Some(987654), Some("login1")));
+        assert!(owner_in(b"PATH=/bin\0RUNNER_OWNERS=1.2@h\0").is_none());
+        assert!(!owner_in(b"RUNNER_OWNER=4242.1@another-host-than-this\0").unwrap().is_gone(), "not judged here");
         assert!(owner_in(b"RUNNER_OWNER=garbage\0").is_none());
         let ours = parse_owner(owner_value().as_bytes()).unwrap();
         assert!(!ours.is_gone(), "this process is alive");
