@@ -342,6 +342,102 @@ steps:
 }
 
 #[test]
+fn commands_of_mixed_sizes_are_preempted_to_keep_the_budget() {
+    // Six tasks reserving 50 MiB each, then holding 100 MiB to 1.3 GiB: three at once could
+    // hold 3.4 GiB of a 2 GiB budget. The newest of those over their reservation yield and run
+    // again with what they held; all end ok, within the budget, each with its own peak.
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "mixed.yaml",
+        r#"recipe: mixed-commands
+vars:
+  mib: {0: 1200, 1: 200, 2: 900, 3: 100, 4: 1300, 5: 300}
+dims:
+  task: 6
+steps:
+  grow:
+    plugin: exec
+    over: [task]
+    args:
+      command: [python3, -c, "import sys, time\ndata = bytearray(int(sys.argv[1]) << 20)\nfor i in range(0, len(data), 4096): data[i] = 1\ntime.sleep(0.5)", "{mib[task]}"]
+    memory: 50MiB
+"#,
+    );
+    let budget = 2u64 << 30;
+    let (status, highest, err) = common::run_watching_tree(runner_command(
+        dir.path(),
+        &["run", recipe.to_str().unwrap(), "--workers", "3", "--budget", "2GiB", "--db", "r.db"],
+    ));
+    assert_eq!(status.code(), Some(0), "{err}");
+    let allowed = budget + budget / 20 + 64 * MIB;
+    eprintln!("highest process-tree RSS {} MiB, allowed {} MiB", highest / MIB, allowed / MIB);
+    assert!(highest <= allowed, "the tree reached {} MiB, over {} MiB", highest / MIB, allowed / MIB);
+    let db = rusqlite::Connection::open(dir.path().join("r.db")).unwrap();
+    let mut statement =
+        db.prepare("SELECT task_index, status, attempts, peak_bytes FROM tasks ORDER BY task_index").unwrap();
+    let rows: Vec<(i64, String, i64, i64)> = statement
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let sizes = [1200, 200, 900, 100, 1300, 300];
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    for (index, status, attempts, peak) in rows {
+        let size = sizes[index as usize] * MIB;
+        assert_eq!((status.as_str(), attempts), ("ok", 1), "task {index}: {err}");
+        assert!(peak as u64 >= size, "task {index} held {} MiB, recorded {} MiB", size / MIB, peak as u64 / MIB);
+    }
+}
+
+#[test]
+fn retries_after_running_out_of_memory_never_reserve_more_than_the_budget() {
+    // Each task is limited to its reservation (`--enforce-memory`) and needs 1.2 GiB: killed at
+    // 100 MiB, it is tried again with more reserved, up to what the budget holds — never past
+    // it, however many tasks grow at once.
+    let dir = tempfile::tempdir().unwrap();
+    let recipe = write(
+        dir.path(),
+        "retry.yaml",
+        r#"recipe: retried-commands
+dims:
+  task: 3
+steps:
+  grow:
+    plugin: exec
+    over: [task]
+    retries: 4
+    args:
+      command: [python3, -c, "import time\ndata = bytearray(1200 << 20)\nfor i in range(0, len(data), 4096): data[i] = 1\ntime.sleep(0.2)"]
+    memory: 100MiB
+"#,
+    );
+    let budget = 2u64 << 30;
+    let out = runner(
+        dir.path(),
+        &[
+            "run",
+            recipe.to_str().unwrap(),
+            "--workers",
+            "2",
+            "--budget",
+            "2GiB",
+            "--enforce-memory",
+            "--summary",
+            "s.json",
+        ],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    let reserved = summary["peak_reserved_bytes"].as_u64().unwrap();
+    assert!(reserved <= budget, "peak reserved {} MiB of a {} MiB budget\n{err}", reserved / MIB, budget / MIB);
+    assert_eq!(summary["tasks_ok"], 3, "{err}");
+    assert!(err.contains("out of memory") || err.contains("retr"), "the first attempts ran out of memory: {err}");
+}
+
+#[test]
 fn exec_is_listed_with_its_args() {
     let out = runner(Path::new("."), &["plugins"]);
     let text = String::from_utf8_lossy(&out.stdout);

@@ -1203,15 +1203,23 @@ impl<'s, 'r> Worker<'s, 'r> {
         })
     }
 
-    /// An attempt ran out of memory under its reservation: the step's figure learns the peak,
-    /// and the next attempt reserves more — twice as much, or half again the peak it reached,
-    /// whichever is larger — waiting for the room.
+    /// An attempt ran out of memory under its reservation (or yielded it): the step's figure
+    /// learns what it reached — at least its reservation, which it outgrew — and the next
+    /// attempt reserves more — twice as much, or half again the peak it reached,
+    /// whichever is larger, but never more than the budget (a task that needs more fails when
+    /// it runs out again with the whole budget reserved) — waiting for the room.
     fn grow_after_oom(&self, picked: Picked, peak: u64) -> Picked {
-        let reserved = picked.reserved.saturating_mul(2).max(peak.saturating_add(peak / 2));
-        let estimate = picked.estimate.saturating_add(reserved - picked.reserved);
         let shared = self.shared;
         let mut state = shared.lock();
-        state.note_underestimate(&picked, peak.max(estimate));
+        let ceiling = state.ledger.budget().max(picked.reserved);
+        let reserved = picked.reserved.saturating_mul(2).max(peak.saturating_add(peak / 2)).min(ceiling);
+        let estimate = picked.estimate.saturating_add(reserved - picked.reserved);
+        state.note_underestimate(&picked, peak.max(picked.reserved));
+        // Between two attempts the task holds nothing: it lets its reservation go while it
+        // waits for the larger one, so that two tasks growing at once wait for each other
+        // instead of one of them taking room the budget does not have.
+        state.ledger.try_resize(picked.slot, 0);
+        shared.wake.notify_all();
         while !state.ledger.try_resize(picked.slot, reserved) {
             state.sleepers += 1;
             state = shared.wake.wait_timeout(state, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;

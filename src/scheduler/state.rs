@@ -520,6 +520,13 @@ impl<'g> State<'g> {
     fn admit(&self, plan: &Plan, task: TaskRef, plugin_estimate: u64) -> Result<Admitted, Option<u64>> {
         let inputs = self.input_sums(task);
         let (estimate, source) = self.predict(plan, task.step, plugin_estimate, inputs.bytes);
+        // The margin never makes a task oversized: one expected to peak within the budget
+        // reserves at most the budget (and so runs alone).
+        let budget = self.ledger.budget();
+        let estimate = match &self.models[task.step] {
+            Some(m) if estimate > budget && m.model.predict_peak(plugin_estimate, inputs.bytes) <= budget => budget,
+            _ => estimate,
+        };
         // Spilled inputs are mapped back in as the task reads them: they count while it runs.
         let reserved = estimate.saturating_add(inputs.spilled);
         match self.ledger.admission(reserved) {
