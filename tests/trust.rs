@@ -262,3 +262,29 @@ fn failures_of_a_step_that_differ_in_numbers_are_told_once_with_the_stderr_tail_
     assert_eq!(text.matches("Traceback").count(), 1, "the stderr tail once: {text}");
     assert!(text.contains("(logs: ") && text.contains("and 5 more)"), "the other logs listed: {text}");
 }
+
+#[test]
+fn no_task_output_replaces_the_store_or_the_recipe_whatever_its_template_renders() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("out")).unwrap();
+    // One task of each step renders its output path onto the store, or onto the recipe.
+    let recipe = "recipe: clash\ndims:\n  i: 3\n  name: [a, r.yaml]\nsteps:\n  field:\n    plugin: synth\n    over: [i]\n    \
+                  args: {ny: 4, nx: 4, wet_fraction: 0.5, seed: \"{i}\"}\n  save:\n    plugin: write_npy\n    over: [i]\n    \
+                  inputs: {array: field}\n    args: {path: \"out/{i}.npy\"}\n  copy:\n    plugin: exec\n    over: [name]\n    \
+                  args:\n      command: [sh, -c, 'echo x > \"$0\"', \"{output}\"]\n      output: \"{name}\"\n";
+    std::fs::write(dir.path().join("r.yaml"), recipe).unwrap();
+    let out = runner_in(dir.path(), &["run", "r.yaml", "--cycle", "C", "--db", "out/2.npy"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("writing out/2.npy: it is the feedback store out/2.npy, which no output may replace"),
+        "{err}"
+    );
+    assert!(err.contains("it is the recipe r.yaml, which no output may replace"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.path().join("r.yaml")).unwrap(), recipe, "the recipe stays");
+    let db = rusqlite::Connection::open(dir.path().join("out/2.npy")).unwrap();
+    let failed: i64 = db.query_row("SELECT COUNT(*) FROM tasks WHERE status = 'failed'", [], |r| r.get(0)).unwrap();
+    assert_eq!(failed, 2, "the store stays a store, with both failures in it");
+    assert!(std::fs::read(dir.path().join("out/1.npy")).unwrap().starts_with(b"\x93NUMPY"), "the others are written");
+    assert_eq!(std::fs::read_to_string(dir.path().join("a")).unwrap(), "x\n");
+}

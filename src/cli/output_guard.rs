@@ -126,13 +126,20 @@ impl OutputGuard {
         self
     }
 
+    /// `path` must not be written, neither by this command's own outputs nor, while it runs,
+    /// by any task's ([`runner_plugin::files::protect`]: a path a template renders per task).
+    pub fn protect_always(&mut self, path: &Path, what: &str) -> &mut Self {
+        runner_plugin::files::protect(path, what);
+        self.protect(path, what)
+    }
+
     /// The store at `db` and the `-wal` and `-shm` files SQLite keeps beside it.
     pub fn protect_store(&mut self, db: &Path) -> &mut Self {
-        self.protect(db, "the feedback store");
+        self.protect_always(db, "the feedback store");
         for suffix in ["-wal", "-shm"] {
             let mut name = db.as_os_str().to_os_string();
             name.push(suffix);
-            self.protect(Path::new(&name), &format!("the feedback store's {suffix} file"));
+            self.protect_always(Path::new(&name), &format!("the feedback store's {suffix} file"));
         }
         self
     }
@@ -140,7 +147,7 @@ impl OutputGuard {
     /// The recipe file and the files its steps name in path args that are the same for every
     /// task (read or written by the run; a path that depends on a dim is left to the run).
     pub fn protect_recipe(&mut self, recipe_path: &Path, compiled: &Compiled) -> &mut Self {
-        self.protect(recipe_path, "the recipe");
+        self.protect_always(recipe_path, "the recipe");
         for step in &compiled.recipe.steps {
             if step.args.is_per_task() {
                 continue;

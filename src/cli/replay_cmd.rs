@@ -55,7 +55,7 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     let db = args.db.clone().unwrap_or_else(record::default_db);
     let Some(compiled) = compile_every_cycle(&file, &recipe_path, registry) else { return Ok(EXIT_USAGE) };
     let mut guard = OutputGuard::default();
-    guard.protect_store(&db).protect(&args.cycles, "the cycles file");
+    guard.protect_store(&db).protect_always(&args.cycles, "the cycles file");
     for one in &compiled {
         guard.protect_recipe(&recipe_path, one);
     }

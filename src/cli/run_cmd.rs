@@ -24,15 +24,13 @@ use crate::store::{RunOutcome, RunStatus, Store, TaskStatus};
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
     let db = args.db.clone().unwrap_or_else(record::default_db);
+    // Also protects the store and the recipe from every task's outputs while the run lasts.
+    let mut guard = OutputGuard::default();
+    guard.protect_store(&db).protect_recipe(&args.recipe.recipe, &compiled);
     if let Some(path) = &args.summary {
-        let mut guard = OutputGuard::default();
-        guard.protect_store(&db).protect_recipe(&args.recipe.recipe, &compiled).output(
-            path,
-            "--summary",
-            OutputKind::Json,
-        );
-        guard.check()?;
+        guard.output(path, "--summary", OutputKind::Json);
     }
+    guard.check()?;
     // Found out before the first task runs, not after the last.
     if let Some(path) = &args.summary {
         check_writable(path).with_context(|| format!("the summary cannot be written to {}", path.display()))?;

@@ -5,12 +5,63 @@
 //! `.<name>.<pid>-<n>.tmp`, and renamed into place once complete. A killed process leaves only
 //! such temporary files behind; [`is_temp_of`] tells them apart, so that the run that resumes
 //! it can remove them.
+//!
+//! Nothing written replaces a file the engine [`protect`]s (the feedback store and its SQLite
+//! files, the recipe, the cycles file): an output whose path a template renders onto one of
+//! them fails, naming it, and the file stays as it was.
 
 use std::ffi::OsString;
 use std::fs::File;
 use std::io;
+use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A file no output may replace: its path, what it is, and its identity once it exists.
+struct Protected {
+    path: PathBuf,
+    what: String,
+}
+
+static PROTECTED: RwLock<Vec<Protected>> = RwLock::new(Vec::new());
+
+/// From now on in this process, no file written through this module may replace the file at
+/// `path` (which may not exist yet, as SQLite's `-wal`); `what` names it in the error ("the
+/// feedback store"). Files are compared by identity (device and inode), whatever the names.
+pub fn protect(path: &Path, what: &str) {
+    let mut protected = PROTECTED.write().unwrap_or_else(|p| p.into_inner());
+    if !protected.iter().any(|p| p.path == path) {
+        protected.push(Protected { path: path.to_path_buf(), what: what.to_string() });
+    }
+}
+
+/// An error when `path` is a protected file ([`protect`]): for a writer that removes or
+/// replaces a file by other means than this module (a stale output removed first).
+pub fn refuse_protected(path: &Path) -> Result<(), String> {
+    let protected = PROTECTED.read().unwrap_or_else(|p| p.into_inner());
+    if protected.is_empty() {
+        return Ok(());
+    }
+    let Ok(target) = std::fs::metadata(path) else { return Ok(()) };
+    let same = |other: &std::fs::Metadata| other.dev() == target.dev() && other.ino() == target.ino();
+    match protected.iter().find(|p| std::fs::metadata(&p.path).is_ok_and(|m| same(&m))) {
+        Some(p) => Err(format!(
+            "it is {} {}, which no output may replace (give the output another path)",
+            p.what,
+            p.path.display()
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Moves the finished file `written` to `path` (a rename: both in one directory), unless
+/// `path` is a protected file. Errors name both.
+pub fn place(written: &Path, path: &Path) -> Result<(), String> {
+    refuse_protected(path).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::rename(written, path)
+        .map_err(|e| format!("cannot move the output {} into place at {}: {e}", written.display(), path.display()))
+}
 
 /// Writes a file at `path` through `write`, under a hidden temporary name in the same
 /// directory that is renamed into place once complete. Creates parent directories. Errors name
@@ -20,11 +71,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// would cost a sync per file for nothing a run needs.
 pub fn write_atomically(path: &Path, write: impl FnOnce(&mut File) -> io::Result<()>) -> Result<(), String> {
     let fail = |what: String| format!("writing {}: {what}", path.display());
+    refuse_protected(path).map_err(fail)?;
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create directory {}: {e}", dir.display())))?;
     let temp = temp_path(path).ok_or_else(|| fail("the path does not name a file".into()))?;
-    let written =
-        File::create_new(&temp).and_then(|mut file| write(&mut file)).and_then(|()| std::fs::rename(&temp, path));
+    let written = File::create_new(&temp).and_then(|mut file| write(&mut file)).and_then(|()| {
+        // Again, at the last moment: a protected file may have appeared meanwhile (a `-wal`).
+        refuse_protected(path).map_err(io::Error::other)?;
+        std::fs::rename(&temp, path)
+    });
     written.map_err(|e| {
         let _ = std::fs::remove_file(&temp);
         fail(e.to_string())

@@ -221,13 +221,7 @@ fn run_and_place(
         _ => return Err(not_written(&format!("did not write its output {}", written.display()))),
     }
     if written != output {
-        std::fs::rename(written, output).map_err(|e| {
-            TaskError::msg(format!(
-                "cannot move the output {} into place at {}: {e}",
-                written.display(),
-                output.display()
-            ))
-        })?;
+        runner_plugin::files::place(written, output).map_err(TaskError::msg)?;
     }
     Ok(Value::Path(output.to_path_buf()))
 }

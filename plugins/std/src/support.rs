@@ -219,6 +219,8 @@ pub(crate) fn prepare_output(output: &Path) -> Result<(), TaskError> {
             output.display()
         )));
     }
+    runner_plugin::files::refuse_protected(output)
+        .map_err(|e| TaskError::msg(format!("cannot write {}: {e}", output.display())))?;
     if std::fs::symlink_metadata(output).is_ok() {
         std::fs::remove_file(output)
             .map_err(|e| TaskError::msg(format!("cannot remove the stale output {}: {e}", output.display())))?;
