@@ -30,8 +30,8 @@ impl<'s, 'r> Worker<'s, 'r> {
         started: Instant,
         remote_output_bytes: Option<u64>,
     ) -> Finished {
-        let picked = self.claimed[at].picked;
-        let TaskRef { step, index } = picked.task;
+        let task = self.claimed[at].picked.task;
+        let TaskRef { step, index } = task;
         let on_missing = self.shared.recipe.steps[step].on_missing;
         let (result, output, error) = match outcome.result {
             Ok(output) => (Outcome::Ok, output, None),
@@ -57,10 +57,10 @@ impl<'s, 'r> Worker<'s, 'r> {
                 match (remote_output_bytes, &output) {
                     // Hashed as the task returned it: the value its value file holds.
                     (Some(_), Value::Path(file)) => match file.parent().map(|dir| crate::values::map(dir, index)) {
-                        Some(Ok(returned)) => self.hash_and_keep(picked.task, producers_hash, &returned),
+                        Some(Ok(returned)) => self.hash_and_keep(task, producers_hash, &returned),
                         _ => (None, None),
                     },
-                    _ => self.hash_and_keep(picked.task, producers_hash, &output),
+                    _ => self.hash_and_keep(task, producers_hash, &output),
                 }
             }
             _ => (None, None),
@@ -77,8 +77,8 @@ impl<'s, 'r> Worker<'s, 'r> {
             hashes,
             output_path,
         };
-        self.report(&picked, result, &measured, error.as_deref());
-        self.count(&picked, measured.peak, wall);
+        self.report(&self.claimed[at].picked, result, &measured, error.as_deref());
+        self.count(at, measured.peak, wall);
         match result {
             Outcome::Ok => {
                 self.stats[step].ok += 1;
@@ -88,8 +88,8 @@ impl<'s, 'r> Worker<'s, 'r> {
             Outcome::Skipped | Outcome::Dropped | Outcome::Reused => self.stats[step].skipped += 1,
         }
         match (error, result) {
-            (Some(error), Outcome::Failed) => self.fail(picked.task, error),
-            (Some(error), _) => self.missing.push(self.failure(picked.task, error)),
+            (Some(error), Outcome::Failed) => self.fail(task, error),
+            (Some(error), _) => self.missing.push(self.failure(task, error)),
             (None, _) => {}
         }
         let hash = hashes.map_or(0, |h| h.output);
@@ -130,24 +130,28 @@ impl<'s, 'r> Worker<'s, 'r> {
         (Some(hashes), path)
     }
 
-    /// Adds a task that ran to its step's statistics.
-    pub(super) fn count(&mut self, picked: &Picked, peak: u64, wall: Duration) {
-        if self.unpublished.step != picked.task.step {
+    /// Adds claimed task `at`, which ran, to its step's statistics.
+    pub(super) fn count(&mut self, at: usize, peak: u64, wall: Duration) {
+        let (step, estimate, admission) = {
+            let picked = &self.claimed[at].picked;
+            (picked.task.step, picked.estimate, picked.admission)
+        };
+        if self.unpublished.step != step {
             self.publish_runs();
-            self.unpublished.step = picked.task.step;
+            self.unpublished.step = step;
         }
         self.unpublished.ran += 1;
         self.unpublished.wall += wall;
-        let stats = &mut self.stats[picked.task.step];
+        let stats = &mut self.stats[step];
         stats.wall += wall;
-        stats.estimate.record(picked.estimate);
+        stats.estimate.record(estimate);
         stats.peak.record(peak);
-        stats.estimate_sum += picked.estimate;
+        stats.estimate_sum += estimate;
         stats.peak_sum += peak;
-        if picked.admission == (Admission::Alone { oversized: true }) {
+        if admission == (Admission::Alone { oversized: true }) {
             stats.oversized += 1;
         }
-        if peak > picked.estimate {
+        if peak > estimate {
             stats.underestimates += 1;
         }
     }

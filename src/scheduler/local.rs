@@ -76,7 +76,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         let claimed = &self.claimed[at];
         let step_id = claimed.picked.task.step;
         let step = &shared.recipe.steps[step_id];
-        let site = LocalSite { shared, task: picked.task, slot: picked.slot };
+        let site = LocalSite { shared, task: picked.task, slot: picked.slot() };
         let limits = attempt::Limits {
             started,
             timeout: step.timeout,

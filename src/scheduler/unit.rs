@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use runner_plugin::{FailureKind, TaskError};
 
-use super::Picked;
-use super::worker::Worker;
+use super::worker::{Ended, Worker};
 use crate::executor::attempt::{self, TaskOutcome};
 use crate::executor::{self, Attempt, Next, Ran};
 use crate::memory::spill::release_value_pages;
@@ -54,20 +53,20 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
         let outcome = TaskOutcome::failed(TaskError::msg(message), started);
         let wall = outcome.elapsed;
         let finished = self.conclude(at, outcome, 1, wall, started, Some(0));
-        self.done.push((self.claimed[at].picked, finished));
+        self.claimed[at].ended = Ended::Finished(finished);
         false
     }
 
     fn attempt_here(&mut self, at: usize, started: Instant) -> Option<TaskOutcome> {
-        let picked = self.claimed[at].picked;
         if self.claimed[at].started.is_none() {
-            self.describe_task(picked.task.step, picked.task.index);
+            let task = self.claimed[at].picked.task;
+            self.describe_task(task.step, task.index);
             match self.own_estimate(at) {
-                Some(plugin_estimate) if plugin_estimate > picked.plugin_estimate => {
-                    self.regrow.push((picked, plugin_estimate));
+                Some(plugin_estimate) if plugin_estimate > self.claimed[at].picked.plugin_estimate => {
+                    self.claimed[at].ended = Ended::HandedBack { plugin_estimate };
                     return None;
                 }
-                Some(plugin_estimate) => self.claimed[at].picked = Picked { plugin_estimate, ..picked },
+                Some(plugin_estimate) => self.claimed[at].picked.plugin_estimate = plugin_estimate,
                 None => {}
             }
         }
@@ -78,9 +77,9 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
 
     fn attempted(&mut self, at: usize, attempt: Attempt) -> Next {
         let Attempt { outcome, started, ran } = attempt;
-        let picked = self.claimed[at].picked;
-        self.describe_task(picked.task.step, picked.task.index);
-        let step = &self.shared.recipe.steps[picked.task.step];
+        let (task, reserved) = (self.claimed[at].picked.task, self.claimed[at].picked.reserved);
+        self.describe_task(task.step, task.index);
+        let step = &self.shared.recipe.steps[task.step];
         let claimed = &mut self.claimed[at];
         let first_started = *claimed.started.get_or_insert(started);
         claimed.attempts += 1;
@@ -88,14 +87,14 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
             // A job killed at its memory peaked there, whatever it last reported.
             let peak = match ran {
                 Ran::Here => outcome.peak,
-                Ran::Elsewhere { .. } => outcome.peak.max(picked.reserved),
+                Ran::Elsewhere { .. } => outcome.peak.max(reserved),
             };
             if error.kind() == FailureKind::Preempted {
                 tracing::info!("task {}[{}] preempted to keep the budget: {error}", step.name, self.key);
                 // Not an attempt that counts: it runs again, its reservation grown past what it held.
                 claimed.attempts -= 1;
                 claimed.preempted += 1;
-                self.claimed[at].picked = self.grow_after_oom(picked, peak);
+                self.grow_after_oom(at, peak);
                 return Next::Retry;
             }
             if attempt::may_retry(error, claimed.attempts, step.retries) {
@@ -107,7 +106,7 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
                     step.retries + 1
                 );
                 if error.kind() == FailureKind::OutOfMemory {
-                    self.claimed[at].picked = self.grow_after_oom(picked, peak);
+                    self.grow_after_oom(at, peak);
                 }
                 return Next::Retry;
             }
@@ -131,7 +130,7 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
             let none = &self.none;
             self.values[claimed.values.clone()].iter_mut().for_each(|v| *v = none.clone());
         }
-        self.done.push((claimed.picked, finished));
+        self.claimed[at].ended = Ended::Finished(finished);
         Next::Done { wall }
     }
 }
@@ -140,18 +139,20 @@ impl Worker<'_, '_> {
     /// An attempt ran out of memory under its reservation (or was preempted past it): the
     /// step's figure learns the peak, and the next attempt reserves more — twice as much, or
     /// half again the peak it reached, whichever is larger — waiting for the room.
-    fn grow_after_oom(&self, picked: Picked, peak: u64) -> Picked {
+    fn grow_after_oom(&mut self, at: usize, peak: u64) {
+        let shared = self.shared;
+        let picked = &mut self.claimed[at].picked;
         let reserved = picked.reserved.saturating_mul(2).max(peak.saturating_add(peak / 2));
         let estimate = picked.estimate.saturating_add(reserved - picked.reserved);
-        let shared = self.shared;
         let mut state = shared.lock();
-        state.note_underestimate(&picked, peak.max(estimate));
-        while !state.ledger.try_resize(picked.slot, reserved) {
+        state.note_underestimate(picked, peak.max(estimate));
+        while !state.ledger.try_resize(picked.slot(), reserved) {
             state.sleepers += 1;
             state = shared.wake.wait_timeout(state, Duration::from_millis(50)).unwrap_or_else(|p| p.into_inner()).0;
             state.sleepers -= 1;
         }
-        state.ledger.stop_growing(picked.slot);
-        Picked { reserved, estimate, ..picked }
+        state.ledger.stop_growing(picked.slot());
+        drop(state);
+        (picked.reserved, picked.estimate) = (reserved, estimate);
     }
 }

@@ -38,12 +38,15 @@ pub(super) struct Worker<'s, 'r> {
     pub(super) missing: Vec<Failure>,
     pub(super) internal_error: Option<String>,
     pub(super) spill_records: Vec<SpillRecord>,
-    /// Tasks claimed under the lock, run in order outside it.
+    /// Tasks claimed under the lock, run in order outside it, and kept (with how they ended)
+    /// until the next report under the lock: that is where their reservations go back.
     pub(super) claimed: Vec<Claimed>,
-    /// Tasks run since the lock was last held, reported together at the next claim.
-    pub(super) done: Vec<(Picked, Finished)>,
-    /// Claimed tasks that turned out to need more than they reserved, with their estimates.
+    /// Claimed tasks that turned out to need more than they reserved, with their estimates,
+    /// while they are admitted again under the lock.
     pub(super) regrow: Vec<(Picked, u64)>,
+    /// Claimed tasks the executor left without an outcome (a bug of its), failed when the lock
+    /// is let go.
+    pub(super) abandoned: Vec<TaskRef>,
     /// Input values of the claimed tasks, each task's at its `Claimed::values`.
     pub(super) values: Vec<Arc<Value>>,
     /// Values per input of each claimed task, at its `Claimed::counts`.
@@ -93,11 +96,31 @@ pub(super) struct Claimed {
     pub(super) preempted: u32,
     /// When its first attempt started.
     pub(super) started: Option<Instant>,
+    pub(super) ended: Ended,
+}
+
+/// How a claimed task's turn with the executor ended, for the next report.
+pub(super) enum Ended {
+    /// Not (yet) by any of these.
+    NotYet,
+    /// Concluded: what it produced.
+    Finished(Finished),
+    /// Before it started, it proved to need more than it reserved (its plugin's own estimate).
+    HandedBack { plugin_estimate: u64 },
 }
 
 impl Claimed {
     pub(super) fn new(picked: Picked, values: Range<usize>, counts: Range<usize>, producers_hash: u64) -> Claimed {
-        Claimed { picked, values, counts, producers_hash, attempts: 0, preempted: 0, started: None }
+        Claimed {
+            picked,
+            values,
+            counts,
+            producers_hash,
+            attempts: 0,
+            preempted: 0,
+            started: None,
+            ended: Ended::NotYet,
+        }
     }
 }
 
@@ -124,8 +147,8 @@ impl<'s, 'r> Worker<'s, 'r> {
             internal_error: None,
             spill_records: Vec::new(),
             claimed: Vec::with_capacity(MAX_BATCH),
-            done: Vec::with_capacity(MAX_BATCH),
             regrow: Vec::new(),
+            abandoned: Vec::new(),
             values: Vec::new(),
             counts: Vec::new(),
             none: Arc::new(Value::None),
@@ -178,6 +201,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         }
         self.report_skipped();
         self.report_reused();
+        self.report_abandoned();
         if !self.spill_jobs.is_empty() {
             self.write_spills();
             return true;
@@ -185,7 +209,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         // Outside the lock: the executor runs the unit, telling it how each attempt ended.
         let executor = self.shared.executor;
         executor.run(self);
-        self.claimed.clear();
+        // The claimed tasks stay, with how they ended, until the next report; their inputs go.
         self.values.clear();
         self.counts.clear();
         self.flush_reports();
@@ -225,40 +249,45 @@ impl<'s, 'r> Worker<'s, 'r> {
         let shared = self.shared;
         let plan = shared.plan;
         let mut state = shared.lock();
-        let reported = !self.done.is_empty() || !self.spilled.is_empty() || !self.regrow.is_empty();
-        for (picked, result) in self.done.drain(..) {
-            if result.peak > picked.estimate {
-                state.note_underestimate(&picked, result.peak);
+        let reported = !self.claimed.is_empty() || !self.spilled.is_empty();
+        let mut claimed = std::mem::take(&mut self.claimed);
+        for Claimed { picked, ended, .. } in claimed.drain(..) {
+            match ended {
+                Ended::Finished(result) => {
+                    if result.peak > picked.estimate {
+                        state.note_underestimate(&picked, result.peak);
+                    }
+                    state.finish(picked, result.outcome, result.output, result.file_bytes, result.hash, result.wall);
+                }
+                Ended::HandedBack { plugin_estimate } => self.regrow.push((picked, plugin_estimate)),
+                Ended::NotYet => {
+                    self.abandoned.push(picked.task);
+                    state.finish(picked, Outcome::Failed, Value::None, 0, 0, Duration::ZERO);
+                }
             }
-            state.finish(&picked, result.outcome, result.output, result.file_bytes, result.hash, result.wall);
         }
+        self.claimed = claimed;
         state.finish_spills(&mut self.spilled);
         state.recycle(&mut self.shells);
         self.skipped.append(&mut state.skipped);
         self.reused.append(&mut state.reused);
         let mut regrown = false;
-        for (picked, plugin_estimate) in self.regrow.drain(..) {
+        let mut regrow = std::mem::take(&mut self.regrow);
+        for (picked, plugin_estimate) in regrow.drain(..) {
             if let Some(picked) = state.reestimate(plan, picked, plugin_estimate) {
+                // Re-admitted tasks run first; their inputs are collected now.
                 regrown = true;
-                self.claimed.push(Claimed::new(picked, 0..0, 0..0, 0));
+                self.claim(&state, picked);
             }
         }
+        self.regrow = regrow;
         if reported {
             self.publish(&state);
             if state.sleepers > 0 {
                 shared.wake.notify_all();
             }
         }
-        let (more, mut state) = if regrown {
-            // Re-admitted tasks run first; their inputs are collected now.
-            let claimed = std::mem::take(&mut self.claimed);
-            for claimed in claimed {
-                self.claim(&state, claimed.picked);
-            }
-            (true, state)
-        } else {
-            self.claim_next(state)
-        };
+        let (more, mut state) = if regrown { (true, state) } else { self.claim_next(state) };
         std::mem::swap(&mut state.garbage, &mut self.garbage);
         drop(state);
         more
@@ -280,10 +309,9 @@ impl<'s, 'r> Worker<'s, 'r> {
             }
             match state.pick(plan, self.slot(0)) {
                 Pick::Run(picked) => {
-                    self.claim(&state, picked);
                     // Quick local tasks are claimed in batches; remote ones in the chunks a job runs.
                     let chunk = self.unit_size(picked.task.step, state.is_quick(picked.task.step));
-                    self.claim_more(&mut state, &picked, chunk);
+                    self.claim_with_more(&mut state, picked, chunk);
                     self.publish(&state);
                     return (true, state);
                 }
@@ -300,13 +328,12 @@ impl<'s, 'r> Worker<'s, 'r> {
                     state = shared.lock();
                     state.estimated();
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, self.slot(0)) {
-                        self.claim(&state, picked);
                         // A remote job runs a chunk of its step's tasks even when the step's
                         // estimate follows its data: the rest of the chunk shares this task's
                         // reservation (the job's `--mem` is the largest of them anyway), or a
                         // step of 10⁶ such tasks would become 10⁶ jobs.
                         let chunk = self.unit_size(task.step, false);
-                        self.claim_more(&mut state, &picked, chunk);
+                        self.claim_with_more(&mut state, picked, chunk);
                         self.publish(&state);
                         return (true, state);
                     }
@@ -340,15 +367,15 @@ impl<'s, 'r> Worker<'s, 'r> {
         })
     }
 
-    /// Claims up to `chunk - 1` more ready tasks of `picked`'s step under its reservation, when
-    /// it was admitted without waiting.
-    fn claim_more(&mut self, state: &mut State<'r>, picked: &Picked, chunk: usize) {
-        if picked.admission != Admission::Fits || chunk <= 1 {
-            return;
-        }
+    /// Claims `picked` and up to `chunk - 1` more ready tasks of its step with its estimate,
+    /// when it was admitted without waiting.
+    fn claim_with_more(&mut self, state: &mut State<'r>, picked: Picked, chunk: usize) {
         let mut batch = std::mem::take(&mut self.batch);
-        let slots = (1..chunk.min(MAX_BATCH)).map(|position| self.slot(position));
-        state.pick_more(picked, slots, &mut batch);
+        if picked.admission == Admission::Fits && chunk > 1 {
+            let slots = (1..chunk.min(MAX_BATCH)).map(|position| self.slot(position));
+            state.pick_more(&picked, slots, &mut batch);
+        }
+        self.claim(state, picked);
         for more in batch.drain(..) {
             self.claim(state, more);
         }
@@ -432,14 +459,16 @@ impl<'s, 'r> Worker<'s, 'r> {
         tracing::error!("{message}");
         self.internal_error.get_or_insert_with(|| message.clone());
         // Tasks that ran and were reported are finished as they ended; the others fail.
-        let done: Vec<(Picked, Finished)> = self.done.drain(..).collect();
-        let unrun: Vec<Picked> = self
-            .claimed
-            .drain(..)
-            .map(|c| c.picked)
-            .filter(|p| !done.iter().any(|(d, _)| d.task == p.task))
-            .chain(self.regrow.drain(..).map(|(picked, _)| picked))
-            .collect();
+        let mut done: Vec<(Picked, Finished)> = Vec::new();
+        let mut unrun: Vec<Picked> = Vec::new();
+        for claimed in self.claimed.drain(..) {
+            match claimed.ended {
+                Ended::Finished(finished) => done.push((claimed.picked, finished)),
+                Ended::HandedBack { .. } | Ended::NotYet => unrun.push(claimed.picked),
+            }
+        }
+        unrun.extend(self.regrow.drain(..).map(|(picked, _)| picked));
+        unrun.append(&mut self.batch);
         self.values.clear();
         self.counts.clear();
         let mut spilled = std::mem::take(&mut self.spilled);
@@ -448,22 +477,42 @@ impl<'s, 'r> Worker<'s, 'r> {
         let mut state = self.shared.lock();
         state.finish_spills(&mut spilled);
         for (picked, finished) in done {
-            state.finish(&picked, finished.outcome, finished.output, finished.file_bytes, finished.hash, finished.wall);
+            state.finish(picked, finished.outcome, finished.output, finished.file_bytes, finished.hash, finished.wall);
         }
-        for picked in &unrun {
-            state.finish(picked, Outcome::Failed, Value::None, 0, 0, Duration::ZERO);
-        }
+        let unrun: Vec<TaskRef> = unrun
+            .into_iter()
+            .map(|picked| {
+                let task = picked.task;
+                state.finish(picked, Outcome::Failed, Value::None, 0, 0, Duration::ZERO);
+                task
+            })
+            .collect();
         self.skipped.append(&mut state.skipped);
         std::mem::swap(&mut state.garbage, &mut self.garbage);
         self.publish(&state);
         self.shared.wake.notify_all();
         drop(state);
         self.take_out_garbage();
-        for picked in unrun {
-            self.describe_task(picked.task.step, picked.task.index);
-            self.stats[picked.task.step].failed += 1;
-            self.fail(picked.task, message.clone());
+        for task in unrun {
+            self.describe_task(task.step, task.index);
+            self.stats[task.step].failed += 1;
+            self.fail(task, message.clone());
         }
+    }
+
+    /// Fails the tasks the executor left without an outcome (see [`Ended::NotYet`]).
+    fn report_abandoned(&mut self) {
+        let mut abandoned = std::mem::take(&mut self.abandoned);
+        for task in abandoned.drain(..) {
+            let message =
+                format!("internal error: the {} executor returned without its outcome", self.shared.executor.name());
+            tracing::error!("{message}");
+            self.internal_error.get_or_insert_with(|| message.clone());
+            self.describe_task(task.step, task.index);
+            self.stats[task.step].failed += 1;
+            self.fail(task, message);
+        }
+        self.abandoned = abandoned;
     }
 
     /// Fills the reusable key string and index pairs of task `index` of `step` (once: they

@@ -75,14 +75,15 @@ impl SkipReason {
 }
 
 impl<'g> State<'g> {
-    /// Records the end of a running task that took `wall`: frees its reservation and inputs,
+    /// Records the end of a running task that took `wall`: frees its reservation (`picked`, the
+    /// guard, is consumed) and inputs,
     /// keeps its output for its consumers, and makes ready the consumers whose last input this was.
     /// `file_bytes`: the size of the file a path output names (0 otherwise), which its consumers
     /// count as input bytes.
     /// `hash`: its output's content hash (0 when not hashed), for its consumers' inputs hash.
     pub fn finish(
         &mut self,
-        picked: &Picked,
+        picked: Picked,
         outcome: Outcome,
         output: Value,
         file_bytes: u64,
@@ -94,26 +95,27 @@ impl<'g> State<'g> {
 
     /// [`State::finish`] for a simulated task, whose output is `output_bytes` of virtual buffer
     /// (see [`Produced::Virtual`]).
-    pub fn finish_virtual(&mut self, picked: &Picked, outcome: Outcome, output_bytes: u64, wall: Duration) {
+    pub fn finish_virtual(&mut self, picked: Picked, outcome: Outcome, output_bytes: u64, wall: Duration) {
         self.finish_produced(picked, outcome, Produced::Virtual { bytes: output_bytes }, 0, 0, wall);
     }
 
     pub(super) fn finish_produced(
         &mut self,
-        picked: &Picked,
+        picked: Picked,
         outcome: Outcome,
         output: Produced,
         file_bytes: u64,
         hash: u64,
         wall: Duration,
     ) {
-        self.ledger.finish(picked.slot);
-        let step = &mut self.steps[picked.task.step];
+        let task = picked.task;
+        self.ledger.release(picked.reservation);
+        let step = &mut self.steps[task.step];
         step.running -= 1;
         step.on_probation = false;
         step.timed += 1;
         step.wall_nanos = step.wall_nanos.saturating_add(wall.as_nanos().try_into().unwrap_or(u64::MAX));
-        self.complete(picked.task, outcome, output, file_bytes, hash);
+        self.complete(task, outcome, output, file_bytes, hash);
     }
 
     pub(super) fn complete(&mut self, task: TaskRef, outcome: Outcome, output: Produced, file_bytes: u64, hash: u64) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::{Model, State, TaskRef};
 use crate::estimate::StepModel;
-use crate::memory::{Admission, TaskSlot};
+use crate::memory::{Admission, Reservation, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::StepId;
 
@@ -35,8 +35,9 @@ struct Admitted {
     input_bytes: u64,
 }
 
-/// A task chosen to run.
-#[derive(Debug, Clone, Copy)]
+/// A task chosen to run, holding its reservation: neither `Copy` nor `Clone`, it is consumed
+/// where the task ends ([`State::finish`]) or goes back to wait ([`State::reestimate`]).
+#[derive(Debug)]
 pub struct Picked {
     pub task: TaskRef,
     /// What the task is estimated to peak at (what learning compares its peak with).
@@ -49,8 +50,15 @@ pub struct Picked {
     /// Its inputs' buffer bytes, resident or spilled.
     pub input_bytes: u64,
     /// Its reservation in the ledger.
-    pub slot: TaskSlot,
+    pub reservation: Reservation,
     pub admission: Admission,
+}
+
+impl Picked {
+    /// The slot of its reservation (what the meter measures it by).
+    pub fn slot(&self) -> TaskSlot {
+        self.reservation.slot()
+    }
 }
 
 /// A step whose tasks take less than this on average is quick: workers claim its tasks in
@@ -69,6 +77,8 @@ impl<'g> State<'g> {
     /// Buffers are spilled only when waiting for running tasks cannot make room (see
     /// [`State::should_spill`]), so a budget that a good order fits never spills.
     pub fn pick(&mut self, plan: &Plan, slot: TaskSlot) -> Pick {
+        // A reservation whose guard was lost goes back before anything is admitted.
+        self.ledger.reclaim_dropped();
         // What the most preferred task that did not fit needs.
         let mut blocked: Option<u64> = None;
         for i in 0..self.priority.len() {
@@ -165,12 +175,12 @@ impl<'g> State<'g> {
     pub fn reestimate(&mut self, plan: &Plan, picked: Picked, plugin_estimate: u64) -> Option<Picked> {
         let (estimate, source) = self.predict(plan, picked.task.step, plugin_estimate, picked.input_bytes);
         let reserved = estimate.saturating_add(picked.reserved - picked.estimate);
-        if self.ledger.try_resize(picked.slot, reserved) {
-            self.ledger.stop_growing(picked.slot);
+        if self.ledger.try_resize(picked.slot(), reserved) {
+            self.ledger.stop_growing(picked.slot());
             return Some(Picked { estimate, reserved, source, plugin_estimate, ..picked });
         }
-        self.ledger.stop_growing(picked.slot);
-        self.ledger.finish(picked.slot);
+        self.ledger.stop_growing(picked.slot());
+        self.ledger.release(picked.reservation);
         self.steps[picked.task.step].running -= 1;
         self.steps[picked.task.step].deferred.push_back((picked.task.index, plugin_estimate));
         None
@@ -196,10 +206,19 @@ impl<'g> State<'g> {
             let Some(index) = self.pop_ready(step) else { break };
             let task = TaskRef { step, index };
             let input_bytes = self.input_sums(task).bytes;
-            out.push(Picked { task, slot, input_bytes, ..*first });
+            out.push(Picked {
+                task,
+                input_bytes,
+                reservation: self.ledger.reserve_unpeaked(slot, first.reserved),
+                estimate: first.estimate,
+                reserved: first.reserved,
+                source: first.source,
+                plugin_estimate: first.plugin_estimate,
+                admission: first.admission,
+            });
         }
         self.steps[step].running += (out.len() - from) as u32;
-        self.ledger.start_all(out[from..].iter().map(|picked| picked.slot), first.reserved);
+        self.ledger.note_peak();
     }
 
     /// The estimate of `task` whose plugin estimates `plugin_estimate`, and whether the ledger
@@ -249,10 +268,10 @@ impl<'g> State<'g> {
 
     /// Reserves the admitted estimate for `task` in `slot`.
     fn start(&mut self, task: TaskRef, admitted: Admitted, plugin_estimate: u64, slot: TaskSlot) -> Picked {
-        self.ledger.start(slot, admitted.reserved);
+        let reservation = self.ledger.reserve(slot, admitted.reserved);
         self.steps[task.step].running += 1;
         let Admitted { estimate, reserved, source, admission, input_bytes } = admitted;
-        Picked { task, estimate, reserved, source, plugin_estimate, input_bytes, slot, admission }
+        Picked { task, estimate, reserved, source, plugin_estimate, input_bytes, reservation, admission }
     }
 
     /// A task peaked at `peak` beyond its estimate: the step's footprint reacts at once, even
