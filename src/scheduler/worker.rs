@@ -208,7 +208,9 @@ impl<'s, 'r> Worker<'s, 'r> {
         }
         // Outside the lock: the executor runs the unit, telling it how each attempt ended.
         let executor = self.shared.executor;
-        executor.run(self);
+        if !self.claimed.is_empty() {
+            executor.run(self);
+        }
         // The claimed tasks stay, with how they ended, until the next report; their inputs go.
         self.values.clear();
         self.counts.clear();
