@@ -39,7 +39,7 @@ pub trait Meter: Sync {
 pub struct TaskSlot(pub u32);
 
 /// A running task's reservation in the ledger, as its holder owns it: made by
-/// [`Ledger::reserve`] (or [`Ledger::reserve_all`]) and given back by [`Ledger::release`], which
+/// [`Ledger::reserve`] (or [`Ledger::reserve_unpeaked`]) and given back by [`Ledger::release`], which
 /// consumes it. Neither `Copy` nor `Clone`: whoever holds it holds the bytes, and there is no
 /// other way for the scheduler to end a task's reservation.
 ///
@@ -49,8 +49,8 @@ pub struct TaskSlot(pub u32);
 /// taking it there would deadlock. The protocol therefore consumes it explicitly under the
 /// lock, where a task ends (`State::finish`) or goes back to wait (`State::reestimate`).
 /// `Drop` is the safety net for a path that forgot it (an early return, a panic unwinding past
-/// it): the slot goes on a process-wide list that its ledger releases at its next reservation,
-/// release or [`Ledger::reclaim_dropped`] (so a lost guard cannot keep admission waiting for
+/// it): the slot goes on a process-wide list that its ledger releases at the scheduler's next
+/// pick ([`Ledger::reclaim_dropped`]; so a lost guard cannot keep admission waiting for
 /// the rest of the run), and debug builds panic besides — unless already unwinding — so the
 /// tests find the path.
 #[must_use = "a reservation is given back with `Ledger::release`, under the lock"]
@@ -78,7 +78,7 @@ impl Drop for Reservation {
 }
 
 /// Reservations dropped unreleased, with their ledger's id, for that ledger to release; and how
-/// many there are (read at every reservation: one relaxed load while there are none).
+/// many there are (read at every pick: one relaxed load while there are none).
 static DROPPED: Mutex<Vec<(u32, TaskSlot)>> = Mutex::new(Vec::new());
 static DROPPED_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// Each ledger's id, so that a dropped guard is released by its own ledger only.
@@ -279,7 +279,6 @@ impl<'m> Ledger<'m> {
     /// Reserves `bytes` for the task in `slot`, as [`Ledger::start`] does, and hands its
     /// holder the guard that [`Ledger::release`] takes back.
     pub fn reserve(&mut self, slot: TaskSlot, bytes: u64) -> Reservation {
-        self.reclaim_dropped();
         self.start(slot, bytes);
         Reservation { ledger: self.id, slot }
     }
@@ -288,7 +287,6 @@ impl<'m> Ledger<'m> {
     /// batch of a quick step's tasks): [`Ledger::note_peak`] follows once for the lot, since
     /// reading the peak walks every running task.
     pub fn reserve_unpeaked(&mut self, slot: TaskSlot, bytes: u64) -> Reservation {
-        self.reclaim_dropped();
         self.add(slot, bytes);
         Reservation { ledger: self.id, slot }
     }
@@ -300,15 +298,20 @@ impl<'m> Ledger<'m> {
         // Released here; its `Drop` is only for guards that are not.
         std::mem::forget(reservation);
         self.finish(slot);
-        self.reclaim_dropped();
     }
 
     /// Releases the reservations of this ledger whose guards were dropped unreleased (see
-    /// [`Reservation`]).
+    /// [`Reservation`]). One relaxed load while there are none: the scheduler calls it at every
+    /// pick.
+    #[inline]
     pub fn reclaim_dropped(&mut self) {
-        if DROPPED_COUNT.load(Ordering::Acquire) == 0 {
-            return;
+        if DROPPED_COUNT.load(Ordering::Relaxed) != 0 {
+            self.release_dropped();
         }
+    }
+
+    #[cold]
+    fn release_dropped(&mut self) {
         let mut dropped = DROPPED.lock().unwrap_or_else(|p| p.into_inner());
         let id = self.id;
         let before = dropped.len();

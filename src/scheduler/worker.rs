@@ -274,15 +274,17 @@ impl<'s, 'r> Worker<'s, 'r> {
         self.skipped.append(&mut state.skipped);
         self.reused.append(&mut state.reused);
         let mut regrown = false;
-        let mut regrow = std::mem::take(&mut self.regrow);
-        for (picked, plugin_estimate) in regrow.drain(..) {
-            if let Some(picked) = state.reestimate(plan, picked, plugin_estimate) {
-                // Re-admitted tasks run first; their inputs are collected now.
-                regrown = true;
-                self.claim(&state, picked);
+        if !self.regrow.is_empty() {
+            let mut regrow = std::mem::take(&mut self.regrow);
+            for (picked, plugin_estimate) in regrow.drain(..) {
+                if let Some(picked) = state.reestimate(plan, picked, plugin_estimate) {
+                    // Re-admitted tasks run first; their inputs are collected now.
+                    regrown = true;
+                    self.claim(&state, picked);
+                }
             }
+            self.regrow = regrow;
         }
-        self.regrow = regrow;
         if reported {
             self.publish(&state);
             if state.sleepers > 0 {
@@ -372,11 +374,13 @@ impl<'s, 'r> Worker<'s, 'r> {
     /// Claims `picked` and up to `chunk - 1` more ready tasks of its step with its estimate,
     /// when it was admitted without waiting.
     fn claim_with_more(&mut self, state: &mut State<'r>, picked: Picked, chunk: usize) {
-        let mut batch = std::mem::take(&mut self.batch);
-        if picked.admission == Admission::Fits && chunk > 1 {
-            let slots = (1..chunk.min(MAX_BATCH)).map(|position| self.slot(position));
-            state.pick_more(&picked, slots, &mut batch);
+        if picked.admission != Admission::Fits || chunk <= 1 {
+            self.claim(state, picked);
+            return;
         }
+        let mut batch = std::mem::take(&mut self.batch);
+        let slots = (1..chunk.min(MAX_BATCH)).map(|position| self.slot(position));
+        state.pick_more(&picked, slots, &mut batch);
         self.claim(state, picked);
         for more in batch.drain(..) {
             self.claim(state, more);
@@ -504,6 +508,9 @@ impl<'s, 'r> Worker<'s, 'r> {
 
     /// Fails the tasks the executor left without an outcome (see [`Ended::NotYet`]).
     fn report_abandoned(&mut self) {
+        if self.abandoned.is_empty() {
+            return;
+        }
         let mut abandoned = std::mem::take(&mut self.abandoned);
         for task in abandoned.drain(..) {
             let message =
