@@ -12,7 +12,7 @@ use super::record::{self, StoreSink};
 use super::summary::RunSummary;
 use super::{EXIT_RUNTIME, EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress, sampler};
 use crate::Compiled;
-use crate::executor::RemoteExecutor;
+use crate::executor::Executor;
 use crate::executor::slurm::{Invocation, SlurmExecutor, SlurmOptions};
 use crate::measure;
 use crate::registry::Registry;
@@ -266,7 +266,7 @@ pub fn execute(
             let executor = Arc::clone(executor);
             super::interrupt::on_interrupt(move || executor.cancel_all())
         });
-        let remote = slurm.map(|e| &**e as &dyn RemoteExecutor);
+        let executor = slurm.map(|e| &**e as &dyn Executor);
         let report = scheduler::run_with(
             &compiled.recipe,
             &compiled.graph,
@@ -274,7 +274,7 @@ pub fn execute(
             options,
             &progress,
             sink,
-            RunExtras { remote, reuse },
+            RunExtras { executor, reuse },
         );
         if let Some(executor) = slurm {
             executor.stop();

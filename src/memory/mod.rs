@@ -8,6 +8,9 @@
 
 pub mod spill;
 
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
 /// Where the ledger reads what running tasks really hold. The engine's own meter reads the
 /// counting allocator and the resident bytes of the external processes tasks run; a remote
 /// executor could feed one from its jobs. Reads must be cheap (a few atomics): the ledger calls
@@ -35,9 +38,55 @@ pub trait Meter: Sync {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TaskSlot(pub u32);
 
+/// A running task's reservation in the ledger, as its holder owns it: made by
+/// [`Ledger::reserve`] (or [`Ledger::reserve_unpeaked`]) and given back by [`Ledger::release`], which
+/// consumes it. Neither `Copy` nor `Clone`: whoever holds it holds the bytes, and there is no
+/// other way for the scheduler to end a task's reservation.
+///
+/// Releasing needs the ledger, which lives behind the scheduler's lock (or in the simulation's
+/// loop), so a guard cannot release itself in `Drop`, as DataFusion's `MemoryReservation`
+/// does through its pool's own lock: it may be dropped where that lock is already held, and
+/// taking it there would deadlock. The protocol therefore consumes it explicitly under the
+/// lock, where a task ends (`State::finish`) or goes back to wait (`State::reestimate`).
+/// `Drop` is the safety net for a path that forgot it (an early return, a panic unwinding past
+/// it): the slot goes on a process-wide list that its ledger releases at the scheduler's next
+/// pick ([`Ledger::reclaim_dropped`]; so a lost guard cannot keep admission waiting for
+/// the rest of the run), and debug builds panic besides — unless already unwinding — so the
+/// tests find the path.
+#[must_use = "a reservation is given back with `Ledger::release`, under the lock"]
+#[derive(Debug)]
+pub struct Reservation {
+    ledger: u32,
+    slot: TaskSlot,
+}
+
+impl Reservation {
+    /// The slot the reservation is in (what the meter measures the task by).
+    pub fn slot(&self) -> TaskSlot {
+        self.slot
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        DROPPED.lock().unwrap_or_else(|p| p.into_inner()).push((self.ledger, self.slot));
+        DROPPED_COUNT.fetch_add(1, Ordering::Release);
+        if cfg!(debug_assertions) && !std::thread::panicking() {
+            panic!("the reservation in slot {} was dropped without Ledger::release", self.slot.0);
+        }
+    }
+}
+
+/// Reservations dropped unreleased, with their ledger's id, for that ledger to release; and how
+/// many there are (read at every pick: one relaxed load while there are none).
+static DROPPED: Mutex<Vec<(u32, TaskSlot)>> = Mutex::new(Vec::new());
+static DROPPED_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// Each ledger's id, so that a dropped guard is released by its own ledger only.
+static NEXT_LEDGER: AtomicU32 = AtomicU32::new(0);
+
 /// One running task's claim.
 #[derive(Debug, Clone, Copy)]
-struct Reservation {
+struct Claim {
     slot: TaskSlot,
     bytes: u64,
     /// Waiting in [`Ledger::try_grow`] for room.
@@ -59,9 +108,11 @@ pub enum Admission {
 /// Reservations and resident buffers against the budget.
 #[derive(Clone)]
 pub struct Ledger<'m> {
+    /// What its [`Reservation`]s name it by.
+    id: u32,
     budget: u64,
     meter: &'m dyn Meter,
-    running: Vec<Reservation>,
+    running: Vec<Claim>,
     /// Where each slot's reservation is in `running` (`NOT_RUNNING` when it holds none): finding
     /// a reservation costs the same under 4 workers or 4,096.
     positions: Vec<u32>,
@@ -88,6 +139,7 @@ impl std::fmt::Debug for Ledger<'_> {
 impl<'m> Ledger<'m> {
     pub fn new(budget: u64, meter: &'m dyn Meter) -> Ledger<'m> {
         Ledger {
+            id: NEXT_LEDGER.fetch_add(1, Ordering::Relaxed),
             budget,
             meter,
             running: Vec::new(),
@@ -164,7 +216,8 @@ impl<'m> Ledger<'m> {
         self.running.len()
     }
 
-    fn note_peak(&mut self) {
+    /// Takes the peak of [`Ledger::used`] now (after a lot of [`Ledger::reserve_unpeaked`]).
+    pub fn note_peak(&mut self) {
         self.peak_used = self.peak_used.max(self.used());
     }
 
@@ -197,7 +250,8 @@ impl<'m> Ledger<'m> {
         wanted.min(usize::try_from(fitting).unwrap_or(usize::MAX))
     }
 
-    /// Records that the task in `slot` started with `bytes` reserved.
+    /// Records that the task in `slot` started with `bytes` reserved (the ledger's own
+    /// bookkeeping: the scheduler reserves through [`Ledger::reserve`]).
     pub fn start(&mut self, slot: TaskSlot, bytes: u64) {
         self.start_all([slot], bytes);
     }
@@ -206,18 +260,80 @@ impl<'m> Ledger<'m> {
     /// once for the lot, since reading it walks every running task.
     pub fn start_all(&mut self, slots: impl IntoIterator<Item = TaskSlot>, bytes: u64) {
         for slot in slots {
-            let index = slot.0 as usize;
-            if self.positions.len() <= index {
-                self.positions.resize(index + 1, NOT_RUNNING);
-            }
-            self.positions[index] = self.running.len() as u32;
-            self.running.push(Reservation { slot, bytes, growing: false });
-            self.reserved_total += bytes;
+            self.add(slot, bytes);
         }
         self.note_peak();
     }
 
-    /// Releases the reservation of the task in `slot`.
+    /// Adds the claim of the task in `slot` (the peak is the caller's to take).
+    fn add(&mut self, slot: TaskSlot, bytes: u64) {
+        let index = slot.0 as usize;
+        if self.positions.len() <= index {
+            self.positions.resize(index + 1, NOT_RUNNING);
+        }
+        self.positions[index] = self.running.len() as u32;
+        self.running.push(Claim { slot, bytes, growing: false });
+        self.reserved_total += bytes;
+    }
+
+    /// Reserves `bytes` for the task in `slot`, as [`Ledger::start`] does, and hands its
+    /// holder the guard that [`Ledger::release`] takes back.
+    pub fn reserve(&mut self, slot: TaskSlot, bytes: u64) -> Reservation {
+        self.start(slot, bytes);
+        Reservation { ledger: self.id, slot }
+    }
+
+    /// [`Ledger::reserve`] without taking the peak, for one of a lot reserved together (a
+    /// batch of a quick step's tasks): [`Ledger::note_peak`] follows once for the lot, since
+    /// reading the peak walks every running task.
+    pub fn reserve_unpeaked(&mut self, slot: TaskSlot, bytes: u64) -> Reservation {
+        self.add(slot, bytes);
+        Reservation { ledger: self.id, slot }
+    }
+
+    /// Gives `reservation` back: its task holds nothing in the ledger any more.
+    pub fn release(&mut self, reservation: Reservation) {
+        debug_assert_eq!(reservation.ledger, self.id, "a reservation is released by the ledger that made it");
+        let slot = reservation.slot;
+        // Released here; its `Drop` is only for guards that are not.
+        std::mem::forget(reservation);
+        self.finish(slot);
+    }
+
+    /// Releases the reservations of this ledger whose guards were dropped unreleased (see
+    /// [`Reservation`]). One relaxed load while there are none: the scheduler calls it at every
+    /// pick.
+    #[inline]
+    pub fn reclaim_dropped(&mut self) {
+        if DROPPED_COUNT.load(Ordering::Relaxed) != 0 {
+            self.release_dropped();
+        }
+    }
+
+    #[cold]
+    fn release_dropped(&mut self) {
+        let mut dropped = DROPPED.lock().unwrap_or_else(|p| p.into_inner());
+        let id = self.id;
+        let before = dropped.len();
+        let mut mine = Vec::new();
+        dropped.retain(|&(ledger, slot)| {
+            let other = ledger != id;
+            if !other {
+                mine.push(slot);
+            }
+            other
+        });
+        DROPPED_COUNT.fetch_sub(before - dropped.len(), Ordering::Release);
+        drop(dropped);
+        for slot in mine {
+            tracing::error!("internal error: the reservation in slot {} was dropped unreleased; released now", slot.0);
+            self.finish(slot);
+        }
+    }
+
+    /// Releases the reservation of the task in `slot` (the ledger's own bookkeeping: the
+    /// scheduler holds its reservations as [`Reservation`]s, and gives them back with
+    /// [`Ledger::release`]).
     pub fn finish(&mut self, slot: TaskSlot) {
         if let Some(at) = self.position(slot) {
             self.set_bytes(at, 0);

@@ -283,9 +283,8 @@ impl Loop<'_> {
             }
             match state.pick(plan, Self::slot(worker, 0)) {
                 Pick::Run(picked) => {
-                    self.claim(state, worker, picked);
                     let chunk = self.chunk(state, picked.task.step);
-                    self.claim_more(state, worker, &picked, chunk);
+                    self.claim_with_more(state, worker, picked, chunk);
                     self.start(state, worker);
                     return true;
                 }
@@ -293,11 +292,8 @@ impl Loop<'_> {
                     state.estimated();
                     let plugin_estimate = self.predictor.dispatch_estimate(task.step, task.index);
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, Self::slot(worker, 0)) {
-                        self.claim(state, worker, picked);
-                        if self.cluster.is_some() {
-                            let chunk = self.chunk(state, task.step);
-                            self.claim_more(state, worker, &picked, chunk);
-                        }
+                        let chunk = if self.cluster.is_some() { self.chunk(state, task.step) } else { 1 };
+                        self.claim_with_more(state, worker, picked, chunk);
                         self.start(state, worker);
                         return true;
                     }
@@ -332,13 +328,14 @@ impl Loop<'_> {
         }
     }
 
-    fn claim_more(&mut self, state: &mut State<'_>, worker: u32, picked: &Picked, chunk: usize) {
-        if picked.admission != Admission::Fits || chunk <= 1 {
-            return;
-        }
+    /// Takes `picked` on, with up to `chunk - 1` more of its step (as `Worker::claim_with_more`).
+    fn claim_with_more(&mut self, state: &mut State<'_>, worker: u32, picked: Picked, chunk: usize) {
         let mut batch = std::mem::take(&mut self.batch);
-        let slots = (1..chunk.min(MAX_BATCH)).map(|position| Self::slot(worker, position));
-        state.pick_more(picked, slots, &mut batch);
+        if picked.admission == Admission::Fits && chunk > 1 {
+            let slots = (1..chunk.min(MAX_BATCH)).map(|position| Self::slot(worker, position));
+            state.pick_more(&picked, slots, &mut batch);
+        }
+        self.claim(state, worker, picked);
         for more in batch.drain(..) {
             self.claim(state, worker, more);
         }
@@ -376,8 +373,8 @@ impl Loop<'_> {
             model_peak,
             picked.estimate,
         );
-        if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot, prediction.peak) {
-            state.ledger.stop_growing(picked.slot);
+        if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot(), prediction.peak) {
+            state.ledger.stop_growing(picked.slot());
         }
         self.held += picked.reserved.max(prediction.peak);
         self.guesses += u64::from(prediction.guessed);
@@ -463,12 +460,12 @@ impl Loop<'_> {
             if prediction.peak > picked.estimate {
                 state.note_underestimate(&picked, prediction.peak);
             }
-            state.finish_virtual(&picked, Outcome::Ok, prediction.output_bytes, prediction.duration);
             self.count(&picked, &prediction, false);
+            state.finish_virtual(picked, Outcome::Ok, prediction.output_bytes, prediction.duration);
         }
         for (picked, prediction) in std::mem::take(&mut self.failed) {
-            state.finish_virtual(&picked, Outcome::Failed, 0, Duration::ZERO);
             self.count(&picked, &prediction, true);
+            state.finish_virtual(picked, Outcome::Failed, 0, Duration::ZERO);
         }
         self.workers[worker as usize].claimed = claimed;
         for (task, _) in state.skipped.drain(..) {

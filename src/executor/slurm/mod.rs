@@ -2,7 +2,7 @@
 //! and size of job at a time, sized by the learned estimate (`--mem`), run by `runner task` on
 //! the cluster, and measured inside the job exactly as a local task is.
 //!
-//! Workers hand units to [`SlurmExecutor::run_unit`] and wait. One service thread
+//! Workers hand units to the [`Executor`](crate::executor::Executor) (`unit`) and wait. One service thread
 //! ([`SlurmExecutor::serve`]) gathers the units waiting to be submitted into job arrays (units
 //! of one step that ask for the same memory and time become the elements of one array: one
 //! `sbatch` call, `--no-requeue`), then watches what is in flight ([`settle`]): a unit is done
@@ -12,6 +12,7 @@
 //! succeeded submitted again).
 
 mod settle;
+mod unit;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -19,12 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use runner_plugin::{FailureKind, TaskError, Value};
+use runner_plugin::{FailureKind, TaskError};
 
-use super::attempt::TaskOutcome;
+use super::Executor;
 use super::job::{RunFolder, TaskResult, failure_kind};
-use super::{RemoteExecutor, RemoteOutcome, Unit};
-use crate::measure::PeakSource;
 use crate::slurm::submit::shell_quote;
 use crate::slurm::{ArraySpec, Job, JobId, JobSpec, JobState, Slurm, TASK_INDEX_VAR, TaskMapping};
 
@@ -421,96 +420,6 @@ pub fn job_mem(reserved: u64) -> u64 {
     reserved.saturating_add(JOB_BASELINE)
 }
 
-impl RemoteExecutor for SlurmExecutor {
-    fn name(&self) -> &'static str {
-        "slurm"
-    }
-
-    fn run_unit(&self, unit: &Unit<'_>) -> Vec<RemoteOutcome> {
-        let id = self.next_unit.fetch_add(1, Ordering::Relaxed);
-        let failed_all = |error: TaskError| -> Vec<RemoteOutcome> {
-            unit.indices.iter().map(|&index| remote_failure(index, error.clone())).collect()
-        };
-        if let Some(why) = self.dead.lock().unwrap_or_else(|p| p.into_inner()).clone() {
-            return failed_all(TaskError::msg(why));
-        }
-        let mut text = String::new();
-        for index in unit.indices {
-            text.push_str(&index.to_string());
-            text.push('\n');
-        }
-        // A task run again (a retry) must not find its last attempt's result.
-        for &index in unit.indices {
-            let _ = std::fs::remove_file(self.folder.result(unit.step_name, index));
-        }
-        if let Err(error) = crate::values::write_atomically(&self.folder.unit(id), text.as_bytes()) {
-            return failed_all(TaskError::msg(format!("cannot write the unit file: {error}")));
-        }
-        let mut queue = self.lock();
-        if queue.cancelled {
-            return failed_all(TaskError::of_kind(FailureKind::Cancelled, "the run's Slurm jobs were cancelled"));
-        }
-        queue.pending.push(Pending {
-            unit: id,
-            step: unit.step_name.to_string(),
-            indices: unit.indices.to_vec(),
-            mem_bytes: unit.mem_bytes,
-            time_limit: unit.time_limit,
-            since: Instant::now(),
-        });
-        self.changed.notify_all();
-        let settled = loop {
-            if let Some(settled) = queue.settled.remove(&id) {
-                break settled;
-            }
-            queue = self.changed.wait(queue).unwrap_or_else(|p| p.into_inner());
-        };
-        queue.units.remove(&id);
-        drop(queue);
-        unit.indices
-            .iter()
-            .zip(settled.results)
-            .map(|(&index, result)| match result {
-                // A job killed at its limit peaked there: what the retry must be larger than.
-                Err(error) if error.kind() == FailureKind::OutOfMemory => {
-                    let mut outcome = remote_failure(index, error);
-                    outcome.outcome.peak = job_mem(unit.mem_bytes);
-                    outcome
-                }
-                Err(error) => remote_failure(index, error),
-                Ok(result) => self.outcome(index, result),
-            })
-            .collect()
-    }
-
-    /// A value file in the run folder, as a job of this run would have written it.
-    fn adopt(&self, step: &str, index: u64, value: &Value) -> Result<(), crate::values::ValueFileError> {
-        crate::values::write(&self.folder.values(step), index, value).map(drop)
-    }
-
-    /// Stops submitting, waits (bounded) for an `sbatch` under way, then cancels every job in
-    /// flight with one `scancel`. Called on Ctrl-C just before the process exits: a job
-    /// submitted after it would run with nobody waiting for it.
-    fn cancel_all(&self) {
-        let mut queue = self.lock();
-        queue.cancelled = true;
-        let deadline = Instant::now() + SUBMISSION_WAIT;
-        while queue.submitting && Instant::now() < deadline {
-            let left = deadline.saturating_duration_since(Instant::now());
-            queue = self.changed.wait_timeout(queue, left).unwrap_or_else(|p| p.into_inner()).0;
-        }
-        let jobs: Vec<JobId> = queue.in_flight.iter().map(|f| f.job.id).collect();
-        drop(queue);
-        if let Err(error) = self.slurm.cancel(&jobs) {
-            eprintln!("cancelling the run's Slurm jobs failed: {error}");
-        }
-    }
-
-    fn tasks_per_job(&self, tasks: u64, workers: usize, longest_task: Option<Duration>) -> usize {
-        tasks_per_job(tasks, workers, longest_task)
-    }
-}
-
 /// How many of a step's `tasks` one job runs, with `workers` jobs in flight and the step's
 /// longest recorded task (the rule `runner simulate --executor slurm` packs by too).
 pub fn tasks_per_job(tasks: u64, workers: usize, longest_task: Option<Duration>) -> usize {
@@ -522,38 +431,4 @@ pub fn tasks_per_job(tasks: u64, workers: usize, longest_task: Option<Duration>)
     let filling =
         longest_task.map_or(1, |longest| (JOB_WORK.as_secs_f64() / longest.as_secs_f64().max(1e-3)).ceil() as u64);
     spread.max(filling).min(tasks).clamp(1, 64) as usize
-}
-
-impl SlurmExecutor {
-    /// A task's outcome from its result file.
-    fn outcome(&self, index: u64, result: TaskResult) -> RemoteOutcome {
-        let peak_source = PeakSource::parse(&result.peak_source).unwrap_or_default();
-        let outcome = match (result.ok, result.value) {
-            (true, Some(value)) => Ok(Value::Path(self.folder.root.join(value))),
-            (true, None) => Err(TaskError::msg("the job reported success but no value file")),
-            (false, _) => Err(TaskError::of_kind(
-                failure_kind(result.failure.as_deref().unwrap_or("error")),
-                result.error.unwrap_or_else(|| "failed in its job".to_string()),
-            )),
-        };
-        let outcome = TaskOutcome {
-            result: outcome,
-            peak: result.peak_bytes,
-            peak_source,
-            log_path: result.log_path,
-            elapsed: Duration::from_millis(result.wall_ms),
-        };
-        RemoteOutcome { index, outcome, output_bytes: result.output_bytes }
-    }
-}
-
-fn remote_failure(index: u64, error: TaskError) -> RemoteOutcome {
-    let outcome = TaskOutcome {
-        result: Err(error),
-        peak: 0,
-        peak_source: PeakSource::Allocator,
-        log_path: None,
-        elapsed: Duration::ZERO,
-    };
-    RemoteOutcome { index, outcome, output_bytes: 0 }
 }

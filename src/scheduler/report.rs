@@ -1,0 +1,114 @@
+//! What a run hands back: each finished task to a [`TaskSink`] as a [`TaskReport`] (by the
+//! worker, outside the lock), and at the end a [`RunReport`] of the whole run.
+
+use std::time::Duration;
+
+use super::Outcome;
+use super::stats::StepStats;
+use crate::measure::PeakSource;
+use crate::plan::EstimateSource;
+use crate::recipe::StepId;
+
+/// One finished (or skipped) task, as the store records it.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskReport<'a> {
+    /// The worker that reports it, `0..workers`: a sink may buffer per worker.
+    pub worker: usize,
+    /// The step's index in the recipe, and its name.
+    pub step_id: StepId,
+    pub step: &'a str,
+    /// The task's linear index in its step (row-major over its `over` dims), and its key.
+    pub index: u64,
+    pub key: &'a str,
+    pub plugin: &'static str,
+    pub outcome: Outcome,
+    pub input_bytes: u64,
+    pub estimate: u64,
+    pub source: EstimateSource,
+    pub plugin_estimate: u64,
+    pub peak: u64,
+    pub output_bytes: u64,
+    pub wall: Duration,
+    /// When the task started, since the run started (zero for a skipped task).
+    pub started: Duration,
+    /// Attempts made (0 for a task that never ran).
+    pub attempts: u32,
+    /// How `peak` was measured.
+    pub peak_source: PeakSource,
+    /// The file holding what the task printed (external commands), if there is one.
+    pub log_path: Option<&'a std::path::Path>,
+    /// Content hashes for `--resume` (what it was asked, what it read, what it made), when
+    /// the run records them, and the file its output is: a path output, or its kept value.
+    pub hashes: Option<TaskHashes>,
+    pub output_path: Option<&'a std::path::Path>,
+    pub error: Option<&'a str>,
+}
+
+/// A task's content hashes (see [`crate::resume`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskHashes {
+    pub args: u64,
+    pub inputs: u64,
+    pub output: u64,
+}
+
+/// Where finished tasks are reported, by workers, outside the scheduler's lock.
+pub trait TaskSink: Sync {
+    fn record(&self, task: &TaskReport<'_>);
+
+    /// Worker `worker` has reported a batch of tasks: anything the sink buffered for it should
+    /// go on its way now. Called after each batch a worker runs, and when it stops.
+    fn flush(&self, worker: usize) {
+        let _ = worker;
+    }
+}
+
+/// A task that failed, for the report.
+#[derive(Debug, Clone)]
+pub struct Failure {
+    pub step: String,
+    pub key: String,
+    pub error: String,
+    /// Where the task is: its step's position in the recipe and its index (failures are listed
+    /// in this order, so `i=2` comes before `i=10`).
+    pub step_id: StepId,
+    pub index: u64,
+}
+
+/// What a run did.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    pub steps: Vec<StepStats>,
+    pub failures: Vec<Failure>,
+    pub wall: Duration,
+    pub peak_reserved: u64,
+    pub spilled_bytes: u64,
+    pub spill_count: u64,
+    /// Why spilling stopped during the run (it went on without), if it did.
+    pub spill_error: Option<String>,
+    pub workers: usize,
+    pub budget: u64,
+    /// An engine failure that ended the run early (a worker's panic outside any plugin, or a
+    /// run left with tasks that could never start), and how many tasks it left unrun.
+    pub internal_error: Option<String>,
+    pub not_run: u64,
+    /// Each spill written (when, how long, how many bytes), in the order they started.
+    pub spills: Vec<SpillRecord>,
+    /// Tasks that found an input missing under `on_missing: skip` or `ignore`: the gaps.
+    pub missing: Vec<Failure>,
+}
+
+/// One buffer written to a spill file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpillRecord {
+    /// When writing started, since the run started.
+    pub started: Duration,
+    pub wall: Duration,
+    pub bytes: u64,
+}
+
+impl RunReport {
+    pub fn total(&self, f: impl Fn(&StepStats) -> u64) -> u64 {
+        self.steps.iter().map(f).sum()
+    }
+}

@@ -1,0 +1,225 @@
+//! A run set up and torn down: the spill folder, the meter, the state and what workers share
+//! ([`Shared`]), the kept outputs `--resume` hands a remote executor, the worker threads, and
+//! their results merged into the [`RunReport`].
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use super::output_claims;
+use super::stats::StepStats;
+use super::worker::{MAX_BATCH, Worker};
+use super::{Failure, Local, Progress, RunExtras, RunMeter, RunOptions, RunReport, SpillRecord, State, TaskSink};
+use crate::executor::Executor;
+use crate::executor::attempt;
+use crate::graph::Graph;
+use crate::measure;
+use crate::memory::spill::SpillDir;
+use crate::plan::{EstimateSource, Plan};
+use crate::recipe::Recipe;
+use crate::resume::{Fingerprints, Reuse};
+
+/// Everything workers share.
+pub(super) struct Shared<'r> {
+    pub(super) recipe: &'r Recipe,
+    pub(super) graph: &'r Graph,
+    pub(super) plan: &'r Plan,
+    pub(super) options: &'r RunOptions,
+    pub(super) state: Mutex<State<'r>>,
+    pub(super) wake: Condvar,
+    pub(super) progress: &'r Progress,
+    pub(super) sink: Option<&'r dyn TaskSink>,
+    pub(super) meter: &'r RunMeter,
+    pub(super) spill: &'r SpillDir,
+    /// When the run started: task start times are offsets from it.
+    pub(super) started: Instant,
+    /// Where the claimed tasks run.
+    pub(super) executor: &'r dyn Executor,
+    /// Tasks taken over from the resumed run.
+    pub(super) reuse: Option<&'r Reuse>,
+    /// What each step is asked, when the run is recorded (for a later `--resume`).
+    pub(super) fingerprints: Option<Fingerprints>,
+    /// The output paths tasks have claimed: two tasks never write one file.
+    pub(super) output_claims: output_claims::OutputClaims,
+    /// Where tasks' scratch folders go (removed with the work dir) and their commands' logs
+    /// (kept: `runner-logs/<recipe>/<cycle>`).
+    pub(super) scratch_root: PathBuf,
+    pub(super) log_root: PathBuf,
+}
+
+impl<'r> Shared<'r> {
+    pub(super) fn lock(&self) -> MutexGuard<'_, State<'r>> {
+        // A worker that panicked while holding the lock is handled where it panicked; the state
+        // it left is still the best there is.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Runs every task of `recipe` and reports what happened.
+pub fn run(
+    recipe: &Recipe,
+    graph: &Graph,
+    plan: &Plan,
+    options: &RunOptions,
+    progress: &Progress,
+    sink: Option<&dyn TaskSink>,
+) -> RunReport {
+    run_with(recipe, graph, plan, options, progress, sink, RunExtras::default())
+}
+
+/// [`run`], with [`RunExtras`].
+pub fn run_with(
+    recipe: &Recipe,
+    graph: &Graph,
+    plan: &Plan,
+    options: &RunOptions,
+    progress: &Progress,
+    sink: Option<&dyn TaskSink>,
+    extras: RunExtras<'_>,
+) -> RunReport {
+    let RunExtras { executor, reuse } = extras;
+    let executor = executor.unwrap_or(&Local);
+    let workers = options.workers.clamp(1, measure::SLOTS);
+    // Nested parallel work (TaskContext::join and friends) runs on rayon's global pool; size it
+    // like the worker pool. It can only be set once per process, which is fine for the CLI.
+    let _ = rayon::ThreadPoolBuilder::new().num_threads(workers).build_global();
+    crate::panics::install_hook();
+    let started = Instant::now();
+    let follows_data = recipe.steps.iter().map(|s| s.plugin.estimate_follows_data()).collect();
+    let on_probation = (0..recipe.steps.len())
+        .map(|id| {
+            plan.steps[id].source == EstimateSource::Plugin
+                && !recipe.steps[id].plugin.estimate_is_exact(&crate::plan::sample_args(recipe, id))
+        })
+        .collect();
+    // Folders of killed runs go first; this run's is created on its first spill and removed
+    // when `spill` drops at the end of this function, also on error.
+    if let Err(error) = SpillDir::remove_stale(&options.spill_parent()) {
+        tracing::warn!("cannot clean up old spill folders: {error}");
+    }
+    let spill = SpillDir::new(options.spill_dir.as_deref());
+    if spill.is_on_tmpfs() {
+        tracing::warn!(
+            "the spill dir {} is on tmpfs, where spilled buffers still take memory; pass --spill-dir on a disk",
+            spill.parent().display()
+        );
+    }
+    if let Some(reuse) = reuse
+        && !executor.runs_in_process()
+    {
+        hand_over_reused(recipe, graph, reuse, executor);
+    }
+    let meter = RunMeter::new(workers * MAX_BATCH);
+    let mut state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, reuse);
+    state.take_over_reused();
+    let shared = Shared {
+        recipe,
+        graph,
+        plan,
+        options,
+        state: Mutex::new(state),
+        wake: Condvar::new(),
+        progress,
+        sink,
+        meter: &meter,
+        spill: &spill,
+        started,
+        executor,
+        reuse,
+        fingerprints: sink.map(|_| Fingerprints::new(recipe)),
+        output_claims: output_claims::OutputClaims::new(recipe),
+        scratch_root: options.work_dir.join("scratch"),
+        log_root: PathBuf::from("runner-logs")
+            .join(attempt::file_name(&recipe.name))
+            .join(attempt::file_name(&recipe.cycle)),
+    };
+    progress.total.store(graph.total_tasks(), Ordering::Relaxed);
+    progress.budget.store(options.budget, Ordering::Relaxed);
+    // Local commands and services that break the budget are preempted (remote ones have the
+    // limits of their jobs).
+    crate::measure::preempt::set_budget(if executor.runs_in_process() { options.budget } else { 0 });
+    let results: Vec<WorkerResult> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|i| {
+                let shared = &shared;
+                std::thread::Builder::new()
+                    .name(format!("runner-worker-{i}"))
+                    .spawn_scoped(scope, move || Worker::new(shared, i).run())
+                    .expect("spawning a worker thread")
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+    });
+    progress.done.store(true, Ordering::Relaxed);
+    let mut state = shared.state.into_inner().unwrap_or_else(|p| p.into_inner());
+    drop(std::mem::take(&mut state.garbage));
+    let mut steps = vec![StepStats::default(); recipe.steps.len()];
+    let mut failures = Vec::new();
+    let mut internal_error = state.stuck.clone();
+    let mut spills = Vec::new();
+    let mut missing = Vec::new();
+    for result in results {
+        for (total, part) in steps.iter_mut().zip(&result.steps) {
+            total.merge(part);
+        }
+        failures.extend(result.failures);
+        missing.extend(result.missing);
+        spills.extend(result.spills);
+        internal_error = internal_error.or(result.internal_error);
+    }
+    spills.sort_by_key(|s: &SpillRecord| s.started);
+    failures.sort_by_key(|f| (f.step_id, f.index));
+    missing.sort_by_key(|f| (f.step_id, f.index));
+    let _ = std::fs::remove_dir_all(&options.work_dir);
+    RunReport {
+        steps,
+        failures,
+        wall: started.elapsed(),
+        peak_reserved: state.ledger.peak_used(),
+        spilled_bytes: state.spilled,
+        spill_count: state.spill_count,
+        spill_error: state.spill_error.clone(),
+        workers,
+        budget: options.budget,
+        internal_error,
+        not_run: state.unfinished(),
+        spills,
+        missing,
+    }
+}
+
+/// Gives `remote` the outputs of the tasks `--resume` takes over that a task that runs again
+/// reads (each once), so that its jobs find them as they find the outputs of this run's tasks.
+fn hand_over_reused(recipe: &Recipe, graph: &Graph, reuse: &Reuse, remote: &dyn Executor) {
+    let mut handed: Vec<std::collections::HashSet<u64>> = vec![Default::default(); recipe.steps.len()];
+    for &step in &graph.topo {
+        for index in (0..graph.steps[step].tasks).filter(|&index| reuse.get(step, index).is_none()) {
+            for &edge in &graph.steps[step].inputs {
+                let producer = graph.edges[edge].producer;
+                graph.for_each_producer(edge, index, |p| {
+                    let Some(task) = reuse.get(producer, p) else { return };
+                    if !handed[producer].insert(p) {
+                        return;
+                    }
+                    let name = &recipe.steps[producer].name;
+                    if let Err(error) = remote.adopt(name, p, &task.value()) {
+                        tracing::warn!(
+                            "cannot hand the kept output of {name} task {p} to the {} jobs: {error}",
+                            remote.name()
+                        );
+                    }
+                });
+            }
+        }
+    }
+}
+
+#[derive(Default)]
+pub(super) struct WorkerResult {
+    pub(super) steps: Vec<StepStats>,
+    pub(super) failures: Vec<Failure>,
+    pub(super) missing: Vec<Failure>,
+    pub(super) internal_error: Option<String>,
+    pub(super) spills: Vec<SpillRecord>,
+}

@@ -1,0 +1,294 @@
+//! The choice of the next task: the order (consumers before sources, deeper steps first,
+//! sources in lockstep), admission against the ledger (one decision per task), reservations
+//! started and resized, batches of a quick step's tasks, and the estimates they are made from
+//! (the step's model, bumped in the run on an underestimate).
+
+use std::time::Duration;
+
+use super::{Model, State, TaskRef};
+use crate::estimate::StepModel;
+use crate::memory::{Admission, Reservation, TaskSlot};
+use crate::plan::{EstimateSource, Plan};
+use crate::recipe::StepId;
+
+/// What a free worker should do.
+#[derive(Debug)]
+pub enum Pick {
+    /// Run this task (its estimate is reserved).
+    Run(Picked),
+    /// Ask the plugin for this task's estimate (outside the lock), then [`State::admit_estimated`].
+    Estimate(TaskRef),
+    /// Write the buffers in [`State::take_spill_jobs`] to disk (outside the lock), then
+    /// [`State::finish_spills`]: a task waits for the room.
+    Spill,
+    /// Nothing can start now.
+    Wait,
+}
+
+/// An estimate the ledger admitted.
+#[derive(Debug, Clone, Copy)]
+struct Admitted {
+    estimate: u64,
+    reserved: u64,
+    source: EstimateSource,
+    admission: Admission,
+    input_bytes: u64,
+}
+
+/// A task chosen to run, holding its reservation: neither `Copy` nor `Clone`, it is consumed
+/// where the task ends ([`State::finish`]) or goes back to wait ([`State::reestimate`]).
+#[derive(Debug)]
+pub struct Picked {
+    pub task: TaskRef,
+    /// What the task is estimated to peak at (what learning compares its peak with).
+    pub estimate: u64,
+    /// Bytes reserved for it: its estimate plus the spilled inputs it will map.
+    pub reserved: u64,
+    pub source: EstimateSource,
+    /// What the plugin itself estimated.
+    pub plugin_estimate: u64,
+    /// Its inputs' buffer bytes, resident or spilled.
+    pub input_bytes: u64,
+    /// Its reservation in the ledger.
+    pub reservation: Reservation,
+    pub admission: Admission,
+}
+
+impl Picked {
+    /// The slot of its reservation (what the meter measures it by).
+    pub fn slot(&self) -> TaskSlot {
+        self.reservation.slot()
+    }
+}
+
+/// A step whose tasks take less than this on average is quick: workers claim its tasks in
+/// batches, so the lock is taken once per batch rather than once per task.
+const QUICK_TASK: Duration = Duration::from_micros(20);
+/// Tasks of a step timed before it can count as quick.
+const TIMED_BEFORE_BATCHING: u64 = 16;
+
+impl<'g> State<'g> {
+    /// Chooses what a free worker does next: the most preferred task the ledger admits (reserved
+    /// in `slot`), a task whose plugin must first look at its inputs to estimate it (outside
+    /// this lock), spill victims to write, or nothing.
+    ///
+    /// The order finishes what was started: consumers (deeper steps first) before sources, and
+    /// sources in lockstep, each in an order that completes the gathers nearest to it first.
+    /// Buffers are spilled only when waiting for running tasks cannot make room (see
+    /// [`State::should_spill`]), so a budget that a good order fits never spills.
+    pub fn pick(&mut self, plan: &Plan, slot: TaskSlot) -> Pick {
+        // A reservation whose guard was lost goes back before anything is admitted.
+        self.ledger.reclaim_dropped();
+        // What the most preferred task that did not fit needs.
+        let mut blocked: Option<u64> = None;
+        for i in 0..self.priority.len() {
+            let step = self.priority[i];
+            match self.pick_from(plan, step, slot) {
+                Ok(pick) => return pick,
+                // Preferred work that only a spill can make room for: make it now, rather than
+                // let less preferred work take the room meanwhile (other workers go on).
+                Err(Some(needed)) if blocked.is_none() && self.should_spill(needed) => {
+                    return self.choose_victims(needed);
+                }
+                Err(needed) => blocked = blocked.or(needed),
+            }
+        }
+        if let Some(step) = self.next_source_step() {
+            match self.pick_from(plan, step, slot) {
+                Ok(pick) => return pick,
+                Err(needed) => blocked = blocked.or(needed),
+            }
+        }
+        match blocked {
+            Some(needed) if self.should_spill(needed) => self.choose_victims(needed),
+            _ => Pick::Wait,
+        }
+    }
+
+    /// A pick from `step`, or `Err(Some(bytes))` when its next task needs `bytes` that do not
+    /// fit, `Err(None)` when it has nothing to offer now.
+    pub(super) fn pick_from(&mut self, plan: &Plan, step: StepId, slot: TaskSlot) -> Result<Pick, Option<u64>> {
+        let state = &self.steps[step];
+        if state.on_probation && state.running > 0 {
+            return Err(None);
+        }
+        if let Some(&(index, plugin_estimate)) = state.deferred.front() {
+            let task = TaskRef { step, index };
+            let admitted = self.admit(plan, task, plugin_estimate)?;
+            self.steps[step].deferred.pop_front();
+            return Ok(Pick::Run(self.start(task, admitted, plugin_estimate, slot)));
+        }
+        let Some(index) = self.peek_ready(step) else { return Err(None) };
+        let task = TaskRef { step, index };
+        if self.follows_data[step] {
+            self.pop_ready(step);
+            self.estimating += 1;
+            return Ok(Pick::Estimate(task));
+        }
+        let plugin_estimate = plan.steps[step].plugin_estimate;
+        let admitted = self.admit(plan, task, plugin_estimate)?;
+        self.pop_ready(step);
+        Ok(Pick::Run(self.start(task, admitted, plugin_estimate, slot)))
+    }
+
+    /// The source step to start a task of next: the one least far through its tasks, so that
+    /// sources whose outputs meet downstream advance together instead of one filling memory
+    /// before the other starts.
+    pub(super) fn next_source_step(&self) -> Option<StepId> {
+        self.sources
+            .iter()
+            .copied()
+            .filter(|&s| self.has_ready(s))
+            .filter(|&s| !(self.steps[s].on_probation && self.steps[s].running > 0))
+            .min_by(|&a, &b| {
+                let progress = |s: StepId| self.steps[s].next_source as f64 / self.graph.steps[s].tasks as f64;
+                progress(a).total_cmp(&progress(b))
+            })
+    }
+
+    /// A worker is back with the estimate a [`Pick::Estimate`] asked for.
+    pub fn estimated(&mut self) {
+        self.estimating -= 1;
+    }
+
+    /// Admits a task whose plugin has just estimated it at dispatch, or defers it (first in
+    /// its step's line) until it fits.
+    pub fn admit_estimated(
+        &mut self,
+        plan: &Plan,
+        task: TaskRef,
+        plugin_estimate: u64,
+        slot: TaskSlot,
+    ) -> Option<Picked> {
+        match self.admit(plan, task, plugin_estimate) {
+            Ok(admitted) => Some(self.start(task, admitted, plugin_estimate, slot)),
+            Err(_) => {
+                self.steps[task.step].deferred.push_back((task.index, plugin_estimate));
+                None
+            }
+        }
+    }
+
+    /// A claimed task turned out to need `plugin_estimate`, whose prediction is more than it
+    /// reserved: grows its reservation if that fits, else gives the reservation back and defers
+    /// it. Returns the task as it may now run, or `None` when deferred.
+    pub fn reestimate(&mut self, plan: &Plan, picked: Picked, plugin_estimate: u64) -> Option<Picked> {
+        let (estimate, source) = self.predict(plan, picked.task.step, plugin_estimate, picked.input_bytes);
+        let reserved = estimate.saturating_add(picked.reserved - picked.estimate);
+        if self.ledger.try_resize(picked.slot(), reserved) {
+            self.ledger.stop_growing(picked.slot());
+            return Some(Picked { estimate, reserved, source, plugin_estimate, ..picked });
+        }
+        self.ledger.stop_growing(picked.slot());
+        self.ledger.release(picked.reservation);
+        self.steps[picked.task.step].running -= 1;
+        self.steps[picked.task.step].deferred.push_back((picked.task.index, plugin_estimate));
+        None
+    }
+
+    /// Whether tasks of `step` are quick enough to be claimed in batches.
+    pub fn is_quick(&self, step: StepId) -> bool {
+        let s = &self.steps[step];
+        s.timed >= TIMED_BEFORE_BATCHING && s.wall_nanos < s.timed * QUICK_TASK.as_nanos() as u64
+    }
+
+    /// Claims up to `slots.len()` more ready tasks of `first`'s step with the same estimate, as
+    /// many as fit beside what runs, each reserved in the next of `slots`, appended to `out`.
+    pub fn pick_more(&mut self, first: &Picked, slots: impl Iterator<Item = TaskSlot>, out: &mut Vec<Picked>) {
+        let step = first.task.step;
+        if !self.steps[step].deferred.is_empty() || self.steps[step].on_probation {
+            return;
+        }
+        let (lower, upper) = slots.size_hint();
+        let admitted = self.ledger.admit_many(first.reserved, upper.unwrap_or(lower));
+        let from = out.len();
+        for slot in slots.take(admitted) {
+            let Some(index) = self.pop_ready(step) else { break };
+            let task = TaskRef { step, index };
+            let input_bytes = self.input_sums(task).bytes;
+            out.push(Picked {
+                task,
+                input_bytes,
+                reservation: self.ledger.reserve_unpeaked(slot, first.reserved),
+                estimate: first.estimate,
+                reserved: first.reserved,
+                source: first.source,
+                plugin_estimate: first.plugin_estimate,
+                admission: first.admission,
+            });
+        }
+        self.steps[step].running += (out.len() - from) as u32;
+        self.ledger.note_peak();
+    }
+
+    /// The estimate of `task` whose plugin estimates `plugin_estimate`, and whether the ledger
+    /// admits it now; `Err(Some(bytes))` (what it needs) when it must wait. One decision per
+    /// task: the live guard reads counters other threads move, so asking twice could answer
+    /// differently.
+    fn admit(&self, plan: &Plan, task: TaskRef, plugin_estimate: u64) -> Result<Admitted, Option<u64>> {
+        let inputs = self.input_sums(task);
+        let (estimate, source) = self.predict(plan, task.step, plugin_estimate, inputs.bytes);
+        // Spilled inputs are mapped back in as the task reads them: they count while it runs.
+        let reserved = estimate.saturating_add(inputs.spilled);
+        match self.ledger.admission(reserved) {
+            Admission::Wait => Err(Some(reserved)),
+            Admission::Alone { .. } if !self.nothing_could_free_memory() => Err(Some(reserved)),
+            admission => {
+                let oversized = reserved > self.ledger.budget() || inputs.bytes > self.ledger.budget();
+                let admission = match admission {
+                    Admission::Alone { .. } => Admission::Alone { oversized },
+                    Admission::Fits if oversized => Admission::Alone { oversized },
+                    other => other,
+                };
+                Ok(Admitted { estimate, reserved, source, admission, input_bytes: inputs.bytes })
+            }
+        }
+    }
+
+    /// A task that does not fit may still run alone when waiting cannot help: nothing runs or is
+    /// being spilled, and nothing spillable is left (or spilling is impossible).
+    pub(super) fn nothing_could_free_memory(&self) -> bool {
+        self.ledger.running() == 0 && self.spills_in_flight == 0 && (!self.can_spill || !self.has_spill_victim())
+    }
+
+    /// The estimate of a task of `step` and its source: from the step's model (learned from
+    /// history, or set by this run's first measurements), else the hint, else the plugin's own.
+    /// The model's margin never makes a task oversized: one expected to peak within the budget
+    /// is estimated at most at the budget (and so runs alone).
+    pub(super) fn predict(
+        &self,
+        plan: &Plan,
+        step: StepId,
+        plugin_estimate: u64,
+        input_bytes: u64,
+    ) -> (u64, EstimateSource) {
+        match &self.models[step] {
+            Some(Model { model, source }) => {
+                let (estimate, budget) = (model.predict(plugin_estimate, input_bytes), self.ledger.budget());
+                let within = estimate <= budget || model.predict_peak(plugin_estimate, input_bytes) > budget;
+                (if within { estimate } else { budget }, *source)
+            }
+            None => plan.steps[step].estimate_for(None, plugin_estimate, input_bytes),
+        }
+    }
+
+    /// Reserves the admitted estimate for `task` in `slot`.
+    fn start(&mut self, task: TaskRef, admitted: Admitted, plugin_estimate: u64, slot: TaskSlot) -> Picked {
+        let reservation = self.ledger.reserve(slot, admitted.reserved);
+        self.steps[task.step].running += 1;
+        let Admitted { estimate, reserved, source, admission, input_bytes } = admitted;
+        Picked { task, estimate, reserved, source, plugin_estimate, input_bytes, reservation, admission }
+    }
+
+    /// A task peaked at `peak` beyond its estimate: the step's footprint reacts at once, even
+    /// without history (its first measurement sets the figure for the rest of the run).
+    pub fn note_underestimate(&mut self, picked: &Picked, peak: u64) {
+        match self.models[picked.task.step].as_mut() {
+            Some(model) => model.model.bump(peak, picked.plugin_estimate, picked.input_bytes),
+            None => {
+                let model = StepModel::from_first_task(peak, picked.plugin_estimate, picked.input_bytes, self.params);
+                self.models[picked.task.step] = Some(Model { model, source: picked.source });
+            }
+        }
+    }
+}
