@@ -12,6 +12,8 @@
 //!   worker threads hand it [`TaskRecord`]s, the sampler [`Sample`]s and [`RunEvent`]s, a writer
 //!   thread inserts them in batches ([`writer`]), and [`RunRecorder::finish`] completes the run
 //!   row.
+//! - [`sink`] is the engine's side: a compiled run's start row, and the scheduler's `TaskSink`
+//!   that turns each finished task's report into its row.
 //! - The row types, written and read, are `model`'s; run rows, samples and events are read
 //!   back by `runs`, the compact encoding of a batch is `encode`'s.
 //! - [`query`] reads the history back: per-task rows of a step's recent runs for the estimator,
@@ -27,6 +29,7 @@ pub mod prune;
 pub mod query;
 mod runs;
 pub mod schema;
+pub mod sink;
 pub mod writer;
 
 use std::fmt;
