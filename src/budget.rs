@@ -127,6 +127,7 @@ impl Registry {
         Registry { dir }
     }
 
+    #[cfg(test)]
     pub fn at(dir: impl Into<PathBuf>) -> Registry {
         Registry { dir: dir.into() }
     }
@@ -175,6 +176,7 @@ impl Registry {
     }
 
     /// This process's registration, if it has one here (for tests).
+    #[cfg(test)]
     pub fn registered() -> Option<PathBuf> {
         REGISTERED.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }

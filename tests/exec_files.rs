@@ -6,27 +6,22 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value as Json;
 
-use common::write;
+use common::{stderr, write};
 
 /// `runner run r.yaml --cycle C --summary s.json ARGS...` in `dir`: its output and summary.
 fn run(dir: &Path, args: &[&str]) -> (Output, Json) {
     let _ = std::fs::remove_file(dir.join("s.json"));
-    let output = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let output = common::runner_command(dir, &[])
         .args(["run", "r.yaml", "--cycle", "C", "--workers", "2", "--summary", "s.json"])
         .args(args)
-        .current_dir(dir)
         .output()
         .unwrap();
     let summary = std::fs::read_to_string(dir.join("s.json")).map_or(Json::Null, |t| serde_json::from_str(&t).unwrap());
     (output, summary)
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn reused(summary: &Json) -> u64 {
@@ -215,7 +210,7 @@ fn alive(pid: i32) -> bool {
 
 #[test]
 fn the_orphans_of_a_killed_runner_are_killed_when_the_next_one_starts() {
-    if let Err(why) = runner::command::support() {
+    if let Err(why) = runner::testing::command::support() {
         eprintln!("skipped: without a cgroup a detached grandchild cannot be found again ({why})");
         return;
     }
@@ -233,9 +228,8 @@ steps:
       command: [python3, -c, "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        open('pid.tmp', 'w').write(str(os.getpid())); os.rename('pid.tmp', 'pid')\n        time.sleep(300)\n    os._exit(0)\ntime.sleep(300)"]
 "#,
     );
-    let mut first = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let mut first = common::runner_command(dir.path(), &[])
         .args(["run", "r.yaml", "--cycle", "C", "--no-record"])
-        .current_dir(dir.path())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -249,9 +243,8 @@ steps:
     first.wait().unwrap();
     assert!(alive(daemon), "the daemon outlived the runner's kill -9");
     write(dir.path(), "next.yaml", "recipe: next\nsteps:\n  nothing:\n    plugin: noop\n");
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let out = common::runner_command(dir.path(), &[])
         .args(["run", "next.yaml", "--cycle", "C", "--no-record"])
-        .current_dir(dir.path())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));

@@ -8,9 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use runner::measure::PeakSource;
-use runner::plan::EstimateSource;
-use runner::store::{
+use runner::testing::measure::PeakSource;
+use runner::testing::plan::EstimateSource;
+use runner::testing::store::{
     HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, Sample, StepHistory, Store,
     StoreError, TaskRecord, TaskStatus,
 };
@@ -158,7 +158,7 @@ fn schema_version_tables_and_columns() {
     let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
     let page: u32 = conn.pragma_query_value(None, "page_size", |r| r.get(0)).unwrap();
-    assert_eq!(page, runner::store::PAGE_SIZE);
+    assert_eq!(page, runner::testing::store::PAGE_SIZE);
     let columns = |table: &str| -> Vec<String> {
         let mut stmt = conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}')")).unwrap();
         stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
@@ -243,7 +243,7 @@ fn schema_version_tables_and_columns() {
         }
     }
     let id: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).unwrap();
-    assert_eq!(id, runner::store::schema::APPLICATION_ID);
+    assert_eq!(id, runner::testing::store::APPLICATION_ID);
 }
 
 #[test]
@@ -710,7 +710,7 @@ fn producers() -> u64 {
 }
 
 /// Records `n` rows of [`task`] from [`producers`] threads into a new store in `dir`.
-fn timed_run(dir: &Path, n: u64) -> (PathBuf, runner::store::RunWritten, Duration, Duration) {
+fn timed_run(dir: &Path, n: u64) -> (PathBuf, runner::testing::store::RunWritten, Duration, Duration) {
     let path = dir.join("runner.db");
     let store = Store::open(&path).unwrap();
     let steps = step_names();
@@ -786,9 +786,9 @@ fn a_large_step_of_quick_tasks_costs_under_30_bytes_a_task() {
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
     let n: u64 = 200_000;
-    let keys = runner::store::StepKeys {
+    let keys = runner::testing::store::StepKeys {
         step: "cache".into(),
-        dims: vec![runner::store::KeyDim { name: "file".into(), value0: 0, value_step: 1, size: n }],
+        dims: vec![runner::testing::store::KeyDim { name: "file".into(), value0: 0, value_step: 1, size: n }],
     };
     let recorder = store.start_run(&RunStart { keys: vec![keys], tasks_total: n, ..start("builder", "c") }).unwrap();
     let step: Arc<str> = Arc::from("cache");
@@ -870,9 +870,9 @@ fn resume_reads_back_each_tasks_hashes_and_output_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    let keys = runner::store::StepKeys {
+    let keys = runner::testing::store::StepKeys {
         step: "read".into(),
-        dims: vec![runner::store::KeyDim { name: "i".into(), value0: 10, value_step: 5, size: 100 }],
+        dims: vec![runner::testing::store::KeyDim { name: "i".into(), value0: 10, value_step: 5, size: 100 }],
     };
     let recorder = store.start_run(&RunStart { keys: vec![keys], ..start("resumable", "c1") }).unwrap();
     let run_id = recorder.run_id();

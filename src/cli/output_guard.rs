@@ -13,7 +13,7 @@ use runner_plugin::ArgKind;
 use serde_json::Value as Json;
 
 use super::UsageError;
-use crate::Compiled;
+use crate::plan::Compiled;
 
 /// Which file a path names, whether or not it exists yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -188,8 +188,7 @@ impl OutputGuard {
         self.check()?;
         for (path, _, what, _) in outputs {
             if let Some(path) = path {
-                check_writable(path)
-                    .with_context(|| format!("the {what} cannot be written to {}", path.display()))?;
+                check_writable(path).with_context(|| format!("the {what} cannot be written to {}", path.display()))?;
             }
         }
         Ok(())

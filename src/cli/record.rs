@@ -46,7 +46,7 @@ pub fn open_history(path: &Path) -> anyhow::Result<Option<Store>> {
 
 /// The default store path: `RUNNER_DB` or `runner.db` in the working directory.
 pub fn default_db() -> PathBuf {
-    std::env::var_os("RUNNER_DB").map_or_else(|| PathBuf::from("runner.db"), PathBuf::from)
+    std::env::var_os("RUNNER_DB").map_or_else(|| PathBuf::from(crate::store::DEFAULT_DB), PathBuf::from)
 }
 
 /// What the estimator learns `step` of `recipe` from: its last [`HISTORY_RUNS`] runs' tasks

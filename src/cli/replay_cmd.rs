@@ -15,7 +15,7 @@ use super::report_cmd;
 use super::run_cmd::{execute, plan_resume, refuse_a_second_run, run_options};
 use super::summary::RunSummary;
 use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ReplayArgs};
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
 use crate::store::RunStatus;

@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::record;
 use super::simulate_cmd::{CriticalPathSummary, PredictedSummary};
 use super::summary::RunSummary;
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::simulate::{History, SimOptions};
 use crate::store::RunRow;
 

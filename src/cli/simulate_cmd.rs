@@ -12,7 +12,7 @@ use super::output_guard::OutputGuard;
 use super::record;
 use super::summary::{NO_LOCAL_BUDGET, RunSummary};
 use super::{EXIT_USAGE, ExecutorKind, SimulateArgs, UsageError, compile};
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::registry::Registry;
 use crate::simulate::{ClusterShape, History, Prediction, SimOptions};
 use crate::store::Executor;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::plan::EstimateSource;
 use crate::report::run_page::{Memory, RunPage, StepRow};
 use crate::report::timeline::{TimelineBar, TimelineBuilder};

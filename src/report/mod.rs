@@ -23,10 +23,10 @@ pub mod timeline;
 
 use std::path::{Path, PathBuf};
 
-pub use html::{CONTENT_SECURITY_POLICY, runs_count};
-pub use recipe_page::{RecipePage, RecipeStep, ScatterPoint};
-pub use run_page::{Memory, RunPage, StepRow};
-pub use timeline::{Bands, StepBand, Timeline, TimelineBar};
+pub use html::runs_count;
+pub use recipe_page::{RecipePage, ScatterPoint};
+pub use run_page::RunPage;
+pub use timeline::TimelineBar;
 
 use crate::store::StoreError;
 
@@ -89,6 +89,8 @@ mod tests {
     use std::sync::Arc;
 
     use rusqlite::Connection;
+
+    use super::timeline::Timeline;
 
     use super::*;
     use crate::measure::PeakSource;

@@ -39,15 +39,15 @@ use rusqlite::{Connection, params};
 
 use crate::process_identity::ProcessIdentity;
 
-pub use connect::{BUSY_NOTICE_AFTER, PAGE_SIZE};
+pub use connect::PAGE_SIZE;
 pub use model::{
     EventKind, Executor, KeyDim, RunEvent, RunOutcome, RunRow, RunStart, RunStatus, Sample, StepKeys, TaskRecord,
     TaskStatus, parse_estimate_source,
 };
-pub use prune::{Prune, Pruned};
-pub use query::{FailedTask, HistoryRun, HistoryTask, RecordedTask, RunFilter, StepHistory, TimelineTask};
+pub use prune::Prune;
+pub use query::{FailedTask, HistoryRun, RecordedTask, RunFilter, StepHistory, TimelineTask};
 pub use schema::SCHEMA_VERSION;
-pub use writer::{RunInterrupt, RunRecorder, RunWritten};
+pub use writer::{RunRecorder, RunWritten};
 
 use connect::Found;
 use runs::run_owner;

@@ -7,7 +7,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::{Executor, KeyDim, RunOutcome, RunRecorder, RunStart, RunWritten, StepKeys, StoreError, TaskRecord, TaskStatus};
+use super::{
+    Executor, KeyDim, RunOutcome, RunRecorder, RunStart, RunWritten, StepKeys, StoreError, TaskRecord, TaskStatus,
+};
 use crate::plan::Compiled;
 use crate::recipe::DimValues;
 use crate::scheduler::{Outcome, RunOptions, TaskReport, TaskSink};
