@@ -147,9 +147,9 @@ impl Registry {
         let others = self.others_may_take(&mine);
         let bytes = decide(others);
         let text = format!("{}budget={bytes}\n", me.marker());
-        let temporary = mine.with_extension("tmp");
-        fs::write(&temporary, text)?;
-        fs::rename(&temporary, &mine)?;
+        // Through the atomic writer: another run reading the folder never sees half an entry (its
+        // temporary name does not end in `.budget`, so no reader takes it for one).
+        crate::values::write_atomically(&mine, text.as_bytes())?;
         *REGISTERED.lock().unwrap_or_else(|p| p.into_inner()) = Some(mine);
         Ok((bytes, others))
     }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use runner::testing::measure::PeakSource;
 use runner::testing::plan::EstimateSource;
 use runner::testing::store::{
-    HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, Sample, StepHistory, Store,
-    StoreError, TaskRecord, TaskStatus,
+    HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, Sample, StepFigures,
+    StepHistory, Store, StoreError, TaskRecord, TaskStatus,
 };
 use rusqlite::Connection;
 
@@ -614,7 +614,7 @@ fn history_queries_aggregate_a_hand_built_history() {
 
     // runner history --recipe precip --last 3
     let history = store.step_history(Some("precip"), None, 3, RunFilter::default()).unwrap();
-    let shape: Vec<(i64, &str)> = history.iter().map(|h| (h.run_id, h.step.as_str())).collect();
+    let shape: Vec<(i64, &str)> = history.iter().map(|h| (h.run_id, h.figures.step.as_str())).collect();
     assert_eq!(shape, [(c2, "load"), (c2, "smooth"), (c3, "load"), (c3, "smooth"), (c4, "smooth")]);
     let c3_smooth = &history[3];
     assert_eq!(
@@ -625,29 +625,33 @@ fn history_queries_aggregate_a_hand_built_history() {
             cycle: "c3".into(),
             started_at: c3_smooth.started_at.clone(),
             run_status: RunStatus::Ok,
-            step: "smooth".into(),
-            plugin: "alloc".into(),
-            estimate_sources: "history,plugin".into(),
-            tasks: 5,
-            ok: 3,
-            failed: 1,
-            skipped: 1,
-            estimate_p50: 100,
-            estimate_max: 300,
-            peak_p50: 100,
-            peak_max: 210,
-            underestimates: 2,
-            slack: Some(700.0 / 510.0 - 1.0),
-            wall_ms_total: 25,
+            figures: StepFigures {
+                step: "smooth".into(),
+                plugin: "alloc".into(),
+                sources: vec![EstimateSource::History, EstimateSource::Plugin],
+                tasks: 5,
+                ok: 3,
+                failed: 1,
+                skipped: 1,
+                estimate_p50: 100,
+                estimate_max: 300,
+                peak_p50: 100,
+                peak_max: 210,
+                underestimates: 2,
+                slack: Some(700.0 / 510.0 - 1.0),
+                wall: Duration::from_millis(25),
+                ..StepFigures::default()
+            },
         }
     );
-    let c3_load = &history[2];
+    assert_eq!(c3_smooth.figures.sources_text(), "history,plugin");
+    let c3_load = &history[2].figures;
     assert_eq!(
         (c3_load.tasks, c3_load.estimate_p50, c3_load.estimate_max, c3_load.peak_p50, c3_load.peak_max),
         (3, 10, 10, 20, 30)
     );
-    assert_eq!((c3_load.underestimates, c3_load.slack, c3_load.estimate_sources.as_str()), (2, Some(-0.5), "hint"));
-    let c2_smooth = &history[1];
+    assert_eq!((c3_load.underestimates, c3_load.slack, c3_load.sources_text().as_str()), (2, Some(-0.5), "hint"));
+    let c2_smooth = &history[1].figures;
     assert_eq!((c2_smooth.estimate_p50, c2_smooth.peak_p50, c2_smooth.peak_max), (64, 32, 48));
     assert_eq!((c2_smooth.underestimates, c2_smooth.slack), (0, Some(128.0 / 80.0 - 1.0)));
     assert_eq!(history[4].run_status, RunStatus::Running);
@@ -766,7 +770,7 @@ fn history_over_a_large_run() {
     let started = Instant::now();
     let history = store.step_history(Some("throughput"), None, 1, RunFilter::default()).unwrap();
     println!("step_history over {n} rows: {:.3} s", started.elapsed().as_secs_f64());
-    assert_eq!(history.iter().map(|h| h.tasks).sum::<u64>(), n);
+    assert_eq!(history.iter().map(|h| h.figures.tasks).sum::<u64>(), n);
     let mut streamed = 0u64;
     let started = Instant::now();
     store.task_history("throughput", "load", 1, None, |_, _| streamed += 1).unwrap();

@@ -124,7 +124,7 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     }
     if let Some(path) = &args.summary {
         let text = serde_json::to_string_pretty(&serde_json::json!({ "cycles": cycles }))? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing the replay summary to {}", path.display()))?;
+        crate::values::write_atomically(path, text.as_bytes()).context("writing the replay summary")?;
     }
     if let (Some(path), Some(store)) = (&args.report, &store) {
         report_cmd::write_recipe_report(store, &recipe_name, &run_ids, path)

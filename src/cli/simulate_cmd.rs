@@ -171,7 +171,7 @@ impl PredictedSummary {
 
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self)? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing the summary to {}", path.display()))
+        crate::values::write_atomically(path, text.as_bytes()).context("writing the summary")
     }
 
     /// The closing lines `run` prints, for the predicted run, then per step, the critical path
@@ -218,9 +218,9 @@ impl PredictedSummary {
                 "  {:<20} {:>8} {:>9.2}s {:>12} {:>12}  {learned}",
                 step.step,
                 step.tasks,
-                step.wall_s,
-                format_size(step.estimate_bytes_p50),
-                format_size(step.peak_bytes_p50),
+                step.wall.as_secs_f64(),
+                format_size(step.estimate_p50),
+                format_size(step.peak_p50),
             );
         }
         eprintln!(

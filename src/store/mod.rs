@@ -30,6 +30,7 @@ pub mod query;
 mod runs;
 pub mod schema;
 pub mod sink;
+mod step_figures;
 pub mod writer;
 
 use std::fmt;
@@ -47,6 +48,7 @@ pub use model::{
 pub use prune::Prune;
 pub use query::{FailedTask, HistoryRun, RecordedTask, RunFilter, StepHistory, TimelineTask};
 pub use schema::SCHEMA_VERSION;
+pub use step_figures::StepFigures;
 pub use writer::{RunRecorder, RunWritten};
 
 use connect::Found;
