@@ -9,7 +9,7 @@
 //! The crate's public face is what a binary needs: [`main_with`] (the command line, with the
 //! standard plugins and the binary's own) and [`plugin`] (the plugin API, to write those). Every
 //! engine module is the crate's own; the integration tests and benches reach the few items they
-//! drive through [`testing`], and nothing else.
+//! drive through `testing`, and nothing else.
 
 pub(crate) mod budget;
 pub(crate) mod cli;

@@ -51,7 +51,7 @@ pub fn default_db() -> PathBuf {
 
 /// What the estimator learns `step` of `recipe` from: its last [`HISTORY_RUNS`] runs' tasks
 /// (a sample of [`HISTORY_TASKS_PER_RUN`] of each), their ages counted back from the newest run.
-/// Interrupted runs are left out (see the [module](self) documentation).
+/// Interrupted runs are left out (see the module documentation: a run stopped on purpose is not learned from).
 pub fn step_observations(store: &Store, recipe: &str, step: &str) -> Result<Vec<Observation>, StoreError> {
     Ok(step_history(store, recipe, step)?.0)
 }

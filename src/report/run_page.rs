@@ -203,7 +203,8 @@ impl RunPage {
         let events_total = events.len();
         events.truncate(limits.events);
         // Listing failures reads every row again: only when some task failed.
-        let mut failures = if steps.iter().any(|s| s.figures.failed > 0) { store.failed_tasks(run_id)? } else { Vec::new() };
+        let mut failures =
+            if steps.iter().any(|s| s.figures.failed > 0) { store.failed_tasks(run_id)? } else { Vec::new() };
         let failures_total = failures.len();
         failures.truncate(limits.failures);
         tracing::debug!(
