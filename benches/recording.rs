@@ -24,12 +24,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use runner::testing::estimate::{Observation, Params};
+use runner::testing::cli::step_observations;
+use runner::testing::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, Observation, Params};
 use runner::testing::plan::Compiled;
 use runner::testing::plan::EstimateSource;
 use runner::testing::recipe::CompileOptions;
 use runner::testing::registry::Registry;
-use runner::testing::store::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, step_observations};
 use runner::testing::store::{
     RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, RunWritten, Store, TaskRecord, TaskStatus,
 };

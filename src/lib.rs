@@ -47,12 +47,16 @@ pub use runner_plugin as plugin;
 /// engine. An item a new test needs is added here by name, never a whole module.
 #[doc(hidden)]
 pub mod testing {
+    pub mod cli {
+        pub use crate::cli::record::step_observations;
+    }
+
     pub mod command {
         pub use crate::command::{Ending, Finished, Isolation, Request, TaskCommand, run, run_for_task, support};
     }
 
     pub mod estimate {
-        pub use crate::estimate::{Observation, Params};
+        pub use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, Observation, Params};
     }
 
     pub mod executor {
@@ -106,7 +110,6 @@ pub mod testing {
     }
 
     pub mod store {
-        pub use crate::cli::record::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, step_observations};
         pub use crate::store::schema::APPLICATION_ID;
         pub use crate::store::sink::{StoreSink, run_start};
         pub use crate::store::writer::MAX_BATCHES;

@@ -11,15 +11,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::interrupt::{self, InterruptGuard};
-use crate::estimate::{Observation, Params};
+use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, Observation, Params};
 use crate::plan::{Compiled, EstimateSource};
 use crate::store::writer::INTERRUPT_WAIT;
 use crate::store::{RunOutcome, RunRecorder, RunStatus, Store, StoreError, TaskStatus};
-
-/// Runs of a step the estimator learns from.
-pub const HISTORY_RUNS: usize = 16;
-/// Tasks per run it reads at most (a million-task step is learned from a sample).
-pub const HISTORY_TASKS_PER_RUN: u64 = 5_000;
 
 /// Opens (or creates) the store at `path` for recording.
 pub fn open_for_recording(path: &Path) -> anyhow::Result<Store> {
