@@ -17,7 +17,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use runner::measure;
+use runner::testing::measure;
 use runner_plugin::task_tag;
 use tikv_jemallocator::Jemalloc;
 

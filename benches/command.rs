@@ -1,4 +1,4 @@
-//! What running a task's command through `runner::command` costs beyond the command itself:
+//! What running a task's command through `runner::testing::command` costs beyond the command itself:
 //! spawning it (fork + exec, into a cgroup of its own), watching it (a sample every 10 ms,
 //! stderr relayed, its exit noticed through a pidfd) and tearing down (leftovers looked for,
 //! cgroup removed, log header and footer written).
@@ -13,7 +13,7 @@ use std::ffi::OsString;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use runner::command::{self, Isolation, Request};
+use runner::testing::command::{self, Isolation, Request};
 
 fn plain() -> Duration {
     let started = Instant::now();

@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use runner::measure::{self, TaskMemory};
+use runner::testing::measure::{self, TaskMemory};
 use runner_plugin::serde_json::{Value as Json, json};
 use runner_plugin::{Args, DimValue, Host, Input, Inputs, Plugin, TaskContext, Value, task_tag};
 

@@ -19,9 +19,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use runner::measure;
-use runner::memory::{Admission, Ledger, TaskSlot};
-use runner::scheduler::RunMeter;
+use runner::testing::measure;
+use runner::testing::memory::{Admission, Ledger, TaskSlot};
+use runner::testing::scheduler::RunMeter;
 
 const GIB: u64 = 1 << 30;
 /// Far above this process's own heap, which the ledger's live guard compares with the budget.

@@ -24,13 +24,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use runner::Compiled;
-use runner::cli::record::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, step_observations};
-use runner::estimate::{Observation, Params};
-use runner::plan::EstimateSource;
-use runner::recipe::CompileOptions;
-use runner::registry::Registry;
-use runner::store::{
+use runner::testing::cli::step_observations;
+use runner::testing::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, Observation, Params};
+use runner::testing::plan::Compiled;
+use runner::testing::plan::EstimateSource;
+use runner::testing::recipe::CompileOptions;
+use runner::testing::registry::Registry;
+use runner::testing::store::{
     RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, RunWritten, Store, TaskRecord, TaskStatus,
 };
 

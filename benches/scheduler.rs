@@ -7,10 +7,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use runner::Compiled;
-use runner::recipe::CompileOptions;
-use runner::registry::Registry;
-use runner::scheduler::{self, Progress, RunOptions};
+use runner::testing::plan::Compiled;
+use runner::testing::recipe::CompileOptions;
+use runner::testing::registry::Registry;
+use runner::testing::scheduler::{self, Progress, RunOptions};
 
 fn compile(yaml: &str) -> Compiled {
     let registry = Registry::new(runner_std_plugins::all());

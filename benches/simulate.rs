@@ -8,10 +8,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use runner::Compiled;
-use runner::recipe::CompileOptions;
-use runner::registry::Registry;
-use runner::simulate::{self, History, SimOptions};
+use runner::testing::plan::Compiled;
+use runner::testing::recipe::CompileOptions;
+use runner::testing::registry::Registry;
+use runner::testing::simulate::{self, History, SimOptions};
 
 fn compile(files: u64) -> Compiled {
     let yaml = format!(

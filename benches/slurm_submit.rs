@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use runner::slurm::{ArraySpec, Job, JobSpec, PollReport, Slurm, TaskMapping};
+use runner::testing::slurm::{ArraySpec, Job, JobSpec, PollReport, Slurm, TaskMapping};
 
 fn cluster() -> Slurm {
     let dir = std::env::var_os("RUNNER_SLURM_DIR")

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
-use runner::memory::spill::{MappedBuffer, SpillDir};
+use runner::testing::memory::spill::{MappedBuffer, SpillDir};
 use runner_plugin::ExternalBytes;
 
 const MIB: usize = 1 << 20;

@@ -127,6 +127,7 @@ impl Registry {
         Registry { dir }
     }
 
+    #[cfg(test)]
     pub fn at(dir: impl Into<PathBuf>) -> Registry {
         Registry { dir: dir.into() }
     }
@@ -146,9 +147,9 @@ impl Registry {
         let others = self.others_may_take(&mine);
         let bytes = decide(others);
         let text = format!("{}budget={bytes}\n", me.marker());
-        let temporary = mine.with_extension("tmp");
-        fs::write(&temporary, text)?;
-        fs::rename(&temporary, &mine)?;
+        // Through the atomic writer: another run reading the folder never sees half an entry (its
+        // temporary name does not end in `.budget`, so no reader takes it for one).
+        crate::values::write_atomically(&mine, text.as_bytes())?;
         *REGISTERED.lock().unwrap_or_else(|p| p.into_inner()) = Some(mine);
         Ok((bytes, others))
     }
@@ -175,6 +176,7 @@ impl Registry {
     }
 
     /// This process's registration, if it has one here (for tests).
+    #[cfg(test)]
     pub fn registered() -> Option<PathBuf> {
         REGISTERED.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }

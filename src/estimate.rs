@@ -49,6 +49,12 @@ pub struct Observation {
     pub from_history: bool,
 }
 
+/// Runs of a step the estimator learns from (the newest; what `runner run` and `runner simulate`
+/// read from the store).
+pub const HISTORY_RUNS: usize = 16;
+/// Tasks per run it reads at most (a million-task step is learned from a sample).
+pub const HISTORY_TASKS_PER_RUN: u64 = 5_000;
+
 /// The model's parameters (documented in the README).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Params {

@@ -58,6 +58,7 @@ pub fn write(dir: &Path, index: u64, value: &Value) -> Result<PathBuf, ValueFile
 }
 
 /// Reads back the value of task `index` from `dir`.
+#[cfg(test)]
 pub fn read(dir: &Path, index: u64) -> Result<Value, ValueFileError> {
     let path = find(dir, index).ok_or_else(|| ValueFileError::Missing { dir: dir.to_path_buf(), index })?;
     read_file(&path)

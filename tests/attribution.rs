@@ -6,11 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use runner::Compiled;
 use runner::plugin::{ArgSpec, Args, Array, Inputs, Plugin, TaskContext, TaskError, Value};
-use runner::recipe::CompileOptions;
-use runner::registry::Registry;
-use runner::scheduler::{self, Progress, RunOptions, RunReport};
+use runner::testing::plan::Compiled;
+use runner::testing::recipe::CompileOptions;
+use runner::testing::registry::Registry;
+use runner::testing::scheduler::{self, Progress, RunOptions, RunReport};
 
 const MIB: usize = 1 << 20;
 

@@ -5,14 +5,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::time::{Duration, Instant};
-
-fn runner(dir: &Path, budgets: &Path, args: &[&str]) -> Command {
-    let mut command = common::runner_command(dir, args);
-    command.env("RUNNER_BUDGETS_DIR", budgets);
-    command
-}
 
 fn available() -> u64 {
     let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
@@ -26,7 +20,7 @@ fn quick_run(dir: &Path, budgets: &Path, extra: &[&str]) -> (u64, String) {
     std::fs::write(&recipe, "recipe: quick\nsteps:\n  s:\n    plugin: noop\n").unwrap();
     let mut args = vec!["run", recipe.to_str().unwrap(), "--no-record", "--summary", "quick.json"];
     args.extend_from_slice(extra);
-    let out: Output = runner(dir, budgets, &args).output().unwrap();
+    let out: Output = common::runner_command_with_env(dir, &args, [("RUNNER_BUDGETS_DIR", budgets)]).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(0), "{err}");
     let summary: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("quick.json")).unwrap()).unwrap();
@@ -44,11 +38,15 @@ fn a_run_sees_the_budget_of_another_live_run() {
         "recipe: slow\ndims:\n  i: 20\nsteps:\n  s:\n    plugin: alloc\n    over: [i]\n    args: {bytes: 4096, hold_ms: 250}\n",
     )
     .unwrap();
-    let mut holder = runner(dir.path(), &budgets, &["run", slow.to_str().unwrap(), "--workers", "1", "--no-record"])
-        .args(["--budget", &first.to_string()])
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut holder = common::runner_command_with_env(
+        dir.path(),
+        &["run", slow.to_str().unwrap(), "--workers", "1", "--no-record"],
+        [("RUNNER_BUDGETS_DIR", &budgets)],
+    )
+    .args(["--budget", &first.to_string()])
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
     let started = Instant::now();
     let registered = || {
         std::fs::read_dir(&budgets)

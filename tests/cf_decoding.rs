@@ -6,6 +6,8 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+mod common;
+
 fn python(args: &[&str]) -> Output {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/cf_decoding.py");
     let probe = Command::new("python3").args(["-c", "import numpy, netCDF4, xarray"]).output();
@@ -35,12 +37,7 @@ fn unsigned_packed_and_valid_range_variables_read_as_xarray_reads_them() {
         ));
     }
     std::fs::write(dir.path().join("cf.yaml"), recipe).unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(["run", "cf.yaml", "--cycle", "C1", "--no-record", "--db", "none.db"])
-        .current_dir(dir.path())
-        .env_remove("RUNNER_DB")
-        .output()
-        .unwrap();
+    let run = common::runner(dir.path(), &["run", "cf.yaml", "--cycle", "C1", "--no-record", "--db", "none.db"]);
     assert_eq!(run.status.code(), Some(0), "{}", text(&run.stderr));
     let checked = python(&["check", dir_arg]);
     assert!(checked.status.success(), "{}{}", text(&checked.stdout), text(&checked.stderr));

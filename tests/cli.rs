@@ -5,7 +5,7 @@ mod common;
 
 use common::runner;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value as Json;
 
@@ -237,8 +237,8 @@ fn runner_on_terminal(dir: &Path, args: &[&str], no_color: Option<&str>) -> Stri
         assert_eq!(libc::ioctl(slave, libc::TIOCSWINSZ, &size), 0);
         (std::fs::File::from(OwnedFd::from_raw_fd(master)), OwnedFd::from_raw_fd(slave))
     };
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-    command.args(args).current_dir(dir).env_remove("RUST_LOG").env_remove("NO_COLOR").stderr(slave);
+    let mut command = common::runner_command(dir, args);
+    command.stderr(slave);
     if let Some(value) = no_color {
         command.env("NO_COLOR", value);
     }
@@ -271,14 +271,8 @@ fn warnings_in_a_log_file_have_no_colour_and_no_module_paths() {
     let dir = tempfile::tempdir().unwrap();
     let args = warning_run(dir.path());
     let log = std::fs::File::create(dir.path().join("log.txt")).unwrap();
-    let status = Command::new(env!("CARGO_BIN_EXE_runner"))
-        .args(&args)
-        .current_dir(dir.path())
-        .env_remove("RUST_LOG")
-        .env_remove("NO_COLOR")
-        .stderr(log)
-        .status()
-        .unwrap();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let status = common::runner_command(dir.path(), &args).stderr(log).status().unwrap();
     let text = std::fs::read_to_string(dir.path().join("log.txt")).unwrap();
     assert!(status.success(), "{text}");
     assert!(text.contains("warning: cannot clean up old spill folders: cannot list the spill folder afile"), "{text}");

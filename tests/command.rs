@@ -1,4 +1,4 @@
-//! External commands run by the engine (`runner::command`), checked against what the OS says:
+//! External commands run by the engine (`runner::testing::command`), checked against what the OS says:
 //! peaks against the processes' own `ru_maxrss`, kills against `/proc`, OOM kills against the
 //! kernel's. Each measuring test runs both ways: in a memory cgroup (skipped, saying why, where
 //! this process cannot make one) and through the fallback forced with `Isolation::NoCgroup`.
@@ -11,9 +11,9 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use runner::command::{self, Ending, Finished, Isolation, Request};
-use runner::measure::{PeakSource, external};
 use runner::plugin::{CommandExit, FailureKind};
+use runner::testing::command::{self, Ending, Finished, Isolation, Request};
+use runner::testing::measure::{PeakSource, external};
 
 const MIB: u64 = 1 << 20;
 

@@ -17,14 +17,14 @@ use std::path::Path;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use runner::Compiled;
-use runner::cli::record::{self, StoreSink};
 use runner::plugin::{ArgSpec, Args, Inputs, Plugin, TaskContext, TaskError, Value};
-use runner::recipe::CompileOptions;
-use runner::registry::Registry;
-use runner::scheduler::{self, Progress, RunOptions, TaskSink};
-use runner::store::writer::MAX_BATCHES;
-use runner::store::{RunOutcome, RunStatus, Store};
+use runner::testing::plan::Compiled;
+use runner::testing::recipe::CompileOptions;
+use runner::testing::registry::Registry;
+use runner::testing::scheduler::{self, Progress, RunOptions, TaskSink};
+use runner::testing::store::MAX_BATCHES;
+use runner::testing::store::{RunOutcome, RunStatus, Store};
+use runner::testing::store::{StoreSink, run_start};
 use tikv_jemalloc_ctl::{epoch, raw};
 
 /// Returns a value that needs no allocation (JSON `true`), so that every allocation a run of it
@@ -88,7 +88,7 @@ fn requests_of_recorded_run(compiled: &Compiled) -> (u64, (u64, u64)) {
     let dir = tempfile::tempdir().unwrap();
     let options = options(dir.path());
     let store = Store::open(dir.path().join("runner.db")).expect("a new store");
-    let start = record::run_start(compiled, &options);
+    let start = run_start(compiled, &options);
     let recorder = store.start_run(&start).expect("the run row is inserted");
     let sink = StoreSink::new(recorder, &start, compiled, options.workers);
     let before = allocation_requests();
@@ -176,10 +176,7 @@ fn dispatching_more_tasks_allocates_no_more() {
 #[test]
 fn recording_more_tasks_allocates_no_more() {
     let _turn = take_turn();
-    assert!(
-        record::run_start(&listed(1000), &options(Path::new("."))).keys.is_empty(),
-        "a list dim's keys are stored as text"
-    );
+    assert!(run_start(&listed(1000), &options(Path::new("."))).keys.is_empty(), "a list dim's keys are stored as text");
     // What a row made new costs: a key string where keys are text.
     for (shape, small, large, per_row) in [
         ("recorded flat map", flat(20_000), flat(200_000), 0),

@@ -5,11 +5,11 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use runner::Compiled;
 use runner::plugin::{ArgSpec, Args, Inputs, Plugin, TaskContext, TaskError, Value};
-use runner::recipe::CompileOptions;
-use runner::registry::Registry;
-use runner::scheduler::{self, Progress, RunOptions, RunReport};
+use runner::testing::plan::Compiled;
+use runner::testing::recipe::CompileOptions;
+use runner::testing::registry::Registry;
+use runner::testing::scheduler::{self, Progress, RunOptions, RunReport};
 use serde_json::{Value as Json, json};
 
 /// Returns its key as JSON, plus whatever its inputs carried: `{"key": ..., "in": {...}}`.
@@ -413,7 +413,7 @@ fn on_missing_decides_what_a_missing_input_means() {
     let yaml = "recipe: r\ndims:\n  day: 6\n  chunk: {group: day, size: 3}\nsteps:\n  read:\n    plugin: flaky\n    over: [day]\n    \
                 args: {missing: [\"day=1\", \"day=3\", \"day=4\", \"day=5\"]}\n  store:\n    plugin: flaky\n    over: [chunk]\n    \
                 inputs: {days: read}\n  each:\n    plugin: flaky\n    over: [day]\n    inputs: {one: read}\n";
-    use runner::recipe::OnMissing;
+    use runner::testing::recipe::OnMissing;
     let error = run_flaky(yaml, |_| {});
     assert_eq!(error.total(|s| s.failed), 4, "on_missing: error (the default) fails the task");
     assert!(error.failures.iter().all(|f| f.error.contains("no input file")));

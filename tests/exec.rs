@@ -17,7 +17,7 @@ use common::{runner, runner_command, stderr, write};
 const MIB: u64 = 1 << 20;
 
 fn cgroups_here() -> bool {
-    match runner::command::support() {
+    match runner::testing::command::support() {
         Ok(_) => true,
         Err(why) => {
             eprintln!("skipped: the cgroup part (no memory cgroup can be made here: {why}); the fallback is what runs");

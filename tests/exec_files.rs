@@ -6,27 +6,22 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::Value as Json;
 
-use common::write;
+use common::{stderr, write};
 
 /// `runner run r.yaml --cycle C --summary s.json ARGS...` in `dir`: its output and summary.
 fn run(dir: &Path, args: &[&str]) -> (Output, Json) {
     let _ = std::fs::remove_file(dir.join("s.json"));
-    let output = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let output = common::runner_command(dir, &[])
         .args(["run", "r.yaml", "--cycle", "C", "--workers", "2", "--summary", "s.json"])
         .args(args)
-        .current_dir(dir)
         .output()
         .unwrap();
     let summary = std::fs::read_to_string(dir.join("s.json")).map_or(Json::Null, |t| serde_json::from_str(&t).unwrap());
     (output, summary)
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 fn reused(summary: &Json) -> u64 {
@@ -217,7 +212,7 @@ fn alive(pid: i32) -> bool {
 fn the_orphans_of_a_killed_runner_are_killed_when_the_next_one_starts() {
     // Without a cgroup, found again by the owner in their environment.
     the_orphans_are_killed(Some("off"));
-    match runner::command::support() {
+    match runner::testing::command::support() {
         Ok(_) => the_orphans_are_killed(None),
         Err(why) => eprintln!("skipped: the same with a cgroup, which cannot be made here ({why})"),
     }
@@ -241,8 +236,7 @@ steps:
 "#,
     );
     let runner = |args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
-        command.args(args).current_dir(dir.path());
+        let mut command = common::runner_command(dir.path(), args);
         if let Some(value) = cgroup {
             command.env("RUNNER_CGROUP", value);
         }

@@ -170,12 +170,9 @@ fn corpus_file(name: &str) -> PathBuf {
     corpus_dir().join(name)
 }
 
-fn runner() -> Command {
-    common::runner_command(Path::new("."), &[])
-}
-
 fn plan(path: &Path, extra: &[&str]) -> Output {
-    let output = runner().arg("plan").arg(path).args(extra).output().expect("start runner");
+    let output =
+        common::runner_command(Path::new("."), &[]).arg("plan").arg(path).args(extra).output().expect("start runner");
     assert_never_panics(path, &output);
     output
 }
@@ -288,8 +285,8 @@ impl Sandbox {
     }
 
     fn command(&self) -> Command {
-        let mut command = runner();
-        command.current_dir(self.root.path()).env("TMPDIR", self.root.path().join("tmp"));
+        let mut command = common::runner_command(self.root.path(), &[]);
+        command.env("TMPDIR", self.root.path().join("tmp"));
         command
     }
 

@@ -252,9 +252,8 @@ fn a_build_killed_mid_way_leaves_no_torn_chunk_and_a_rerun_gives_the_same_store(
     std::fs::remove_dir_all(dir.path().join("out")).unwrap();
 
     // Killed once some chunks are written, before the end.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let mut child = common::runner_command(dir.path(), &[])
         .args(["run", "build.yaml", "--no-record", "--workers", "1"])
-        .current_dir(dir.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

@@ -3,8 +3,9 @@
 //! exceeds budget + 5% + 64 MiB, or if, after the 3rd cycle, more than 2% of tasks are
 //! under-estimated or the median slack exceeds 25%.
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value as Json;
 
@@ -12,12 +13,11 @@ use serde_json::Value as Json;
 fn the_weather_replay_converges_within_budget() {
     let dir = tempfile::tempdir().unwrap();
     let cycles = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/cycles/weather.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let out = common::runner_command(dir.path(), &[])
         .arg("replay")
         .arg(&cycles)
         .args(["--budget", "64MiB", "--workers", "2", "--db", "replay.db", "--summary", "replay.json"])
         .args(["--max-underestimate-rate", "0.02", "--max-median-slack", "0.25"])
-        .current_dir(dir.path())
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);
@@ -41,9 +41,8 @@ fn the_weather_replay_converges_within_budget() {
     slacks.sort_by(f64::total_cmp);
     assert!(slacks[slacks.len() / 2] <= 0.25, "median slack {}", slacks[slacks.len() / 2]);
     // Every task of every cycle is in the store.
-    let history = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let history = common::runner_command(dir.path(), &[])
         .args(["history", "--db", "replay.db", "--last", "24", "--format", "json"])
-        .current_dir(dir.path())
         .output()
         .unwrap();
     let rows: Json = serde_json::from_slice(&history.stdout).unwrap();
@@ -71,12 +70,11 @@ fn tasks_of_two_sizes_in_one_step_are_each_estimated_from_their_own_basis() {
     // group, estimates stay tight for both sizes.
     let dir = tempfile::tempdir().unwrap();
     let cycles = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/cycles/mixed.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_runner"))
+    let out = common::runner_command(dir.path(), &[])
         .arg("replay")
         .arg(&cycles)
         .args(["--budget", "64MiB", "--workers", "2", "--db", "mixed.db", "--summary", "mixed.json"])
         .args(["--warmup", "1", "--max-underestimate-rate", "0.005", "--max-median-slack", "0.10"])
-        .current_dir(dir.path())
         .output()
         .unwrap();
     let table = String::from_utf8_lossy(&out.stdout);

@@ -84,7 +84,8 @@ steps:
     args: {path: "out/{cycle}/total.npy"}
 "#;
 
-fn runner(dir: &Path, args: &[&str]) -> Command {
+/// `runner run r.yaml` at the tests' cycle with two workers and a summary, then `args`.
+fn run_command(dir: &Path, args: &[&str]) -> Command {
     let mut command =
         common::runner_command(dir, &["run", "r.yaml", "--cycle", CYCLE, "--workers", "2", "--summary", "s.json"]);
     command.args(args);
@@ -93,7 +94,7 @@ fn runner(dir: &Path, args: &[&str]) -> Command {
 
 fn run(dir: &Path, args: &[&str]) -> (Output, Json) {
     let _ = std::fs::remove_file(dir.join("s.json"));
-    let output = runner(dir, args).output().unwrap();
+    let output = run_command(dir, args).output().unwrap();
     let summary = std::fs::read_to_string(dir.join("s.json")).map_or(Json::Null, |t| serde_json::from_str(&t).unwrap());
     (output, summary)
 }
@@ -159,7 +160,7 @@ fn runs_killed_at_random_points_resume_to_the_uninterrupted_outputs() {
         std::fs::write(dir.path().join("r.yaml"), KILLED).unwrap();
         // Kill points spread over the whole run, from start-up to the last outputs.
         let delay = wall.mul_f64(0.05 + 0.9 * (trial as f64 + random.fraction()) / 10.0);
-        let mut child = runner(dir.path(), &[]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let mut child = run_command(dir.path(), &[]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
         std::thread::sleep(delay);
         child.kill().unwrap(); // SIGKILL: nothing is cleaned up, nothing is flushed
         child.wait().unwrap();
@@ -281,7 +282,7 @@ fn resume_without_an_earlier_run_runs_everything_and_says_so() {
     );
     assert_eq!(summary["tasks_ok"], 14);
 
-    let output = runner(dir.path(), &["--resume", "--no-record"]).output().unwrap();
+    let output = run_command(dir.path(), &["--resume", "--no-record"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("--no-record"), "{}", stderr(&output));
 }
@@ -303,10 +304,9 @@ fn a_resumed_replay_picks_up_at_the_first_unfinished_cycle() {
         }
     }
     let replay = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_runner"))
+        common::runner_command(dir.path(), &[])
             .args(["replay", "cycles.yaml", "--workers", "2", "--summary", "replay.json"])
             .args(args)
-            .current_dir(dir.path())
             .output()
             .unwrap()
     };

@@ -8,10 +8,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use runner::Compiled;
-use runner::recipe::CompileOptions;
-use runner::registry::Registry;
-use runner::scheduler::{self, Outcome, Progress, RunOptions, RunReport, TaskReport, TaskSink};
+use runner::testing::plan::Compiled;
+use runner::testing::recipe::CompileOptions;
+use runner::testing::registry::Registry;
+use runner::testing::scheduler::{self, Outcome, Progress, RunOptions, RunReport, TaskReport, TaskSink};
 
 const MIB: u64 = 1 << 20;
 
@@ -184,7 +184,7 @@ fn a_task_needing_more_than_the_machine_fails_without_running() {
 
 #[test]
 fn enforce_memory_turns_a_runaway_into_an_oom_and_a_bigger_retry() {
-    if let Err(why) = runner::command::support() {
+    if let Err(why) = runner::testing::command::support() {
         panic!("this test needs a memory cgroup the runner can make ({why}); run it as root on Linux");
     }
     // Reserved 100 MiB (the hint), limited to 125 MiB by --enforce-memory, the command takes

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use runner::slurm::{
+use runner::testing::slurm::{
     ArraySpec, Element, Job, JobId, JobSpec, JobState, Observed, PollReport, Slurm, SlurmError, StateSource,
     TaskMapping, write_index_file,
 };
@@ -100,7 +100,7 @@ fn an_array_of_five_runs_each_mapped_task_and_completes() {
         }
         let written = fs::read_to_string(dir.path().join(format!("task-{task}.txt"))).unwrap();
         assert_eq!(written, format!("element={element} task={task}\n"));
-        let (stdout, stderr) = runner::slurm::log_paths(&array.job, element_id);
+        let (stdout, stderr) = runner::testing::slurm::log_paths(&array.job, element_id);
         assert!(stdout.exists(), "{} missing", stdout.display());
         assert_eq!(fs::read_to_string(&stderr).unwrap(), "", "{}", stderr.display());
     }
@@ -124,7 +124,7 @@ fn a_job_over_its_memory_is_reported_out_of_memory() {
         // Sampled enforcement (no writable memory cgroup): the job is killed, as FAILED.
         assert_eq!(state(&report, element), JobState::Failed, "{report:?}");
     }
-    let (stdout, _) = runner::slurm::log_paths(&job_spec, element);
+    let (stdout, _) = runner::testing::slurm::log_paths(&job_spec, element);
     assert_eq!(fs::read_to_string(stdout).unwrap(), "", "the memory hog was killed");
 }
 
@@ -136,7 +136,7 @@ fn a_failing_command_is_reported_failed() {
     let report = wait_settled(&slurm, &[job]);
     let element = Element { job: job.id, index: None };
     assert_eq!(state(&report, element), JobState::Failed);
-    let (_, stderr) = runner::slurm::log_paths(&spec("slurm-test/fails", String::new(), dir.path()), element);
+    let (_, stderr) = runner::testing::slurm::log_paths(&spec("slurm-test/fails", String::new(), dir.path()), element);
     assert_eq!(fs::read_to_string(stderr).unwrap(), "broken\n");
 }
 

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use runner::executor::slurm::JOB_BASELINE;
-use runner::plan::PLUGIN_ESTIMATE_ALLOWANCE;
+use runner::testing::executor::JOB_BASELINE;
+use runner::testing::plan::PLUGIN_ESTIMATE_ALLOWANCE;
 
 use common::{stderr, write};
 
@@ -57,16 +57,6 @@ fn slurm_conf() -> String {
         ),
         Err(error) => panic!("cannot run scontrol ({error}): install Slurm's clients with .ci/slurm/up"),
     }
-}
-
-fn runner_command(dir: &Path, conf: &str, args: &[&str]) -> Command {
-    let mut command = common::runner_command(dir, args);
-    command.env("SLURM_CONF", conf);
-    command
-}
-
-fn runner(dir: &Path, conf: &str, args: &[&str]) -> Output {
-    runner_command(dir, conf, args).output().expect("running runner")
 }
 
 fn assert_exit(out: &Output, code: i32) {
@@ -205,10 +195,18 @@ fn the_quickstart_on_slurm_writes_the_local_outputs_and_records_every_task() {
     for dir in [local.path(), remote.path()] {
         write(dir, "quickstart.yaml", &recipe);
     }
-    let out = runner(local.path(), &conf, &["run", "quickstart.yaml", "--cycle", "C", "--workers", "2", "--no-record"]);
+    let out = common::runner_with_env(
+        local.path(),
+        &["run", "quickstart.yaml", "--cycle", "C", "--workers", "2", "--no-record"],
+        [("SLURM_CONF", &conf)],
+    );
     assert_exit(&out, 0);
     let args = ["run", "quickstart.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "4"];
-    let out = runner(remote.path(), &conf, &[&args[..], &["--shared-dir", "shared", "--db", "r.db"]].concat());
+    let out = common::runner_with_env(
+        remote.path(),
+        &[&args[..], &["--shared-dir", "shared", "--db", "r.db"]].concat(),
+        [("SLURM_CONF", &conf)],
+    );
     assert_exit(&out, 0);
     let said = stderr(&out);
     assert!(said.contains("ok — 190 tasks (190 ok, 0 failed, 0 skipped)"), "{said}");
@@ -294,10 +292,18 @@ fn a_recipe_of_commands_on_slurm_writes_the_local_outputs() {
         write(dir, "tools/mean.py", MEAN);
         write(dir, "commands.yaml", COMMANDS);
     }
-    let out = runner(local.path(), &conf, &["run", "commands.yaml", "--cycle", "C", "--workers", "2", "--no-record"]);
+    let out = common::runner_with_env(
+        local.path(),
+        &["run", "commands.yaml", "--cycle", "C", "--workers", "2", "--no-record"],
+        [("SLURM_CONF", &conf)],
+    );
     assert_exit(&out, 0);
     let args = ["run", "commands.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "6", "--db", "r.db"];
-    let out = runner(remote.path(), &conf, &[&args[..], &["--shared-dir", "shared"]].concat());
+    let out = common::runner_with_env(
+        remote.path(),
+        &[&args[..], &["--shared-dir", "shared"]].concat(),
+        [("SLURM_CONF", &conf)],
+    );
     assert_exit(&out, 0);
 
     assert_eq!(assert_same_files(&local.path().join("out"), &remote.path().join("out")), 2);
@@ -332,7 +338,7 @@ fn a_job_over_its_mem_is_retried_bigger_and_succeeds() {
          args: {bytes: 150MiB, estimate: 1MiB, announce: false, output_bytes: 1KiB}\n",
     );
     let args = ["run", "outgrows.yaml", "--cycle", "C", "--executor", "slurm", "--shared-dir", "shared"];
-    let out = runner(dir.path(), &conf, &[&args[..], &["--db", "r.db"]].concat());
+    let out = common::runner_with_env(dir.path(), &[&args[..], &["--db", "r.db"]].concat(), [("SLURM_CONF", &conf)]);
     assert_exit(&out, 0);
 
     let db = store(dir.path());
@@ -371,7 +377,11 @@ fn a_later_cycle_s_mem_is_learned_from_the_earlier_ones() {
     for cycle in ["C1", "C2"] {
         let shared = format!("shared/{cycle}");
         let args = ["run", "learns.yaml", "--cycle", cycle, "--executor", "slurm", "--workers", "4"];
-        let out = runner(dir.path(), &conf, &[&args[..], &["--shared-dir", &shared, "--db", "r.db"]].concat());
+        let out = common::runner_with_env(
+            dir.path(),
+            &[&args[..], &["--shared-dir", &shared, "--db", "r.db"]].concat(),
+            [("SLURM_CONF", &conf)],
+        );
         assert_exit(&out, 0);
         let folders: Vec<PathBuf> =
             std::fs::read_dir(dir.path().join(&shared)).unwrap().flatten().map(|e| e.path()).collect();
@@ -435,10 +445,14 @@ fn ctrl_c_cancels_the_run_s_jobs() {
          memory: 16MiB\n    timeout: 10m\n    args:\n      command: [sleep, \"300\"]\n",
     );
     let args = ["run", "sleepers.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "2", "--no-record"];
-    let mut child = runner_command(dir.path(), &conf, &[&args[..], &["--shared-dir", "shared"]].concat())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::runner_command_with_env(
+        dir.path(),
+        &[&args[..], &["--shared-dir", "shared"]].concat(),
+        [("SLURM_CONF", &conf)],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     // Wait for the jobs to be submitted and running.
     let deadline = Instant::now() + Duration::from_secs(60);
     let jobs = loop {
@@ -496,7 +510,8 @@ fn a_job_slurm_refuses_fails_its_tasks_with_slurm_s_error() {
     );
     let started = Instant::now();
     let args = ["run", "huge.yaml", "--cycle", "C", "--executor", "slurm", "--shared-dir", "shared", "--no-record"];
-    let out = runner(dir.path(), &conf, &[&args[..], &["--summary", "s.json"]].concat());
+    let out =
+        common::runner_with_env(dir.path(), &[&args[..], &["--summary", "s.json"]].concat(), [("SLURM_CONF", &conf)]);
     assert_exit(&out, 1);
     assert!(started.elapsed() < Duration::from_secs(60), "the run ended, it did not hang");
     let summary: serde_json::Value =
@@ -522,7 +537,8 @@ fn a_job_whose_runner_dies_fails_its_task_with_the_job_s_state_and_log() {
          args:\n      command: [sh, -c, \"kill -9 $PPID\"]\n",
     );
     let args = ["run", "dies.yaml", "--cycle", "C", "--executor", "slurm", "--shared-dir", "shared", "--no-record"];
-    let out = runner(dir.path(), &conf, &[&args[..], &["--summary", "s.json"]].concat());
+    let out =
+        common::runner_with_env(dir.path(), &[&args[..], &["--summary", "s.json"]].concat(), [("SLURM_CONF", &conf)]);
     assert_exit(&out, 1);
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
@@ -542,7 +558,11 @@ fn quick_tasks_share_a_job_once_their_times_are_known() {
     for cycle in ["C1", "C2"] {
         let shared = format!("shared/{cycle}");
         let args = ["run", "quick.yaml", "--cycle", cycle, "--executor", "slurm", "--workers", "8", "--db", "r.db"];
-        let out = runner(dir.path(), &conf, &[&args[..], &["--shared-dir", &shared]].concat());
+        let out = common::runner_with_env(
+            dir.path(),
+            &[&args[..], &["--shared-dir", &shared]].concat(),
+            [("SLURM_CONF", &conf)],
+        );
         assert_exit(&out, 0);
         let folders: Vec<PathBuf> =
             std::fs::read_dir(dir.path().join(&shared)).unwrap().flatten().map(|e| e.path()).collect();
@@ -620,12 +640,19 @@ fn a_run_killed_mid_way_resumes_on_slurm_and_writes_the_local_outputs() {
         write(dir, "tools/mean.py", MEAN);
         write(dir, "resumable.yaml", RESUMABLE);
     }
-    let out = runner(local.path(), &conf, &["run", "resumable.yaml", "--cycle", "C", "--workers", "6", "--no-record"]);
+    let out = common::runner_with_env(
+        local.path(),
+        &["run", "resumable.yaml", "--cycle", "C", "--workers", "6", "--no-record"],
+        [("SLURM_CONF", &conf)],
+    );
     assert_exit(&out, 0);
 
     let args = ["run", "resumable.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "6"];
     let args = [&args[..], &["--shared-dir", "shared", "--db", "r.db"]].concat();
-    let mut first = runner_command(remote.path(), &conf, &args).stderr(Stdio::null()).spawn().unwrap();
+    let mut first = common::runner_command_with_env(remote.path(), &args, [("SLURM_CONF", &conf)])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // Killed once two slow tasks are recorded, while the others still run.
     let recorded = || -> i64 {
         let Ok(db) = rusqlite::Connection::open(remote.path().join("r.db")) else { return 0 };
@@ -640,7 +667,7 @@ fn a_run_killed_mid_way_resumes_on_slurm_and_writes_the_local_outputs() {
         run_folders(remote.path()).iter().flat_map(|f| submitted(f)).map(|j| j.job.to_string()).collect();
     let _ = Command::new("scancel").args(&killed_jobs).env("SLURM_CONF", &conf).status();
 
-    let out = runner(remote.path(), &conf, &[&args[..], &["--resume"]].concat());
+    let out = common::runner_with_env(remote.path(), &[&args[..], &["--resume"]].concat(), [("SLURM_CONF", &conf)]);
     assert_exit(&out, 0);
     let said = stderr(&out);
     assert!(said.contains("--resume: run 1 (killed)"), "{said}");
@@ -698,14 +725,22 @@ steps:
     for dir in [local.path(), remote.path()] {
         write(dir, "loss.yaml", recipe);
     }
-    let out = runner(local.path(), &conf, &["run", "loss.yaml", "--cycle", "C", "--workers", "6", "--no-record"]);
+    let out = common::runner_with_env(
+        local.path(),
+        &["run", "loss.yaml", "--cycle", "C", "--workers", "6", "--no-record"],
+        [("SLURM_CONF", &conf)],
+    );
     assert_exit(&out, 0);
 
     let args = ["run", "loss.yaml", "--cycle", "C", "--executor", "slurm", "--workers", "6", "--shared-dir", "shared"];
-    let mut child = runner_command(remote.path(), &conf, &[&args[..], &["--db", "r.db"]].concat())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = common::runner_command_with_env(
+        remote.path(),
+        &[&args[..], &["--db", "r.db"]].concat(),
+        [("SLURM_CONF", &conf)],
+    )
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let _back = NodeBack(&conf);
     // Six 4-second tasks, two a node: n2 goes down under two of them.
     wait_until(Duration::from_secs(60), "tasks running on n2", || running_on(&conf).iter().any(|n| n == "n2"));

@@ -6,8 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use runner::measure;
-use runner::memory::spill::{self, MappedBuffer, SpillDir, SpillError};
+use runner::testing::measure;
+use runner::testing::memory::spill::{self, MappedBuffer, SpillDir, SpillError};
 use runner_plugin::{Array, DType, ExternalBytes, Storage, Value};
 
 const MIB: u64 = 1 << 20;

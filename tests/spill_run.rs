@@ -6,16 +6,12 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value as Json;
 
 const MIB: u64 = 1 << 20;
-
-fn runner() -> Command {
-    common::runner_command(Path::new("."), &[])
-}
 
 /// RssAnon of a running process, from /proc.
 fn rss_anon(pid: u32) -> Option<u64> {
@@ -49,7 +45,7 @@ fn gather_recipe(members: u32, extra: &str) -> String {
 fn a_gather_larger_than_the_budget_spills_and_stays_within_it() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("g.yaml"), gather_recipe(24, "")).unwrap();
-    let mut child = runner()
+    let mut child = common::runner_command(Path::new("."), &[])
         .args(["run", "g.yaml", "--budget", "1GiB", "--workers", "2", "--no-record", "--summary", "s.json"])
         .args(["--spill-dir", "spill"])
         .current_dir(dir.path())
@@ -84,7 +80,7 @@ fn spilled_runs_write_the_same_bytes() {
     let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/quickstart.yaml");
     let run = |budget: &str| {
         let dir = tempfile::tempdir().unwrap();
-        let out = runner()
+        let out = common::runner_command(Path::new("."), &[])
             .arg("run")
             .arg(&recipe)
             .args(["--cycle", "C", "--budget", budget, "--no-record", "--summary", "s.json", "--spill-dir", "spill"])
@@ -124,7 +120,7 @@ fn wait_for_spill_folder(spill: &Path) -> PathBuf {
 fn spawn_spilling_run(dir: &Path) -> (Child, PathBuf) {
     let slow = "  slow:\n    plugin: alloc\n    inputs: {all: all}\n    args: {bytes: 1MiB, hold_ms: 30000}\n";
     std::fs::write(dir.join("g.yaml"), gather_recipe(8, slow)).unwrap();
-    let child = runner()
+    let child = common::runner_command(Path::new("."), &[])
         .args(["run", "g.yaml", "--budget", "400MiB", "--no-record", "--spill-dir", "spill"])
         .current_dir(dir)
         .stderr(Stdio::null())
@@ -141,7 +137,7 @@ fn a_killed_runs_spill_folder_is_removed_by_the_next_run() {
     child.wait().unwrap();
     assert!(folder.exists(), "a SIGKILLed run cannot clean up after itself");
     std::fs::write(dir.path().join("n.yaml"), "recipe: n\nsteps:\n  x:\n    plugin: noop\n").unwrap();
-    let out = runner()
+    let out = common::runner_command(Path::new("."), &[])
         .args(["run", "n.yaml", "--no-record", "--spill-dir", "spill"])
         .current_dir(dir.path())
         .output()
@@ -156,7 +152,7 @@ fn an_unusable_spill_dir_is_named_and_the_run_goes_on() {
     std::fs::write(dir.path().join("g.yaml"), gather_recipe(6, "")).unwrap();
     // A spill dir under a regular file cannot be created, even by root.
     std::fs::write(dir.path().join("afile"), "").unwrap();
-    let out = runner()
+    let out = common::runner_command(Path::new("."), &[])
         .args([
             "run",
             "g.yaml",

@@ -8,11 +8,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use runner::measure::PeakSource;
-use runner::plan::EstimateSource;
-use runner::store::{
-    HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, Sample, StepHistory, Store,
-    StoreError, TaskRecord, TaskStatus,
+use runner::testing::measure::PeakSource;
+use runner::testing::plan::EstimateSource;
+use runner::testing::store::{
+    HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, Sample, StepFigures,
+    StepHistory, Store, StoreError, TaskRecord, TaskStatus,
 };
 use rusqlite::Connection;
 
@@ -158,7 +158,7 @@ fn schema_version_tables_and_columns() {
     let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).unwrap();
     assert_eq!(mode, "wal");
     let page: u32 = conn.pragma_query_value(None, "page_size", |r| r.get(0)).unwrap();
-    assert_eq!(page, runner::store::PAGE_SIZE);
+    assert_eq!(page, runner::testing::store::PAGE_SIZE);
     let columns = |table: &str| -> Vec<String> {
         let mut stmt = conn.prepare(&format!("SELECT name FROM pragma_table_info('{table}')")).unwrap();
         stmt.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
@@ -243,7 +243,7 @@ fn schema_version_tables_and_columns() {
         }
     }
     let id: i32 = conn.pragma_query_value(None, "application_id", |r| r.get(0)).unwrap();
-    assert_eq!(id, runner::store::schema::APPLICATION_ID);
+    assert_eq!(id, runner::testing::store::APPLICATION_ID);
 }
 
 #[test]
@@ -614,7 +614,7 @@ fn history_queries_aggregate_a_hand_built_history() {
 
     // runner history --recipe precip --last 3
     let history = store.step_history(Some("precip"), None, 3, RunFilter::default()).unwrap();
-    let shape: Vec<(i64, &str)> = history.iter().map(|h| (h.run_id, h.step.as_str())).collect();
+    let shape: Vec<(i64, &str)> = history.iter().map(|h| (h.run_id, h.figures.step.as_str())).collect();
     assert_eq!(shape, [(c2, "load"), (c2, "smooth"), (c3, "load"), (c3, "smooth"), (c4, "smooth")]);
     let c3_smooth = &history[3];
     assert_eq!(
@@ -625,29 +625,33 @@ fn history_queries_aggregate_a_hand_built_history() {
             cycle: "c3".into(),
             started_at: c3_smooth.started_at.clone(),
             run_status: RunStatus::Ok,
-            step: "smooth".into(),
-            plugin: "alloc".into(),
-            estimate_sources: "history,plugin".into(),
-            tasks: 5,
-            ok: 3,
-            failed: 1,
-            skipped: 1,
-            estimate_p50: 100,
-            estimate_max: 300,
-            peak_p50: 100,
-            peak_max: 210,
-            underestimates: 2,
-            slack: Some(700.0 / 510.0 - 1.0),
-            wall_ms_total: 25,
+            figures: StepFigures {
+                step: "smooth".into(),
+                plugin: "alloc".into(),
+                sources: vec![EstimateSource::History, EstimateSource::Plugin],
+                tasks: 5,
+                ok: 3,
+                failed: 1,
+                skipped: 1,
+                estimate_p50: 100,
+                estimate_max: 300,
+                peak_p50: 100,
+                peak_max: 210,
+                underestimates: 2,
+                slack: Some(700.0 / 510.0 - 1.0),
+                wall: Duration::from_millis(25),
+                ..StepFigures::default()
+            },
         }
     );
-    let c3_load = &history[2];
+    assert_eq!(c3_smooth.figures.sources_text(), "history,plugin");
+    let c3_load = &history[2].figures;
     assert_eq!(
         (c3_load.tasks, c3_load.estimate_p50, c3_load.estimate_max, c3_load.peak_p50, c3_load.peak_max),
         (3, 10, 10, 20, 30)
     );
-    assert_eq!((c3_load.underestimates, c3_load.slack, c3_load.estimate_sources.as_str()), (2, Some(-0.5), "hint"));
-    let c2_smooth = &history[1];
+    assert_eq!((c3_load.underestimates, c3_load.slack, c3_load.sources_text().as_str()), (2, Some(-0.5), "hint"));
+    let c2_smooth = &history[1].figures;
     assert_eq!((c2_smooth.estimate_p50, c2_smooth.peak_p50, c2_smooth.peak_max), (64, 32, 48));
     assert_eq!((c2_smooth.underestimates, c2_smooth.slack), (0, Some(128.0 / 80.0 - 1.0)));
     assert_eq!(history[4].run_status, RunStatus::Running);
@@ -710,7 +714,7 @@ fn producers() -> u64 {
 }
 
 /// Records `n` rows of [`task`] from [`producers`] threads into a new store in `dir`.
-fn timed_run(dir: &Path, n: u64) -> (PathBuf, runner::store::RunWritten, Duration, Duration) {
+fn timed_run(dir: &Path, n: u64) -> (PathBuf, runner::testing::store::RunWritten, Duration, Duration) {
     let path = dir.join("runner.db");
     let store = Store::open(&path).unwrap();
     let steps = step_names();
@@ -766,7 +770,7 @@ fn history_over_a_large_run() {
     let started = Instant::now();
     let history = store.step_history(Some("throughput"), None, 1, RunFilter::default()).unwrap();
     println!("step_history over {n} rows: {:.3} s", started.elapsed().as_secs_f64());
-    assert_eq!(history.iter().map(|h| h.tasks).sum::<u64>(), n);
+    assert_eq!(history.iter().map(|h| h.figures.tasks).sum::<u64>(), n);
     let mut streamed = 0u64;
     let started = Instant::now();
     store.task_history("throughput", "load", 1, None, |_, _| streamed += 1).unwrap();
@@ -786,9 +790,9 @@ fn a_large_step_of_quick_tasks_costs_under_30_bytes_a_task() {
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
     let n: u64 = 200_000;
-    let keys = runner::store::StepKeys {
+    let keys = runner::testing::store::StepKeys {
         step: "cache".into(),
-        dims: vec![runner::store::KeyDim { name: "file".into(), value0: 0, value_step: 1, size: n }],
+        dims: vec![runner::testing::store::KeyDim { name: "file".into(), value0: 0, value_step: 1, size: n }],
     };
     let recorder = store.start_run(&RunStart { keys: vec![keys], tasks_total: n, ..start("builder", "c") }).unwrap();
     let step: Arc<str> = Arc::from("cache");
@@ -870,9 +874,9 @@ fn resume_reads_back_each_tasks_hashes_and_output_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    let keys = runner::store::StepKeys {
+    let keys = runner::testing::store::StepKeys {
         step: "read".into(),
-        dims: vec![runner::store::KeyDim { name: "i".into(), value0: 10, value_step: 5, size: 100 }],
+        dims: vec![runner::testing::store::KeyDim { name: "i".into(), value0: 10, value_step: 5, size: 100 }],
     };
     let recorder = store.start_run(&RunStart { keys: vec![keys], ..start("resumable", "c1") }).unwrap();
     let run_id = recorder.run_id();

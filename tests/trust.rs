@@ -157,20 +157,14 @@ fn store_errors_say_what_is_wrong_and_exit_3() {
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
+    let args = ["run", "tiny.yaml", "--db", "r.db", "--cycle", "C1"];
     let mut command = if root {
-        let mut c = std::process::Command::new("setpriv");
-        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", env!("CARGO_BIN_EXE_runner")]);
-        c
+        common::runner_command_through("setpriv", &["--reuid=65534", "--regid=65534", "--clear-groups"], &ro, &args)
     } else {
-        std::process::Command::new(env!("CARGO_BIN_EXE_runner"))
+        runner_command(&ro, &args)
     };
-    let out = command
-        .args(["run", "tiny.yaml", "--db", "r.db", "--cycle", "C1"])
-        .current_dir(&ro)
-        .env_remove("RUNNER_DB")
-        .env("TMPDIR", "/tmp")
-        .output()
-        .unwrap();
+    // `nobody` may not write this test binary's temporary folder.
+    let out = command.env("TMPDIR", "/tmp").output().unwrap();
     let text = stderr(&out);
     if root && text.contains("Permission denied") && !text.contains("r.db") {
         eprintln!("skipped: the read-only folder case: `nobody` cannot reach {}: {text}", ro.display());

@@ -8,7 +8,7 @@ use runner_plugin::size::format_size;
 
 use super::record;
 use super::{HistoryArgs, OutputFormat};
-use crate::store::{FailedTask, RunFilter, RunStatus, StepHistory, Store};
+use crate::store::{FailedTask, RunFilter, RunStatus, StepFigures, StepHistory, Store};
 
 /// Keys shown per group of identical errors in `--failed` text.
 const KEYS_SHOWN: usize = 10;
@@ -59,21 +59,22 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<u8> {
         .map(String::from),
     ];
     for row in &rows {
+        let step = &row.figures;
         table.push([
             row.run_id.to_string(),
             row.run_status.to_string(),
             row.recipe.clone(),
             row.cycle.clone(),
-            row.step.clone(),
-            row.tasks.to_string(),
-            row.failed.to_string(),
-            row.skipped.to_string(),
-            row.estimate_sources.clone(),
-            format_size(row.estimate_p50),
-            format_size(row.peak_p50),
-            format_size(row.peak_max),
-            row.underestimates.to_string(),
-            row.slack.map_or("-".into(), |s| format!("{:+.0}%", s * 100.0)),
+            step.step.clone(),
+            step.tasks.to_string(),
+            step.failed.to_string(),
+            step.skipped.to_string(),
+            step.sources_text(),
+            format_size(step.estimate_p50),
+            format_size(step.peak_p50),
+            format_size(step.peak_max),
+            step.underestimates.to_string(),
+            step.slack.map_or("-".into(), |s| format!("{:+.0}%", s * 100.0)),
         ]);
     }
     print!("{}", super::table(&table, &[5, 6, 7, 9, 10, 11, 12, 13]));
@@ -100,20 +101,7 @@ fn with_runs_that_recorded_nothing(
                 cycle: run.cycle.clone(),
                 started_at: run.started_at.clone(),
                 run_status: run.status,
-                step: "-".into(),
-                plugin: String::new(),
-                estimate_sources: "-".into(),
-                tasks: 0,
-                ok: 0,
-                failed: 0,
-                skipped: 0,
-                estimate_p50: 0,
-                estimate_max: 0,
-                peak_p50: 0,
-                peak_max: 0,
-                underestimates: 0,
-                slack: None,
-                wall_ms_total: 0,
+                figures: StepFigures::empty("-", ""),
             },
         );
     }

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use clap::{Args, Parser, Subcommand};
 use runner_plugin::Plugin;
 
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
 

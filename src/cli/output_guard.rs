@@ -13,7 +13,7 @@ use runner_plugin::ArgKind;
 use serde_json::Value as Json;
 
 use super::UsageError;
-use crate::Compiled;
+use crate::plan::Compiled;
 
 /// Which file a path names, whether or not it exists yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -195,8 +195,7 @@ impl OutputGuard {
         self.check()?;
         for (path, _, what, _) in outputs {
             if let Some(path) = path {
-                super::run_cmd::check_writable(path)
-                    .with_context(|| format!("the {what} cannot be written to {}", path.display()))?;
+                check_writable(path).with_context(|| format!("the {what} cannot be written to {}", path.display()))?;
             }
         }
         Ok(())
@@ -221,6 +220,21 @@ impl OutputGuard {
         }
         Ok(())
     }
+}
+
+/// Whether a file can be created at `path` (its folder is made if needed): a probe file is
+/// created next to it and removed; an existing file is left as it is.
+pub fn check_writable(path: &Path) -> anyhow::Result<()> {
+    use anyhow::Context as _;
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    if path.is_dir() {
+        anyhow::bail!("{} is a directory", path.display());
+    }
+    let probe = dir.join(format!(".runner-probe-{}", std::process::id()));
+    std::fs::File::create(&probe).with_context(|| format!("creating a file in {}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
 }
 
 #[cfg(test)]

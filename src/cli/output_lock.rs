@@ -18,7 +18,7 @@ use runner_plugin::ArgKind;
 use serde_json::Value as Json;
 
 use super::UsageError;
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::process_identity::ProcessIdentity;
 use crate::recipe::template::Segment;
 use crate::recipe::{ArgTemplate, StepArgs};

@@ -15,7 +15,7 @@ use super::report_cmd;
 use super::run_cmd::{execute, plan_resume, refuse_a_second_run, run_options};
 use super::summary::RunSummary;
 use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ReplayArgs};
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
 use crate::store::RunStatus;
@@ -124,7 +124,7 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     }
     if let Some(path) = &args.summary {
         let text = serde_json::to_string_pretty(&serde_json::json!({ "cycles": cycles }))? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing the replay summary to {}", path.display()))?;
+        crate::values::write_atomically(path, text.as_bytes()).context("writing the replay summary")?;
     }
     if let (Some(path), Some(store)) = (&args.report, &store) {
         report_cmd::write_recipe_report(store, &recipe_name, &run_ids, path)

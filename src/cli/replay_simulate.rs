@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::record;
 use super::simulate_cmd::{CriticalPathSummary, PredictedSummary};
 use super::summary::RunSummary;
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::simulate::{History, SimOptions};
 use crate::store::RunRow;
 
@@ -88,7 +88,7 @@ pub fn replay(
     }
     if let Some(path) = summary {
         let text = serde_json::to_string_pretty(&serde_json::json!({ "predicted": true, "cycles": entries }))? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing the replay summary to {}", path.display()))?;
+        crate::values::write_atomically(path, text.as_bytes()).context("writing the replay summary")?;
     }
     if !predicted_any {
         anyhow::bail!("none of the cycles is recorded in {}: nothing was predicted", db.display());

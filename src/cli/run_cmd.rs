@@ -1,24 +1,25 @@
 //! `runner run`: compile, learn estimates from the store, run under the budget with a progress
 //! bar, record every task, summarise, exit 0/1/2/3. [`execute`] is shared with `runner replay`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
 
-use super::output_guard::{OutputGuard, OutputKind};
+use super::output_guard::{OutputGuard, OutputKind, check_writable};
 use super::output_lock::OutputLocks;
-use super::record::{self, StoreSink};
+use super::record;
 use super::summary::RunSummary;
 use super::{EXIT_RUNTIME, EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress, sampler};
-use crate::Compiled;
 use crate::executor::Executor;
 use crate::executor::slurm::{Invocation, SlurmExecutor, SlurmOptions};
 use crate::measure;
+use crate::plan::Compiled;
 use crate::registry::Registry;
 use crate::resume::Reuse;
 use crate::scheduler::{self, Progress, RunExtras, RunOptions, StepProgress, TaskSink};
 use crate::slurm::Slurm;
+use crate::store::sink::{self, StoreSink};
 use crate::store::{RunOutcome, RunStatus, Store, TaskStatus};
 
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
@@ -166,20 +167,6 @@ fn sanitize_name(name: &str) -> String {
     name.chars().map(|c| if c.is_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
 
-/// Whether a file can be created at `path` (its folder is made if needed): a probe file is
-/// created next to it and removed; an existing file is left as it is.
-pub fn check_writable(path: &Path) -> anyhow::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    if path.is_dir() {
-        anyhow::bail!("{} is a directory", path.display());
-    }
-    let probe = dir.join(format!(".runner-probe-{}", std::process::id()));
-    std::fs::File::create(&probe).with_context(|| format!("creating a file in {}", dir.display()))?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
-}
-
 /// Budget and workers from the command line, with their defaults.
 pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
     let budget = crate::budget::choose(resources.budget)
@@ -240,7 +227,7 @@ pub fn execute(
     }
     let sink = match (store, record) {
         (Some(store), true) => {
-            let mut start = record::run_start(compiled, options);
+            let mut start = sink::run_start(compiled, options);
             if slurm.is_some() {
                 start.executor = crate::store::Executor::Slurm;
             }
@@ -250,6 +237,8 @@ pub fn execute(
         }
         _ => None,
     };
+    // Declared after the sink, so that it is dropped first.
+    let interrupt = sink.as_ref().and_then(|s| record::mark_interrupted_on_signal(s.recorder()));
     // Each run of a replay reports its own peak, not the process's.
     let _ = measure::reset_peak_rss();
     crate::command::reset_tree_peak();
@@ -291,6 +280,8 @@ pub fn execute(
         summary.executor = crate::store::Executor::Slurm;
     }
     let mut store_error = None;
+    // A signal from now on has nothing to mark: the run row is being completed.
+    drop(interrupt);
     if let Some(sink) = sink {
         let status = summary.status;
         match sink.finish(RunOutcome {

@@ -25,7 +25,8 @@ fn root() -> Option<&'static Path> {
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let root = temp.join(format!("{PREFIX}{}-{nanos:x}", std::process::id()));
         std::fs::DirBuilder::new().mode(0o700).create(&root).ok()?;
-        std::fs::write(root.join(OWNER), ProcessIdentity::current().marker()).ok()?;
+        // Whole or not at all: a sweep by another runner never reads half an owner.
+        crate::values::write_atomically(&root.join(OWNER), ProcessIdentity::current().marker().as_bytes()).ok()?;
         super::interrupt::remove_on_interrupt(root.clone());
         Some(root)
     })

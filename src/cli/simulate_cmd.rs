@@ -12,7 +12,7 @@ use super::output_guard::OutputGuard;
 use super::record;
 use super::summary::{NO_LOCAL_BUDGET, RunSummary};
 use super::{EXIT_USAGE, ExecutorKind, SimulateArgs, UsageError, compile};
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::registry::Registry;
 use crate::simulate::{ClusterShape, History, Prediction, SimOptions};
 use crate::store::Executor;
@@ -171,7 +171,7 @@ impl PredictedSummary {
 
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
         let text = serde_json::to_string_pretty(self)? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing the summary to {}", path.display()))
+        crate::values::write_atomically(path, text.as_bytes()).context("writing the summary")
     }
 
     /// The closing lines `run` prints, for the predicted run, then per step, the critical path
@@ -218,9 +218,9 @@ impl PredictedSummary {
                 "  {:<20} {:>8} {:>9.2}s {:>12} {:>12}  {learned}",
                 step.step,
                 step.tasks,
-                step.wall_s,
-                format_size(step.estimate_bytes_p50),
-                format_size(step.peak_bytes_p50),
+                step.wall.as_secs_f64(),
+                format_size(step.estimate_p50),
+                format_size(step.peak_p50),
             );
         }
         eprintln!(

@@ -4,13 +4,13 @@
 
 use std::path::Path;
 
-use crate::Compiled;
+use crate::plan::Compiled;
 use crate::plan::EstimateSource;
 use crate::report::run_page::{Memory, RunPage, StepRow};
 use crate::report::timeline::{TimelineBar, TimelineBuilder};
 use crate::report::{Limits, write_page};
 use crate::simulate::Prediction;
-use crate::store::{Executor, RunRow, RunStatus, Sample};
+use crate::store::{Executor, RunRow, RunStatus, Sample, StepFigures};
 
 /// Writes the predicted run's page to `path`.
 pub fn write(compiled: &Compiled, prediction: &Prediction, path: &Path) -> anyhow::Result<()> {
@@ -58,22 +58,11 @@ fn page(compiled: &Compiled, prediction: &Prediction) -> RunPage {
         row.first_start_ms = Some(row.first_start_ms.map_or(start_ms, |s| s.min(start_ms)));
         row.last_end_ms = Some(row.last_end_ms.map_or(start_ms + wall_ms, |e| e.max(start_ms + wall_ms)));
     }
-    for (row, (stats, plan)) in rows.iter_mut().zip(report.steps.iter().zip(&compiled.plan.steps)) {
-        row.sources = vec![plan.source];
-        if plan.model.is_some() {
-            row.sources = vec![EstimateSource::History];
-        }
-        row.tasks = stats.tasks();
-        row.ok = stats.ok;
-        row.failed = stats.failed;
-        row.skipped = stats.skipped;
-        row.wall_ms_total = stats.wall.as_millis() as u64;
-        row.estimate_p50 = stats.estimate.quantile(0.5);
-        row.estimate_max = stats.estimate.max();
-        row.peak_p50 = stats.peak.quantile(0.5);
-        row.peak_max = stats.peak.max();
-        row.underestimates = stats.underestimates;
-        row.slack = (stats.peak_sum > 0).then(|| stats.estimate_sum as f64 / stats.peak_sum as f64 - 1.0);
+    for ((row, step), (stats, plan)) in
+        rows.iter_mut().zip(&recipe.steps).zip(report.steps.iter().zip(&compiled.plan.steps))
+    {
+        row.figures = StepFigures::from_stats(step, stats);
+        row.figures.sources = vec![if plan.model.is_some() { EstimateSource::History } else { plan.source }];
     }
     let wall_ms = report.wall.as_millis() as u64;
     let samples = simulated

@@ -10,30 +10,57 @@ use serde::Serialize;
 use super::failures;
 use crate::recipe::Recipe;
 use crate::scheduler::RunReport;
-use crate::store::{Executor, RunStatus};
+use crate::store::{Executor, RunStatus, StepFigures};
 
 /// The budget of a run that has none on this machine (`--executor slurm` without `--budget`):
 /// each job is bounded by its own `--mem` on its node instead.
 pub const NO_LOCAL_BUDGET: u64 = u64::MAX / 4;
 
-#[derive(Debug, Serialize)]
-pub struct StepSummary {
-    pub step: String,
-    pub plugin: String,
-    pub tasks: u64,
-    pub tasks_ok: u64,
-    pub tasks_failed: u64,
-    pub tasks_skipped: u64,
+/// A step as the summary JSON names its figures (the SPEC's names, not `runner history`'s): a
+/// view of [`StepFigures`], made only to be serialized.
+#[derive(Serialize)]
+struct StepSummary<'a> {
+    step: &'a str,
+    plugin: &'a str,
+    tasks: u64,
+    tasks_ok: u64,
+    tasks_failed: u64,
+    tasks_skipped: u64,
     /// Taken over by `--resume` from the run it resumes.
-    pub tasks_reused: u64,
-    pub estimate_bytes_p50: u64,
-    pub peak_bytes_p50: u64,
-    pub peak_bytes_max: u64,
-    pub output_bytes: u64,
-    pub underestimates: u64,
-    pub oversized: u64,
+    tasks_reused: u64,
+    estimate_bytes_p50: u64,
+    peak_bytes_p50: u64,
+    peak_bytes_max: u64,
+    output_bytes: u64,
+    underestimates: u64,
+    oversized: u64,
     /// Sum of the step's task wall times (task-seconds, not elapsed time).
-    pub wall_s: f64,
+    wall_s: f64,
+}
+
+impl<'a> From<&'a StepFigures> for StepSummary<'a> {
+    fn from(s: &'a StepFigures) -> StepSummary<'a> {
+        StepSummary {
+            step: &s.step,
+            plugin: &s.plugin,
+            tasks: s.tasks,
+            tasks_ok: s.ok,
+            tasks_failed: s.failed,
+            tasks_skipped: s.skipped,
+            tasks_reused: s.reused,
+            estimate_bytes_p50: s.estimate_p50,
+            peak_bytes_p50: s.peak_p50,
+            peak_bytes_max: s.peak_max,
+            output_bytes: s.output_bytes,
+            underestimates: s.underestimates,
+            oversized: s.oversized,
+            wall_s: s.wall.as_secs_f64(),
+        }
+    }
+}
+
+fn summary_steps<S: serde::Serializer>(steps: &[StepFigures], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(steps.iter().map(StepSummary::from))
 }
 
 /// One failed task; the list is ordered by step (recipe order) and then by index value.
@@ -92,7 +119,8 @@ pub struct RunSummary {
     /// Σ estimate and Σ peak over the tasks that ran (slack = Σ estimate / Σ peak − 1).
     pub estimate_bytes_sum: u64,
     pub peak_bytes_sum: u64,
-    pub steps: Vec<StepSummary>,
+    #[serde(serialize_with = "summary_steps")]
+    pub steps: Vec<StepFigures>,
     pub failures: Vec<FailureSummary>,
     /// Tasks whose input was missing under `on_missing: skip` or `ignore` (gaps, not failures).
     pub missing: Vec<FailureSummary>,
@@ -100,27 +128,8 @@ pub struct RunSummary {
 
 impl RunSummary {
     pub fn new(recipe: &Recipe, report: &RunReport, peak_rss_bytes: u64) -> RunSummary {
-        let steps: Vec<StepSummary> = recipe
-            .steps
-            .iter()
-            .zip(&report.steps)
-            .map(|(step, s)| StepSummary {
-                step: step.name.clone(),
-                plugin: step.plugin.name().to_string(),
-                tasks: s.tasks(),
-                tasks_ok: s.ok,
-                tasks_failed: s.failed,
-                tasks_skipped: s.skipped,
-                tasks_reused: s.reused,
-                estimate_bytes_p50: s.estimate.quantile(0.5),
-                peak_bytes_p50: s.peak.quantile(0.5),
-                peak_bytes_max: s.peak.max(),
-                output_bytes: s.output_bytes,
-                underestimates: s.underestimates,
-                oversized: s.oversized,
-                wall_s: s.wall.as_secs_f64(),
-            })
-            .collect();
+        let steps: Vec<StepFigures> =
+            recipe.steps.iter().zip(&report.steps).map(|(step, stats)| StepFigures::from_stats(step, stats)).collect();
         let failed = report.total(|s| s.failed);
         let mut failures: Vec<FailureSummary> = report
             .failures
@@ -171,11 +180,9 @@ impl RunSummary {
 
     pub fn write(&self, path: &Path) -> anyhow::Result<()> {
         use anyhow::Context as _;
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
         let text = serde_json::to_string_pretty(self)? + "\n";
-        std::fs::write(path, text).with_context(|| format!("writing the summary to {}", path.display()))
+        // Through the atomic writer (which makes its folder): a reader never sees half a summary.
+        crate::values::write_atomically(path, text.as_bytes()).context("writing the summary")
     }
 
     /// What was reserved at most, against what: the budget, or for jobs their own `--mem`.

@@ -51,12 +51,18 @@ mod task;
 mod tests;
 
 pub use alloc::CountingAlloc;
-pub use batch::flush_thread;
-pub use system::{JemallocStats, ProcessMemory, jemalloc_stats, process_memory, purge_free_pages, reset_peak_rss};
-pub use tally::{
-    SLOTS, TaskMemory, begin_new_task, begin_task, live_bytes, peak_live_bytes, reset_peak, retired_bytes,
+pub use system::{process_memory, purge_free_pages, reset_peak_rss};
+pub use tally::{SLOTS, TaskMemory, begin_new_task, live_bytes};
+pub use task::{end_task, task_live};
+// What only the tests read: the counters' history and jemalloc's own figures, to check the
+// counting against.
+#[cfg(test)]
+use {
+    batch::flush_thread,
+    system::{ProcessMemory, jemalloc_stats},
+    tally::{begin_task, peak_live_bytes, reset_peak, retired_bytes},
+    task::task_peak,
 };
-pub use task::{end_task, task_live, task_peak};
 
 /// The allocator of every binary and test linking this crate.
 #[global_allocator]

@@ -8,6 +8,7 @@ use std::ffi::c_char;
 use std::fs;
 use std::ptr;
 
+#[cfg(test)]
 use tikv_jemalloc_ctl::{epoch, stats};
 
 use super::MeasureError;
@@ -17,7 +18,8 @@ const CLEAR_REFS: &str = "/proc/self/clear_refs";
 /// `arena.<i>.purge` with jemalloc's `MALLCTL_ARENAS_ALL` (4096): every arena.
 const PURGE_ALL: &[u8] = b"arena.4096.purge\0";
 
-/// jemalloc's own statistics, in bytes.
+/// jemalloc's own statistics, in bytes (what the tests check the counting against).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JemallocStats {
     /// Bytes in blocks handed out (`stats.allocated`), rounded up to size classes.
@@ -40,6 +42,7 @@ pub struct ProcessMemory {
     pub rss_anon_bytes: Option<u64>,
 }
 
+#[cfg(test)]
 /// Reads jemalloc's statistics, refreshed first (jemalloc caches them until the epoch advances).
 pub fn jemalloc_stats() -> Result<JemallocStats, MeasureError> {
     epoch::advance()?;

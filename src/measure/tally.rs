@@ -268,16 +268,19 @@ pub fn live_bytes() -> u64 {
     TOTAL.live.load(Relaxed).max(0) as u64
 }
 
+#[cfg(test)]
 /// The highest [`live_bytes`] since the start or the last [`reset_peak`].
 pub fn peak_live_bytes() -> u64 {
     TOTAL.peak.load(Relaxed).max(live_bytes())
 }
 
+#[cfg(test)]
 /// Restarts [`peak_live_bytes`] from the current live bytes.
 pub fn reset_peak() {
     TOTAL.peak.store(live_bytes(), Relaxed);
 }
 
+#[cfg(test)]
 /// Bytes still held by blocks of tasks that have ended (their outputs, until freed).
 pub fn retired_bytes() -> u64 {
     RETIRED.load(Relaxed).max(0) as u64

@@ -22,6 +22,7 @@ pub fn task_live(tag: u32) -> u64 {
     running_counts(tag).map_or(0, |(live, _)| live)
 }
 
+#[cfg(test)]
 /// The most bytes task `tag`'s blocks have held at once so far; 0 if it is not running. Exact
 /// for one thread and for large blocks; other threads' small blocks may be seen up to 64 KiB
 /// (per thread) late.

@@ -34,7 +34,7 @@ pub trait Meter: Sync {
 }
 
 /// Names one running task's reservation; chosen by the scheduler, which maps it to whatever
-/// measures the task (see [`Meter::task_live`]).
+/// measures the task (see `Meter::task_live`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TaskSlot(pub u32);
 

@@ -17,6 +17,7 @@ use super::plugin_check::check_args;
 use super::raw::{Field, Located, to_json};
 use super::suggest::{closest, suggestion};
 use super::template::{Braces, Filled, Segment, Template, TemplateValue};
+use super::template_format::json_len;
 use super::yaml::Item;
 
 /// A step's arguments: fixed for every task, or with templates over the step's dims that are
@@ -372,28 +373,6 @@ impl ArgTemplate {
         match self {
             ArgTemplate::Json(json) => json,
             _ => Json::Null,
-        }
-    }
-}
-
-/// Bytes of `value` as JSON text (strings without quotes), counted without building it.
-pub(super) fn json_len(value: &Json) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    match value {
-        Json::String(s) => s.len(),
-        other => {
-            let mut count = Count(0);
-            let _ = serde_json::to_writer(&mut count, other);
-            count.0
         }
     }
 }

@@ -61,7 +61,7 @@ pub(super) struct Compiler<'a> {
     /// Longest text of each dim's values, for the size bounds of templates.
     pub(super) value_lens: HashMap<DimId, usize>,
     /// Lookup tables by (var, dim), built on first use (`{radii[lead]}`).
-    pub(super) lookup_tables: HashMap<(usize, DimId), Result<super::template_check::TableUse, String>>,
+    pub(super) lookup_tables: HashMap<(usize, DimId), Result<super::lookup::TableUse, String>>,
 }
 
 impl<'a> Compiler<'a> {

@@ -11,8 +11,8 @@ use serde_json::Value as Json;
 
 use super::diagnostic::shorten;
 use super::dims::{Dim, DimValues};
-use super::template_format::TemplateValue;
-use super::time::parse_instant;
+use super::template_format::{Format, TemplateValue};
+use super::time::{Extent, Unit, parse_instant};
 
 /// How many keys or values a message lists before `...`.
 const LISTED: usize = 8;
@@ -172,6 +172,16 @@ fn kind_of(value: &Json) -> String {
         Json::Array(_) => "a list".to_string(),
         Json::Object(_) => "a mapping".to_string(),
     }
+}
+
+/// A lookup table of one var by one dim, and what its uses found, so that a table used in
+/// many templates is built and checked once per format.
+pub(super) struct TableUse {
+    pub(super) table: Arc<LookupTable>,
+    /// Longest text per (format, lone reference).
+    pub(super) lens: Vec<((Format, bool), Result<usize, String>)>,
+    /// Least and most seconds of its entries per unit (`None`: as date-times).
+    pub(super) extents: Vec<(Option<Unit>, Extent)>,
 }
 
 #[cfg(test)]

@@ -12,9 +12,35 @@ use std::fmt::Display;
 use serde_json::{Map, Value as Json};
 
 use super::diagnostic::{Diagnostic, Loc};
-pub use super::raw_dims::{RangeEnd, RawDim, RawDimEntry};
 use super::suggest::{closest, suggestion};
 use super::yaml::{Item, Node};
+
+/// One entry of `dims:`.
+#[derive(Debug)]
+pub struct RawDimEntry<'t> {
+    pub name: Located<String>,
+    /// Where its value is written.
+    pub loc: Loc,
+    /// `None` when its shape was wrong (already reported).
+    pub dim: Option<RawDim<'t>>,
+}
+
+/// A dim as written. Scalars are checked by the compiler, which knows what each must be.
+#[derive(Debug)]
+pub enum RawDim<'t> {
+    Count(&'t Item),
+    List(&'t [Item]),
+    Range { start: &'t Item, end: RangeEnd<'t>, step: Option<&'t Item> },
+    Group { group: Located<String>, size: &'t Item },
+    File(Located<String>),
+}
+
+/// Where a range dim ends: at `stop` (inclusive), or after `count` values.
+#[derive(Debug, Clone, Copy)]
+pub enum RangeEnd<'t> {
+    Stop(&'t Item),
+    Count(&'t Item),
+}
 
 /// A value and where it is written.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,41 +1,15 @@
 //! `dims:` as written: each entry's shape — a count, a list, a range (`start` with `stop` or
 //! `count`, and `step`), a group or a list file — with its keys checked; the values themselves
-//! are checked by the compiler ([`super::compile_dims`]), which knows what each must be.
+//! are checked by the compiler ([`super::compile_dims`]), which knows what each must be. The
+//! types it reads them into are the raw recipe's (`raw`).
 
-use super::diagnostic::{Diagnostic, Loc};
-use super::raw::{Field, Located, Reader};
+use super::diagnostic::Diagnostic;
+use super::raw::{Field, RangeEnd, RawDim, RawDimEntry, Reader};
 use super::yaml::{Item, Node};
 
 const RANGE_KEYS: &[&str] = &["start", "stop", "step", "count"];
 const GROUP_KEYS: &[&str] = &["group", "size"];
 const FILE_KEYS: &[&str] = &["file"];
-
-/// One entry of `dims:`.
-#[derive(Debug)]
-pub struct RawDimEntry<'t> {
-    pub name: Located<String>,
-    /// Where its value is written.
-    pub loc: Loc,
-    /// `None` when its shape was wrong (already reported).
-    pub dim: Option<RawDim<'t>>,
-}
-
-/// A dim as written. Scalars are checked by the compiler, which knows what each must be.
-#[derive(Debug)]
-pub enum RawDim<'t> {
-    Count(&'t Item),
-    List(&'t [Item]),
-    Range { start: &'t Item, end: RangeEnd<'t>, step: Option<&'t Item> },
-    Group { group: Located<String>, size: &'t Item },
-    File(Located<String>),
-}
-
-/// Where a range dim ends: at `stop` (inclusive), or after `count` values.
-#[derive(Debug, Clone, Copy)]
-pub enum RangeEnd<'t> {
-    Stop(&'t Item),
-    Count(&'t Item),
-}
 
 impl Reader<'_> {
     pub(super) fn dims<'t>(&mut self, item: &'t Item) -> Option<Vec<RawDimEntry<'t>>> {

@@ -14,7 +14,7 @@
 
 use serde_json::Value as Json;
 
-pub use super::lookup::{Lookup, LookupTable};
+pub use super::lookup::Lookup;
 pub use super::template_format::{Format, FormatSpec, TemplateValue};
 use super::time_expr::Evaluated;
 pub use super::time_expr::TimeExpr;
@@ -342,6 +342,7 @@ impl Braces {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recipe::lookup::LookupTable;
     use runner_plugin::DimValue;
     use std::sync::Arc;
 

@@ -8,10 +8,11 @@ use std::sync::Arc;
 
 use super::compiler::Compiler;
 use super::dims::{DimId, DimValues};
-use super::lookup::{Lookup, LookupTable};
+use super::lookup::{Lookup, LookupTable, TableUse};
 use super::suggest::suggestion;
 use super::template::{Braces, Filled, Format, Segment, Template, TemplateValue, TimeExpr};
-use super::time::Unit;
+use super::template_format::json_len;
+use super::time::{Extent, Unit};
 use super::time_expr::{Operand, Term};
 
 /// What a name in a template is to a step.
@@ -25,19 +26,6 @@ enum StepName {
     /// A var or `cycle`.
     Fixed,
     Unknown,
-}
-
-/// The least and most seconds a term can add, or why it cannot be added.
-type Extent = Result<(i64, i64), String>;
-
-/// A lookup table of one var by one dim, and what its uses found, so that a table used in
-/// many templates is built and checked once per format.
-pub(super) struct TableUse {
-    table: Arc<LookupTable>,
-    /// Longest text per (format, lone reference).
-    lens: Vec<((Format, bool), Result<usize, String>)>,
-    /// Least and most seconds of its entries per unit (`None`: as date-times).
-    extents: Vec<(Option<Unit>, Extent)>,
 }
 
 impl Compiler<'_> {
@@ -148,7 +136,7 @@ impl Compiler<'_> {
             return Ok(self.options.cycle.len());
         }
         if let Some(&at) = self.var_ids.get(name) {
-            return Ok(super::args::json_len(&self.vars[at].1));
+            return Ok(json_len(&self.vars[at].1));
         }
         let d = match self.step_name(name, over, over_known) {
             StepName::Dim(d) => d,
@@ -277,7 +265,7 @@ impl Compiler<'_> {
                 longest = Err(format!("`{{{}[{}]}}` for {} `{value}`: {e}", lookup.table, lookup.key, lookup.key));
                 break;
             }
-            let len = if lone { super::args::json_len(entry) } else { text.len() };
+            let len = if lone { json_len(entry) } else { text.len() };
             longest = longest.map(|l: usize| l.max(len));
         }
         found.lens.push(((format.clone(), lone), longest.clone()));

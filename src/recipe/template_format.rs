@@ -265,3 +265,25 @@ fn spec_text(spec: &FormatSpec) -> String {
     }
     s
 }
+
+/// Bytes of `value` as JSON text (strings without quotes), counted without building it.
+pub(super) fn json_len(value: &Json) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    match value {
+        Json::String(s) => s.len(),
+        other => {
+            let mut count = Count(0);
+            let _ = serde_json::to_writer(&mut count, other);
+            count.0
+        }
+    }
+}

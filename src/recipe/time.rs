@@ -108,6 +108,9 @@ impl TimeFormat {
     }
 }
 
+/// The least and most seconds a term of date-time arithmetic can add, or why it cannot be added.
+pub type Extent = Result<(i64, i64), String>;
+
 /// A unit of time after a number or name in a template (`6h`, `lead h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Unit {

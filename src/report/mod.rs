@@ -23,10 +23,10 @@ pub mod timeline;
 
 use std::path::{Path, PathBuf};
 
-pub use html::{CONTENT_SECURITY_POLICY, runs_count};
-pub use recipe_page::{RecipePage, RecipeStep, ScatterPoint};
-pub use run_page::{Memory, RunPage, StepRow};
-pub use timeline::{Bands, StepBand, Timeline, TimelineBar};
+pub use html::runs_count;
+pub use recipe_page::{RecipePage, ScatterPoint};
+pub use run_page::RunPage;
+pub use timeline::TimelineBar;
 
 use crate::store::StoreError;
 
@@ -69,17 +69,16 @@ pub enum ReportError {
     NoSuchRun { path: PathBuf, run_id: i64 },
     #[error("no runs recorded in {}", path.display())]
     NoRuns { path: PathBuf },
-    #[error("cannot write the report to {}: {error}", path.display())]
+    /// `error` names the file (the atomic writer's message).
+    #[error("cannot write the report: {error}")]
     Write { path: PathBuf, error: std::io::Error },
 }
 
-/// Writes a page to `path`, creating its folder if needed.
+/// Writes a page to `path`, creating its folder if needed, through the atomic writer: a
+/// browser (or a report being replaced) never sees half a page.
 pub fn write_page(path: &Path, page: &str) -> Result<(), ReportError> {
-    let failed = |error| ReportError::Write { path: path.to_path_buf(), error };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(failed)?;
-    }
-    std::fs::write(path, page).map_err(failed)
+    crate::values::write_atomically(path, page.as_bytes())
+        .map_err(|error| ReportError::Write { path: path.to_path_buf(), error })
 }
 
 #[cfg(test)]
@@ -89,6 +88,8 @@ mod tests {
     use std::sync::Arc;
 
     use rusqlite::Connection;
+
+    use super::timeline::Timeline;
 
     use super::*;
     use crate::measure::PeakSource;
@@ -195,22 +196,26 @@ mod tests {
         let history = store.step_history(Some("r"), None, 1, RunFilter::default()).unwrap();
         assert_eq!(page.steps.len(), history.len());
         for (row, h) in page.steps.iter().zip(&history) {
+            let (row, h) = (&row.figures, &h.figures);
             assert_eq!(row.step, h.step);
             assert_eq!(row.plugin, h.plugin);
             assert_eq!((row.tasks, row.ok, row.failed, row.skipped), (h.tasks, h.ok, h.failed, h.skipped));
             assert_eq!((row.estimate_p50, row.estimate_max), (h.estimate_p50, h.estimate_max));
             assert_eq!((row.peak_p50, row.peak_max), (h.peak_p50, h.peak_max));
             assert_eq!(row.underestimates, h.underestimates);
-            assert_eq!(row.wall_ms_total, h.wall_ms_total);
+            assert_eq!(row.wall, h.wall);
             let (a, b) = (row.slack.unwrap(), h.slack.unwrap());
             assert!((a - b).abs() < 1e-12, "{a} vs {b}");
         }
         // And the figures themselves, from the SQL view the SPEC names.
-        let field = &page.steps[0];
-        assert_eq!((field.step.as_str(), field.tasks, field.ok, field.failed, field.retried), ("field", 12, 11, 1, 1));
+        let (field_row, field) = (&page.steps[0], &page.steps[0].figures);
+        assert_eq!(
+            (field.step.as_str(), field.tasks, field.ok, field.failed, field_row.retried),
+            ("field", 12, 11, 1, 1)
+        );
         assert_eq!((field.peak_p50, field.peak_max, field.underestimates), (6 * MIB, 12 * MIB, 2));
         assert_eq!(field.sources, [EstimateSource::Plugin, EstimateSource::History]);
-        assert_eq!((field.first_start_ms, field.last_end_ms), (Some(0), Some(11 * 15 + 31)));
+        assert_eq!((field_row.first_start_ms, field_row.last_end_ms), (Some(0), Some(11 * 15 + 31)));
         let conn = Connection::open(dir.path().join("runner.db")).unwrap();
         let (estimates, peaks): (i64, i64) = conn
             .query_row(
@@ -220,7 +225,7 @@ mod tests {
             )
             .unwrap();
         assert_eq!(field.slack, Some(estimates as f64 / peaks as f64 - 1.0));
-        assert_eq!(page.steps[1].skipped, 1);
+        assert_eq!(page.steps[1].figures.skipped, 1);
 
         // One bar per task that ran, with the key the `tasks` view spells.
         let Timeline::Bars(bars) = &page.timeline else { panic!("expected bars") };
@@ -291,7 +296,7 @@ mod tests {
         // 420 ms in bins of ⌈420 / 50⌉ = 9 ms.
         assert_eq!((bands.bin_ms, bands.bins), (9.0, 47));
         let busy: u64 = bands.steps.iter().flat_map(|s| &s.busy_ms).map(|&b| u64::from(b)).sum();
-        let ran: u64 = page.steps.iter().map(|s| s.wall_ms_total).sum();
+        let ran: u64 = page.steps.iter().map(|s| s.figures.wall_ms_total()).sum();
         assert_eq!(busy, ran, "every ms of task time is in some bin");
         let data = data_of(&page.to_html());
         assert_eq!(data["timeline"]["kind"], "bands");
@@ -312,7 +317,7 @@ mod tests {
         let store = Store::open_read_only(dir.path().join("runner.db")).unwrap().unwrap();
         let page = RunPage::load(&store, run_id, &Limits::default()).unwrap();
         assert_eq!((page.unplaced, page.timeline.tasks()), (2, 13));
-        assert_eq!(page.steps[0].tasks, 12, "the step's figures still count them");
+        assert_eq!(page.steps[0].figures.tasks, 12, "the step's figures still count them");
         assert!(page.to_html().contains("2 tasks that ran have no recorded worker or start time"));
     }
 
@@ -331,8 +336,8 @@ mod tests {
         assert_eq!(page.steps.iter().map(|s| s.step.as_str()).collect::<Vec<_>>(), ["field", "save"]);
         for step in &page.steps {
             for (run, entry) in page.runs.iter().zip(&step.per_run) {
-                let expected = history.iter().find(|h| h.run_id == run.run_id && h.step == step.step);
-                assert_eq!(entry.as_ref(), expected);
+                let expected = history.iter().find(|h| h.run_id == run.run_id && h.figures.step == step.step);
+                assert_eq!(entry.as_ref(), expected.map(|h| &h.figures));
             }
         }
         assert_eq!(page.steps[0].per_run[1].as_ref().unwrap().peak_max, 24 * MIB);

@@ -118,7 +118,7 @@ fn recipe_steps_section(page: &RecipePage) -> String {
                 ("num", run.run_id.to_string()),
                 ("", escape(&run.cycle)),
                 ("num", count(h.tasks)),
-                ("", escape(&h.estimate_sources)),
+                ("", escape(&h.sources_text())),
                 ("num", format_size(h.estimate_p50)),
                 ("num", format_size(h.peak_p50)),
                 ("num", format_size(h.peak_max)),
@@ -161,7 +161,7 @@ fn recipe_data(page: &RecipePage) -> Value {
         .iter()
         .enumerate()
         .map(|(i, step)| {
-            let figure = |f: &dyn Fn(&crate::store::StepHistory) -> Value| -> Value {
+            let figure = |f: &dyn Fn(&crate::store::StepFigures) -> Value| -> Value {
                 step.per_run.iter().map(|h| h.as_ref().map_or(Value::Null, f)).collect()
             };
             let points = &step.scatter;

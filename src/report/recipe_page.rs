@@ -3,7 +3,7 @@
 //! cycle) with a sample of its tasks' peaks against what estimates are learned from — the
 //! plugin's own estimate and the input bytes.
 
-use crate::store::{HistoryRun, RunFilter, RunRow, StepHistory, Store, TaskStatus};
+use crate::store::{HistoryRun, RunFilter, RunRow, StepFigures, Store, TaskStatus};
 
 use super::{Limits, ReportError};
 
@@ -23,7 +23,7 @@ pub struct RecipeStep {
     pub step: String,
     pub plugin: String,
     /// Its figures in each run of [`RecipePage::runs`] (`None`: that run has no rows of it).
-    pub per_run: Vec<Option<StepHistory>>,
+    pub per_run: Vec<Option<StepFigures>>,
     /// Some of the tasks that ran, the first recorded of each run.
     pub scatter: Vec<ScatterPoint>,
 }
@@ -62,6 +62,7 @@ impl RecipePage {
         let mut steps: Vec<RecipeStep> = Vec::new();
         for (index, run) in runs.iter().enumerate() {
             for entry in store.run_step_history(&HistoryRun::from(run), None)? {
+                let entry = entry.figures;
                 let at = match steps.iter().position(|s| s.step == entry.step) {
                     Some(at) => at,
                     None => {

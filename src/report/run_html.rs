@@ -105,7 +105,7 @@ fn run_summary(page: &RunPage) -> String {
 fn legend(page: &RunPage) -> String {
     let mut out = String::from("<div class=\"legend\">");
     for (i, step) in page.steps.iter().enumerate() {
-        let _ = write!(out, "<span class=\"item\">{}{}</span>", swatch(i), escape(&step.step));
+        let _ = write!(out, "<span class=\"item\">{}{}</span>", swatch(i), escape(&step.figures.step));
     }
     out.push_str("<span class=\"item\"><span class=\"swatch failed\"></span>failed</span></div>");
     out
@@ -216,14 +216,15 @@ fn steps_section(page: &RunPage) -> String {
             "slack",
         ],
     );
-    for (i, s) in page.steps.iter().enumerate() {
+    for (i, row) in page.steps.iter().enumerate() {
+        let s = &row.figures;
         let sources: Vec<&str> = s.sources.iter().map(|s| s.as_str()).collect();
-        let elapsed = match (s.first_start_ms, s.last_end_ms) {
+        let elapsed = match (row.first_start_ms, row.last_end_ms) {
             (Some(a), Some(b)) => format!("{} → {}", duration(a), duration(b)),
             _ => "-".into(),
         };
         let retried =
-            if s.retried > 0 { format!(" <small>({} retried)</small>", count(s.retried)) } else { String::new() };
+            if row.retried > 0 { format!(" <small>({} retried)</small>", count(row.retried)) } else { String::new() };
         table.row(&[
             ("", format!("{}{}", swatch(i), escape(&s.step))),
             ("", escape(&s.plugin)),
@@ -232,7 +233,7 @@ fn steps_section(page: &RunPage) -> String {
             ("num", format!("{}{retried}", count(s.ok))),
             ("num", count(s.failed)),
             ("num", count(s.skipped)),
-            ("num", duration(s.wall_ms_total)),
+            ("num", duration(s.wall_ms_total())),
             ("num", elapsed),
             ("num", format_size(s.estimate_p50)),
             ("num", format_size(s.peak_p50)),
@@ -281,7 +282,7 @@ fn failures_section(page: &RunPage) -> String {
 /// object per task).
 fn run_data(page: &RunPage) -> Value {
     let steps: Vec<Value> =
-        page.steps.iter().enumerate().map(|(i, s)| json!({ "name": s.step, "color": step_color(i) })).collect();
+        page.steps.iter().enumerate().map(|(i, s)| json!({ "name": s.figures.step, "color": step_color(i) })).collect();
     let timeline = match &page.timeline {
         Timeline::Bars(bars) => {
             let column = |f: &dyn Fn(&super::TimelineBar) -> Value| -> Value { bars.iter().map(f).collect() };

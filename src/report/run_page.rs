@@ -3,9 +3,9 @@
 //! memory samples, events and failed tasks.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
-use crate::plan::EstimateSource;
-use crate::store::{FailedTask, RunEvent, RunRow, Sample, Store, TaskStatus, TimelineTask};
+use crate::store::{FailedTask, RunEvent, RunRow, Sample, StepFigures, Store, TaskStatus, TimelineTask};
 
 use super::timeline::{Timeline, TimelineBar, TimelineBuilder};
 use super::{Limits, ReportError};
@@ -28,34 +28,17 @@ pub struct RunPage {
     pub failures_total: usize,
 }
 
-/// A step of a run, with the figures `runner history` gives it. Estimates and peaks are over the
-/// tasks that ran (ok or failed), not the skipped ones.
+/// A step of a run: the figures `runner history` gives it, and what the run page adds (retries,
+/// when it ran).
 #[derive(Debug, Clone, PartialEq)]
 pub struct StepRow {
-    pub step: String,
-    pub plugin: String,
-    /// The estimate sources of its tasks, each once, in the order first seen.
-    pub sources: Vec<EstimateSource>,
-    pub tasks: u64,
-    pub ok: u64,
-    pub failed: u64,
-    pub skipped: u64,
+    /// Its sources in the order first seen; reused tasks counted as `ok`.
+    pub figures: StepFigures,
     /// Tasks that needed more than one attempt.
     pub retried: u64,
-    /// Sum of its tasks' wall times (task time, not elapsed time).
-    pub wall_ms_total: u64,
     /// When its first task started and its last one ended, in ms since the run started.
     pub first_start_ms: Option<u64>,
     pub last_end_ms: Option<u64>,
-    /// Lower medians: the ⌈n/2⌉-th smallest of the n tasks that ran.
-    pub estimate_p50: u64,
-    pub estimate_max: u64,
-    pub peak_p50: u64,
-    pub peak_max: u64,
-    /// Tasks whose peak exceeded their estimate.
-    pub underestimates: u64,
-    /// Σ estimate / Σ peak − 1; `None` when nothing ran or every peak was 0.
-    pub slack: Option<f64>,
 }
 
 /// The run's memory over time as drawn.
@@ -84,25 +67,7 @@ struct StepTally {
 impl StepRow {
     /// The row of a step with no task yet.
     pub fn empty(step: &str, plugin: &str) -> StepRow {
-        StepRow {
-            step: step.to_string(),
-            plugin: plugin.to_string(),
-            sources: Vec::new(),
-            tasks: 0,
-            ok: 0,
-            failed: 0,
-            skipped: 0,
-            retried: 0,
-            wall_ms_total: 0,
-            first_start_ms: None,
-            last_end_ms: None,
-            estimate_p50: 0,
-            estimate_max: 0,
-            peak_p50: 0,
-            peak_max: 0,
-            underestimates: 0,
-            slack: None,
-        }
+        StepRow { figures: StepFigures::empty(step, plugin), retried: 0, first_start_ms: None, last_end_ms: None }
     }
 }
 
@@ -119,25 +84,26 @@ impl StepTally {
 
     fn add(&mut self, task: &TimelineTask<'_>) {
         let row = &mut self.row;
-        row.tasks += 1;
-        row.wall_ms_total += task.wall_ms;
+        let figures = &mut row.figures;
+        figures.tasks += 1;
+        figures.wall += Duration::from_millis(task.wall_ms);
         match task.status {
-            TaskStatus::Ok => row.ok += 1,
-            TaskStatus::Failed => row.failed += 1,
+            TaskStatus::Ok => figures.ok += 1,
+            TaskStatus::Failed => figures.failed += 1,
             TaskStatus::Skipped => {
-                row.skipped += 1;
+                figures.skipped += 1;
                 return;
             }
             // Taken over from the run it resumes: counted, not measured here.
             TaskStatus::Reused => {
-                row.ok += 1;
+                figures.ok += 1;
                 return;
             }
         }
         if let Some(source) = task.estimate_source
-            && !row.sources.contains(&source)
+            && !figures.sources.contains(&source)
         {
-            row.sources.push(source);
+            figures.sources.push(source);
         }
         row.retried += u64::from(task.attempts > 1);
         if let Some(start) = task.start_ms {
@@ -145,9 +111,10 @@ impl StepTally {
             let end = start.saturating_add(task.wall_ms);
             row.last_end_ms = Some(row.last_end_ms.map_or(end, |e| e.max(end)));
         }
-        row.estimate_max = row.estimate_max.max(task.estimate_bytes);
-        row.peak_max = row.peak_max.max(task.peak_bytes);
-        row.underestimates += u64::from(task.peak_bytes > task.estimate_bytes);
+        let figures = &mut row.figures;
+        figures.estimate_max = figures.estimate_max.max(task.estimate_bytes);
+        figures.peak_max = figures.peak_max.max(task.peak_bytes);
+        figures.underestimates += u64::from(task.peak_bytes > task.estimate_bytes);
         self.estimates.push(task.estimate_bytes);
         self.peaks.push(task.peak_bytes);
         self.estimate_sum += u128::from(task.estimate_bytes);
@@ -155,9 +122,10 @@ impl StepTally {
     }
 
     fn finish(mut self) -> StepRow {
-        self.row.estimate_p50 = lower_median(&mut self.estimates);
-        self.row.peak_p50 = lower_median(&mut self.peaks);
-        self.row.slack = (self.peak_sum > 0).then(|| self.estimate_sum as f64 / self.peak_sum as f64 - 1.0);
+        let figures = &mut self.row.figures;
+        figures.estimate_p50 = lower_median(&mut self.estimates);
+        figures.peak_p50 = lower_median(&mut self.peaks);
+        figures.slack = (self.peak_sum > 0).then(|| self.estimate_sum as f64 / self.peak_sum as f64 - 1.0);
         self.row
     }
 }
@@ -186,7 +154,7 @@ impl RunPage {
         store.timeline(run_id, |task| {
             // Rows come a block of one step at a time: look the step up by name only when it changes.
             let id = match steps.get(last_id as usize) {
-                Some(tally) if tally.row.step == task.step => last_id,
+                Some(tally) if tally.row.figures.step == task.step => last_id,
                 _ => match step_ids.get(task.step) {
                     Some(&id) => id,
                     None => {
@@ -235,7 +203,8 @@ impl RunPage {
         let events_total = events.len();
         events.truncate(limits.events);
         // Listing failures reads every row again: only when some task failed.
-        let mut failures = if steps.iter().any(|s| s.failed > 0) { store.failed_tasks(run_id)? } else { Vec::new() };
+        let mut failures =
+            if steps.iter().any(|s| s.figures.failed > 0) { store.failed_tasks(run_id)? } else { Vec::new() };
         let failures_total = failures.len();
         failures.truncate(limits.failures);
         tracing::debug!(

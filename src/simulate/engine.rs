@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use runner_plugin::Value;
 
-use crate::Compiled;
 use crate::executor::slurm::tasks_per_job;
 use crate::memory::{Admission, Meter, TaskSlot};
+use crate::plan::Compiled;
 use crate::plan::EstimateSource;
 use crate::scheduler::stats::StepStats;
 use crate::scheduler::{Garbage, MAX_BATCH, Outcome, Pick, Picked, RunReport, SpillJob, SpillRecord, State, TaskRef};
@@ -168,7 +168,7 @@ pub fn simulate(
     let on_probation = (0..recipe.steps.len())
         .map(|id| {
             plan.steps[id].source == EstimateSource::Plugin
-                && !recipe.steps[id].plugin.estimate_is_exact(&crate::plan::sample_args(recipe, id))
+                && !recipe.steps[id].plugin.estimate_is_exact(&crate::recipe::sample_args(recipe, id))
         })
         .collect();
     let meter = ReservationsOnly { read_every_task: options.read_every_task };

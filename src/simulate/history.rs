@@ -10,9 +10,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::Compiled;
-use crate::cli::record::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN};
+use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN};
 use crate::estimate::{Observation, Params};
+use crate::plan::Compiled;
 use crate::plan::EstimateSource;
 use crate::store::{RunFilter, Store, StoreError, TaskStatus};
 

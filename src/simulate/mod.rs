@@ -12,7 +12,7 @@ pub mod engine;
 pub mod history;
 pub mod predict;
 
-use crate::Compiled;
+use crate::plan::Compiled;
 pub use cluster::{Cluster, ClusterShape};
 pub use critical_path::CriticalPath;
 pub use engine::{SimOptions, Simulated};

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::Compiled;
+use crate::plan::Compiled;
 
 use super::durations::DurationModel;
 use super::history::History;

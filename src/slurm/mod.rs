@@ -28,7 +28,7 @@ use std::sync::{Mutex, OnceLock};
 pub use error::SlurmError;
 pub use parse::ClusterConfig;
 pub use state::{Element, Job, JobId, JobState, Observed, StateSource};
-pub use submit::{ArraySpec, JobSpec, TASK_INDEX_VAR, TaskMapping, job_name, log_paths, write_index_file};
+pub use submit::{ArraySpec, JobSpec, TASK_INDEX_VAR, TaskMapping, log_paths, write_index_file};
 
 use parse::Unparsed;
 use submit::display_command;

@@ -18,7 +18,7 @@ const MAX_JOB_NAME: usize = 200;
 /// One batch job: the command it runs and the resources it asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobSpec {
-    /// The job's name, e.g. `recipe/step`; made key-safe by [`job_name`].
+    /// The job's name, e.g. `recipe/step`; made key-safe by `job_name`.
     pub name: String,
     /// A shell (bash) command line, the body of the batch script. In an array job it can use
     /// `$SLURM_ARRAY_TASK_ID`, or `$RUNNER_TASK_INDEX` with [`TaskMapping::IndexFile`].

@@ -12,6 +12,8 @@
 //!   worker threads hand it [`TaskRecord`]s, the sampler [`Sample`]s and [`RunEvent`]s, a writer
 //!   thread inserts them in batches ([`writer`]), and [`RunRecorder::finish`] completes the run
 //!   row.
+//! - [`sink`] is the engine's side: a compiled run's start row, and the scheduler's `TaskSink`
+//!   that turns each finished task's report into its row.
 //! - The row types, written and read, are `model`'s; run rows, samples and events are read
 //!   back by `runs`, the compact encoding of a batch is `encode`'s.
 //! - [`query`] reads the history back: per-task rows of a step's recent runs for the estimator,
@@ -27,6 +29,8 @@ pub mod prune;
 pub mod query;
 mod runs;
 pub mod schema;
+pub mod sink;
+mod step_figures;
 pub mod writer;
 
 use std::fmt;
@@ -36,15 +40,16 @@ use rusqlite::{Connection, params};
 
 use crate::process_identity::ProcessIdentity;
 
-pub use connect::{BUSY_NOTICE_AFTER, PAGE_SIZE};
+pub use connect::PAGE_SIZE;
 pub use model::{
     EventKind, Executor, KeyDim, RunEvent, RunOutcome, RunRow, RunStart, RunStatus, Sample, StepKeys, TaskRecord,
     TaskStatus, parse_estimate_source,
 };
-pub use prune::{Prune, Pruned};
-pub use query::{FailedTask, HistoryRun, HistoryTask, RecordedTask, RunFilter, StepHistory, TimelineTask};
+pub use prune::Prune;
+pub use query::{FailedTask, HistoryRun, RecordedTask, RunFilter, StepHistory, TimelineTask};
 pub use schema::SCHEMA_VERSION;
-pub use writer::{RunInterrupt, RunRecorder, RunWritten};
+pub use step_figures::StepFigures;
+pub use writer::{RunRecorder, RunWritten};
 
 use connect::Found;
 use runs::run_owner;

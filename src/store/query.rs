@@ -9,10 +9,12 @@
 //! spell keys from task indices in Rust only for the few rows that show them.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use rusqlite::{Row, params};
 use serde::Serialize;
 
+use super::step_figures::StepFigures;
 use super::{
     KeyDim, RunStatus, StepKeys, Store, StoreError, TaskStatus, from_sql_int, parse_estimate_source, run_owner,
     status_now, to_sql_int,
@@ -83,8 +85,8 @@ pub struct HistoryTask {
     pub wall_ms: u64,
 }
 
-/// One step of one run, aggregated for `runner history`. Estimates and peaks are over the tasks
-/// that ran (ok or failed), not the skipped ones.
+/// One step of one run, aggregated for `runner history`: the run, then its step's figures (the
+/// JSON keeps them in one object, the run's first).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepHistory {
     pub run_id: i64,
@@ -92,25 +94,8 @@ pub struct StepHistory {
     pub cycle: String,
     pub started_at: String,
     pub run_status: RunStatus,
-    pub step: String,
-    pub plugin: String,
-    /// The distinct estimate sources of its tasks, comma-separated (normally just one).
-    pub estimate_sources: String,
-    /// Task rows recorded, of any status.
-    pub tasks: u64,
-    pub ok: u64,
-    pub failed: u64,
-    pub skipped: u64,
-    /// Lower median: the ⌈n/2⌉-th smallest of the n tasks that ran.
-    pub estimate_p50: u64,
-    pub estimate_max: u64,
-    pub peak_p50: u64,
-    pub peak_max: u64,
-    /// Tasks whose peak exceeded their estimate.
-    pub underestimates: u64,
-    /// sum(estimate) / sum(peak) − 1; `None` when nothing ran or every peak was 0.
-    pub slack: Option<f64>,
-    pub wall_ms_total: u64,
+    #[serde(flatten)]
+    pub figures: StepFigures,
 }
 
 /// A failed task of a run, for `runner history --failed`.
@@ -335,30 +320,33 @@ impl Store {
                     cycle: run.cycle.clone(),
                     started_at: run.started_at.clone(),
                     run_status: run.status,
-                    step: row.get(0)?,
-                    plugin: row.get(1)?,
-                    estimate_sources: sources.join(","),
-                    tasks: int(3)?,
-                    ok: int(4)?,
-                    failed: int(5)?,
-                    skipped: int(6)?,
-                    estimate_p50: 0,
-                    estimate_max: int(7)?,
-                    peak_p50: 0,
-                    peak_max: int(8)?,
-                    underestimates: int(9)?,
-                    slack: (peak_total > 0.0).then(|| estimate_total / peak_total - 1.0),
-                    wall_ms_total: row.get::<_, f64>(12)? as u64,
+                    figures: StepFigures {
+                        step: row.get(0)?,
+                        plugin: row.get(1)?,
+                        sources: sources.iter().filter_map(|s| parse_estimate_source(s)).collect(),
+                        tasks: int(3)?,
+                        ok: int(4)?,
+                        failed: int(5)?,
+                        skipped: int(6)?,
+                        estimate_max: int(7)?,
+                        peak_max: int(8)?,
+                        underestimates: int(9)?,
+                        slack: (peak_total > 0.0).then(|| estimate_total / peak_total - 1.0),
+                        wall: Duration::from_millis(row.get::<_, f64>(12)? as u64),
+                        // Medians below, per step that ran.
+                        ..StepFigures::default()
+                    },
                 })
             })
             .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
             .map_err(|e| self.err(what, e))?;
         let mut out = Vec::with_capacity(steps.len());
         for mut entry in steps {
-            let ran = entry.ok + entry.failed;
+            let figures = &mut entry.figures;
+            let ran = figures.ok + figures.failed;
             if ran > 0 {
-                entry.estimate_p50 = self.lower_median(run.run_id, &entry.step, ESTIMATE, ran)?;
-                entry.peak_p50 = self.lower_median(run.run_id, &entry.step, "t.peak_bytes", ran)?;
+                figures.estimate_p50 = self.lower_median(run.run_id, &figures.step, ESTIMATE, ran)?;
+                figures.peak_p50 = self.lower_median(run.run_id, &figures.step, "t.peak_bytes", ran)?;
             }
             out.push(entry);
         }

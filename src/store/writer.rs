@@ -87,7 +87,7 @@ pub struct RunWritten {
     pub batches_made: u64,
 }
 
-/// Records one run; see the [module](self) documentation. `Sync`: workers share it by
+/// Records one run; see the `writer` module's documentation. `Sync`: workers share it by
 /// reference. Dropping it without [`finish`](RunRecorder::finish) still writes what was recorded
 /// and marks the run [`RunStatus::Aborted`].
 pub struct RunRecorder {

@@ -70,13 +70,51 @@ pub fn assert_ok(m: &Measured) {
 /// defaults to `dir`), and its temporary folder (`TMPDIR`: the default spill folder, scratch
 /// folders and the sweep of dead runners' ones) is this test binary's own, not the machine's.
 pub fn runner_command(dir: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_runner"));
+    let mut command = Command::new(RUNNER);
     command.args(args).current_dir(dir);
+    isolate(&mut command);
+    command
+}
+
+/// [`runner_command`] with variables of the test's own set on top of the isolated environment
+/// (a cluster's `SLURM_CONF`, a folder of budgets).
+pub fn runner_command_with_env<K, V>(dir: &Path, args: &[&str], env: impl IntoIterator<Item = (K, V)>) -> Command
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    let mut command = runner_command(dir, args);
+    command.envs(env);
+    command
+}
+
+/// [`runner_command_with_env`] run to its end.
+pub fn runner_with_env<K, V>(dir: &Path, args: &[&str], env: impl IntoIterator<Item = (K, V)>) -> std::process::Output
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    runner_command_with_env(dir, args, env).output().expect("running runner")
+}
+
+/// `PROGRAM PREFIX... runner ARGS...` in `dir` (runner started by another program, such as
+/// `setpriv` dropping to another user), in [`runner_command`]'s environment.
+pub fn runner_command_through(program: &str, prefix: &[&str], dir: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(program);
+    command.args(prefix).arg(RUNNER).args(args).current_dir(dir);
+    isolate(&mut command);
+    command
+}
+
+/// The binary under test.
+const RUNNER: &str = env!("CARGO_BIN_EXE_runner");
+
+/// The environment of [`runner_command`], for whatever program starts runner.
+fn isolate(command: &mut Command) {
     for name in ["RUNNER_DB", "RUNNER_PYTHON", "NO_COLOR", "RUST_LOG", "RUST_BACKTRACE"] {
         command.env_remove(name);
     }
     command.env("TMPDIR", temp_dir());
-    command
 }
 
 /// This test binary's temporary folder, made on first use under Cargo's folder for test

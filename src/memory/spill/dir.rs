@@ -234,7 +234,8 @@ impl SpillDir {
         }
         DirBuilder::new().mode(0o700).create(&inner.path).map_err(create_error(&inner.path))?;
         let marker = inner.path.join(OWNER_FILE);
-        if let Err(source) = fs::write(&marker, Owner::current().marker()) {
+        // Whole or not at all: another run's sweep never reads half an owner.
+        if let Err(source) = crate::values::write_atomically(&marker, Owner::current().marker().as_bytes()) {
             let _ = fs::remove_dir_all(&inner.path);
             return Err(SpillError::CreateDir { path: marker, source });
         }

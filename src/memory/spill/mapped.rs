@@ -1,19 +1,17 @@
 //! A spilled buffer: written to its file in large chunks with bounded dirty pages, synced, mapped
 //! back read-only, and deleted when dropped.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::{Mutex, OnceLock};
 
 use memmap2::{Mmap, MmapOptions};
 use runner_plugin::ExternalBytes;
 
-use super::pages::{page_size, release};
+use super::pages::{mappings, page_size, release};
 use super::{SpillError, lock, os};
 
 /// Bytes written before the kernel is asked to start writing them back: the page cache then
@@ -56,13 +54,6 @@ fn write_and_map(file: &File, bytes: &[u8]) -> Result<Mmap, (Step, io::Error)> {
     let map = unsafe { MmapOptions::new().len(bytes.len()).map(file) }.map_err(|source| (Step::Map, source))?;
     os::drop_cached(file, 0, 0);
     Ok(map)
-}
-
-/// Live mappings of spilled files by address, so [`release_value_pages`] can tell a mapped
-/// spill file from any other external storage and reopen its file.
-pub(super) fn mappings() -> &'static Mutex<HashMap<usize, PathBuf>> {
-    static MAPPINGS: OnceLock<Mutex<HashMap<usize, PathBuf>>> = OnceLock::new();
-    MAPPINGS.get_or_init(Mutex::default)
 }
 
 /// A spilled buffer: a spill file mapped read-only. Its bytes are page-aligned. Dropping it

@@ -37,7 +37,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use runner_plugin::{Storage, Value};
 
-pub use dir::{DEFAULT_PARENT_NAME, OWNER_FILE, SpillDir, process_start_time, remove_active_dirs};
+pub use dir::{SpillDir, process_start_time, remove_active_dirs};
 pub use mapped::MappedBuffer;
 pub use pages::release_value_pages;
 

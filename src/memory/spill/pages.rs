@@ -1,14 +1,22 @@
 //! Letting a spilled buffer's pages go once it was read: from the process's mapping and from the
 //! page cache (which unmapping alone would leave charged to the process's cgroup).
 
+use std::collections::HashMap;
 use std::fs::File;
-use std::path::Path;
-use std::sync::OnceLock;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 use runner_plugin::Value;
 
-use super::mapped::mappings;
 use super::{lock, os};
+
+/// Live mappings of spilled files by address, so [`release_value_pages`] can tell a mapped
+/// spill file from any other external storage and reopen its file. `MappedBuffer` enters its
+/// mapping here when it maps a file and removes it when it unmaps.
+pub(super) fn mappings() -> &'static Mutex<HashMap<usize, PathBuf>> {
+    static MAPPINGS: OnceLock<Mutex<HashMap<usize, PathBuf>>> = OnceLock::new();
+    MAPPINGS.get_or_init(Mutex::default)
+}
 
 /// The system's page size (4 KiB when it cannot be told).
 pub(super) fn page_size() -> usize {
