@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI smoke run of the fuzz targets: a fixed number of executions of each target, seeded from the
-# repository's recipes, invalid recipes, .npy and netCDF seeds, with a fixed seed so that a run is
-# repeatable. Exits non-zero (and leaves the crashing input in fuzz/artifacts/) on a crash, a
-# timeout or an out-of-memory. RUNS overrides the number of executions per target.
+# repository's recipes, invalid recipes and cycles files, and the .npy, netCDF, Zarr metadata and
+# result file seeds here, with a fixed seed so that a run is repeatable. Exits non-zero (and
+# leaves the crashing input in fuzz/artifacts/) on a crash, a timeout or an out-of-memory. RUNS
+# overrides the number of executions per target.
 set -euo pipefail
 cd "$(dirname "$0")"
 runs=${RUNS:-20000}
@@ -11,7 +12,10 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
 fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$work/recipe" "$work/npy" "$work/netcdf" artifacts/recipe artifacts/npy artifacts/netcdf
+targets=(recipe npy netcdf cycles zarr result)
+for target in "${targets[@]}"; do
+    mkdir -p "$work/$target" "artifacts/$target"
+done
 # Stable Rust: no sanitizer (AddressSanitizer needs nightly). Overflow checks and debug
 # assertions are on in this workspace's release profile.
 flags=(--sanitizer none --release)
@@ -23,4 +27,10 @@ cargo fuzz run "${flags[@]}" npy "$work/npy" seeds/npy -- \
     -runs="$runs" -artifact_prefix=artifacts/npy/ "${limits[@]}"
 cargo fuzz run "${flags[@]}" netcdf "$work/netcdf" seeds/netcdf -- \
     -runs="$runs" -artifact_prefix=artifacts/netcdf/ "${limits[@]}"
-echo "fuzz smoke: recipe, npy and netcdf, $runs executions each: no crash"
+cargo fuzz run "${flags[@]}" cycles "$work/cycles" ../recipes/cycles seeds/cycles -- \
+    -runs="$runs" -dict=cycles.dict -artifact_prefix=artifacts/cycles/ "${limits[@]}"
+cargo fuzz run "${flags[@]}" zarr "$work/zarr" seeds/zarr -- \
+    -runs="$runs" -dict=zarr.dict -artifact_prefix=artifacts/zarr/ "${limits[@]}"
+cargo fuzz run "${flags[@]}" result "$work/result" seeds/result -- \
+    -runs="$runs" -dict=result.dict -artifact_prefix=artifacts/result/ "${limits[@]}"
+echo "fuzz smoke: ${targets[*]}, $runs executions each: no crash"

@@ -27,6 +27,9 @@ mod simulate_report;
 mod summary;
 mod task_cmd;
 
+#[doc(hidden)]
+pub use replay_cmd::cycle_options;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;

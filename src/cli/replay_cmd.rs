@@ -150,11 +150,7 @@ fn compile_every_cycle(file: &CyclesFile, recipe_path: &Path, registry: &Registr
             ok = false;
             continue;
         }
-        let options = CompileOptions {
-            cycle: cycle.id.clone(),
-            set: cycle.vars.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
-        };
-        match Compiled::from_file(recipe_path, &options, registry) {
+        match Compiled::from_file(recipe_path, &cycle.options(), registry) {
             Ok(one) => compiled.push(one),
             Err(error) => {
                 eprintln!("cycle {}: {error}", cycle.id);
@@ -174,21 +170,40 @@ fn read_cycles(path: &Path) -> Option<CyclesFile> {
             return None;
         }
     };
-    match serde_saphyr::from_str::<CyclesFile>(&text) {
+    parse_cycles(&text).map_err(|problem| eprintln!("{}{problem}", path.display())).ok()
+}
+
+/// A cycles file's text read, or what is wrong with it, to follow the file's name (`:LINE:COL: ...`).
+fn parse_cycles(text: &str) -> Result<CyclesFile, String> {
+    match serde_saphyr::from_str::<CyclesFile>(text) {
         Ok(file) if file.cycles.is_empty() => {
-            eprintln!(
-                "{}: no cycles; expected `cycles:` with at least one `{{id: ..., vars: {{...}}}}`",
-                path.display()
-            );
-            None
+            Err(": no cycles; expected `cycles:` with at least one `{id: ..., vars: {...}}`".to_string())
         }
-        Ok(file) => Some(file),
+        Ok(file) => Ok(file),
         Err(e) => {
             let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
             let message = e.without_snippet().to_string();
-            eprintln!("{}{at}: {}", path.display(), message.lines().next().unwrap_or("invalid YAML"));
-            eprintln!("  expected `recipe: PATH` and `cycles: [{{id: ID, vars: {{NAME: VALUE}}}}, ...]`");
-            None
+            Err(format!(
+                "{at}: {}\n  expected `recipe: PATH` and `cycles: [{{id: ID, vars: {{NAME: VALUE}}}}, ...]`",
+                message.lines().next().unwrap_or("invalid YAML")
+            ))
+        }
+    }
+}
+
+/// The compile options of each cycle of a cycles file's text, as `runner replay` compiles the
+/// recipe with them, or what is wrong with the file. For the fuzz target (`fuzz/`).
+#[doc(hidden)]
+pub fn cycle_options(text: &str) -> Result<Vec<CompileOptions>, String> {
+    Ok(parse_cycles(text)?.cycles.iter().map(Cycle::options).collect())
+}
+
+impl Cycle {
+    /// The recipe's compile options for this cycle: its id, and its vars as `--set`s.
+    fn options(&self) -> CompileOptions {
+        CompileOptions {
+            cycle: self.id.clone(),
+            set: self.vars.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
         }
     }
 }
@@ -257,4 +272,23 @@ fn judge(cycles: &[CycleSummary], args: &ReplayArgs) -> Vec<String> {
         }
     }
     problems
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cycles_file_reads_as_each_cycles_compile_options_or_says_where_it_is_wrong() {
+        let cycles =
+            cycle_options("recipe: r.yaml\ncycles:\n  - {id: C1, vars: {wet: 0.5, t: [1, 2]}}\n  - {id: C2}\n");
+        let cycles = cycles.unwrap();
+        assert_eq!(cycles.iter().map(|c| c.cycle.as_str()).collect::<Vec<_>>(), ["C1", "C2"]);
+        assert_eq!(cycles[0].set, [("t".to_string(), "[1,2]".to_string()), ("wet".to_string(), "0.5".to_string())]);
+        assert!(cycles[1].set.is_empty());
+        let empty = cycle_options("recipe: r.yaml\ncycles: []\n").unwrap_err();
+        assert!(empty.starts_with(": no cycles; expected `cycles:`"), "{empty}");
+        let unknown = cycle_options("recipe: r.yaml\ncycles:\n  - {id: C1, when: now}\n").unwrap_err();
+        assert!(unknown.starts_with(":3:") && unknown.contains("\n  expected `recipe: PATH`"), "{unknown}");
+    }
 }

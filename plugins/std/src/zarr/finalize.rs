@@ -71,7 +71,7 @@ impl Plugin for ZarrFinalize {
             })
             .collect();
         write_1d(&store, spec.format, &spec.concat_dim, dtype, &values, attrs, spec.level).map_err(fail)?;
-        let mut array = meta::open_array(&store, &spec.array).map_err(fail)?;
+        let mut array = spec.open_array(&store).map_err(fail)?;
         array.set_shape(spec.shape(len)).map_err(|e| fail(e.to_string()))?;
         meta::store_array_metadata(&array).map_err(fail)?;
         let mut names: Vec<&str> = spec.coord_names.iter().map(String::as_str).collect();

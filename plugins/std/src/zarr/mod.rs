@@ -158,6 +158,23 @@ impl StoreSpec {
     fn open(&self) -> Result<Arc<AtomicStore>, String> {
         AtomicStore::open(&self.store)
     }
+
+    /// Opens the data array of `store`, whose metadata must still give it the fields' shape
+    /// beside `concat_dim`, as `zarr_create` made it (a store changed since is an error).
+    fn open_array(&self, store: &Arc<AtomicStore>) -> Result<zarrs::array::Array<AtomicStore>, String> {
+        let array = meta::open_array(store, &self.array)?;
+        let len = array.shape().get(self.axis).copied().unwrap_or(0);
+        if array.shape() != self.shape(len).as_slice() {
+            return Err(format!(
+                "array `{}` is {:?} in its metadata, but the store holds {:?} fields along `{}`",
+                self.array,
+                array.shape(),
+                self.field_shape,
+                self.concat_dim
+            ));
+        }
+        Ok(array)
+    }
 }
 
 /// Finds the input value that `zarr_create` returned.

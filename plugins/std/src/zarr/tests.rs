@@ -215,3 +215,48 @@ fn a_field_outside_its_block_or_of_another_shape_is_an_error() {
     remove_replaced(&store).unwrap();
     assert!(!aside.exists() && other.exists());
 }
+
+/// An input of the `zarr` fuzz target (written by hand with it): a data array whose metadata was
+/// changed after `zarr_create` (to 0 dimensions) made `write_zarr` index past its shape and panic.
+#[test]
+fn a_data_array_whose_metadata_no_longer_fits_the_fields_is_an_error() {
+    for format in [3, 2] {
+        let dir = tempfile::tempdir().unwrap();
+        let store_path = dir.path().join("s.zarr");
+        let spec = run_task(
+            &ZarrCreate,
+            json!({"store": store_path, "chunk": 2, "concat_dim": "time", "zarr_format": format}),
+            &[],
+            vec![("first", false, vec![field(0, 0.0)])],
+        );
+        let spec = Arc::new(spec);
+        let doc = store_path.join("sst").join(if format == 3 { "zarr.json" } else { ".zarray" });
+        let mut meta: Json = runner_plugin::serde_json::from_slice(&std::fs::read(&doc).unwrap()).unwrap();
+        for (shape, says) in [(json!([]), "is [] in its metadata"), (json!([0, 2, 4]), "is [0, 2, 4] in its metadata")]
+        {
+            meta["shape"] = shape.clone();
+            let chunks = if shape == json!([]) { json!([]) } else { json!([2, 2, 4]) };
+            match format {
+                3 => meta["chunk_grid"]["configuration"]["chunk_shape"] = chunks,
+                _ => meta["chunks"] = chunks,
+            }
+            if format == 3 {
+                meta["dimension_names"] = json!(vec!["d"; shape.as_array().unwrap().len()]);
+            }
+            std::fs::write(&doc, runner_plugin::serde_json::to_vec(&meta).unwrap()).unwrap();
+            let host = TestHost::new();
+            let index = [("chunk", DimValue::Int(0))];
+            let ctx = TaskContext::new("step", "", "cycle", &index, 0, &host);
+            let (fields, store) = (vec![Arc::new(field(0, 1.0))], vec![spec.clone()]);
+            let inputs = [Input::new("fields", true, &fields), Input::new("store", false, &store)];
+            let err = WriteZarr.run(&ctx, &args(json!({})), &Inputs::new(&inputs)).unwrap_err().to_string();
+            assert!(err.contains(says) && err.contains("but the store holds [1, 2, 3] fields along `time`"), "{err}");
+            let written = vec![Arc::new(Value::Json(
+                json!({"zarr_written": "sst", "block": 0, "positions": [0], "coords": [1339.0]}),
+            ))];
+            let inputs = [Input::new("written", true, &written), Input::new("store", false, &store)];
+            let err = ZarrFinalize.run(&ctx, &args(json!({})), &Inputs::new(&inputs)).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+    }
+}

@@ -8,7 +8,7 @@ use runner_plugin::{
     TaskContext, TaskError, Value, ValueMeta,
 };
 
-use super::{StoreSpec, WRITTEN_KEY, coord_of, find_spec, meta, optional_name};
+use super::{StoreSpec, WRITTEN_KEY, coord_of, find_spec, optional_name};
 use crate::netcdf::attrs;
 use crate::support::shown;
 
@@ -175,7 +175,7 @@ impl Plugin for WriteZarr {
         };
         let slots = positions(&spec, block, &fields).map_err(fail)?;
         let store = spec.open().map_err(fail)?;
-        let mut array = meta::open_array(&store, &spec.array).map_err(fail)?;
+        let mut array = spec.open_array(&store).map_err(fail)?;
         // Chunks beyond the recorded length are written before `zarr_finalize` sets it.
         let needed = (block + 1) * spec.chunk;
         if array.shape()[spec.axis] < needed {
