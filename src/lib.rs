@@ -48,6 +48,7 @@ pub use runner_plugin as plugin;
 #[doc(hidden)]
 pub mod testing {
     pub mod cli {
+        pub use crate::cli::cycle_options;
         pub use crate::cli::record::step_observations;
     }
 
@@ -61,6 +62,10 @@ pub mod testing {
 
     pub mod executor {
         pub use crate::executor::slurm::JOB_BASELINE;
+
+        pub mod job {
+            pub use crate::executor::job::{RunFolder, TaskResult, failure_kind};
+        }
     }
 
     pub mod measure {

@@ -1,5 +1,5 @@
 //! Fuzzes the cycles file of `runner replay` (`recipe:` and `cycles: [{id, vars}]`): the bytes are
-//! read as `runner replay` reads the file (`runner::cli::cycle_options`: the YAML, its shape, at
+//! read as `runner replay` reads the file (`runner::testing::cli::cycle_options`: the YAML, its shape, at
 //! least one cycle, each cycle's vars turned into `--set`s), then the recipe the repository's
 //! `recipes/cycles/mixed.yaml` names is compiled for the first cycles, as the replay compiles it
 //! for every cycle before the first runs (the cycle id checked, each var set). Errors are fine; a
@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use runner::Compiled;
-use runner::registry::Registry;
+use runner::testing::plan::Compiled;
+use runner::testing::registry::Registry;
 
 static REGISTRY: LazyLock<Registry> = LazyLock::new(|| Registry::new(runner_std_plugins::all()));
 
@@ -24,7 +24,7 @@ const COMPILED: usize = 2;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let cycles = match runner::cli::cycle_options(text) {
+    let cycles = match runner::testing::cli::cycle_options(text) {
         Ok(cycles) => cycles,
         Err(problem) => {
             assert!(!problem.is_empty());

@@ -8,9 +8,9 @@ use std::path::Path;
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use runner::Compiled;
-use runner::recipe::CompileOptions;
-use runner::registry::Registry;
+use runner::testing::plan::Compiled;
+use runner::testing::recipe::CompileOptions;
+use runner::testing::registry::Registry;
 
 static REGISTRY: LazyLock<Registry> = LazyLock::new(|| Registry::new(runner_std_plugins::all()));
 

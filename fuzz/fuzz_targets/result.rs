@@ -11,8 +11,8 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use libfuzzer_sys::fuzz_target;
-use runner::executor::job::{RunFolder, TaskResult, failure_kind};
-use runner::measure::PeakSource;
+use runner::testing::executor::job::{RunFolder, TaskResult, failure_kind};
+use runner::testing::measure::PeakSource;
 use runner_plugin::serde_json;
 
 /// One run folder per process (in memory when /dev/shm exists), with the folder of step `s`'s results.

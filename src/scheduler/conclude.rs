@@ -125,8 +125,11 @@ impl<'s, 'r> Worker<'s, 'r> {
             _ => None,
         };
         let kept = path.is_some();
-        let hashes =
-            TaskHashes { args: fingerprints.step(task.step), inputs, output: fingerprints.output_hash(task.step, output, kept) };
+        let hashes = TaskHashes {
+            args: fingerprints.step(task.step),
+            inputs,
+            output: fingerprints.output_hash(task.step, output, kept),
+        };
         (Some(hashes), path)
     }
 
