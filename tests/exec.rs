@@ -262,6 +262,22 @@ fn sigterm_kills_every_command_tree_of_a_running_runner() {
     interrupted_run_leaves_no_process(libc::SIGTERM);
 }
 
+/// Runs `recipe` with `args` (a `--budget` among them) and the store `r.db`, watching the process
+/// tree: it must end 0, and the tree stay within the budget + 5% + 64 MiB. Returns the tree's
+/// highest resident bytes and the run's stderr.
+fn run_within_the_budget(dir: &Path, recipe: &Path, args: &[&str]) -> (u64, String) {
+    let mut all = vec!["run", recipe.to_str().unwrap(), "--db", "r.db"];
+    all.extend_from_slice(args);
+    let budget_arg = args.iter().skip_while(|a| **a != "--budget").nth(1).expect("a --budget");
+    let budget = runner::plugin::size::parse_size(budget_arg).unwrap();
+    let (status, highest, err) = common::run_watching_tree(runner_command(dir, &all));
+    assert_eq!(status.code(), Some(0), "{err}");
+    let allowed = budget + budget / 20 + 64 * MIB;
+    eprintln!("highest process-tree RSS {} MiB, allowed {} MiB", highest / MIB, allowed / MIB);
+    assert!(highest <= allowed, "the tree reached {} MiB, over {} MiB", highest / MIB, allowed / MIB);
+    (highest, err)
+}
+
 #[test]
 fn twenty_400_mib_commands_keep_the_whole_process_tree_within_the_budget() {
     let dir = tempfile::tempdir().unwrap();
@@ -280,16 +296,9 @@ steps:
     memory: 440MiB
 "#,
     );
-    let budget = 1u64 << 30;
-    let (status, highest, err) = common::run_watching_tree(runner_command(
-        dir.path(),
-        &["run", recipe.to_str().unwrap(), "--workers", "3", "--budget", "1GiB", "--db", "r.db", "--summary", "s.json"],
-    ));
-    assert_eq!(status.code(), Some(0), "{err}");
-    let allowed = budget + budget / 20 + 64 * MIB;
-    eprintln!("highest process-tree RSS {} MiB, allowed {} MiB", highest / MIB, allowed / MIB);
+    let (highest, _) =
+        run_within_the_budget(dir.path(), &recipe, &["--workers", "3", "--budget", "1GiB", "--summary", "s.json"]);
     assert!(highest > 800 * MIB, "two commands ran at once: {} MiB", highest / MIB);
-    assert!(highest <= allowed, "the tree reached {} MiB, over {} MiB", highest / MIB, allowed / MIB);
     let db = rusqlite::Connection::open(dir.path().join("r.db")).unwrap();
     let (n, low): (i64, i64) = db
         .query_row("SELECT COUNT(*), MIN(peak_bytes) FROM tasks WHERE step = 'hog'", [], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -319,15 +328,7 @@ steps:
     memory: 100MiB
 "#,
     );
-    let budget = 2u64 << 30;
-    let (status, highest, err) = common::run_watching_tree(runner_command(
-        dir.path(),
-        &["run", recipe.to_str().unwrap(), "--workers", "2", "--budget", "2GiB", "--db", "r.db"],
-    ));
-    assert_eq!(status.code(), Some(0), "{err}");
-    let allowed = budget + budget / 20 + 64 * MIB;
-    eprintln!("highest process-tree RSS {} MiB, allowed {} MiB", highest / MIB, allowed / MIB);
-    assert!(highest <= allowed, "the tree reached {} MiB, over {} MiB", highest / MIB, allowed / MIB);
+    let (_, err) = run_within_the_budget(dir.path(), &recipe, &["--workers", "2", "--budget", "2GiB"]);
     let db = rusqlite::Connection::open(dir.path().join("r.db")).unwrap();
     let (ok, attempts, low): (i64, i64, i64) = db
         .query_row(
@@ -364,15 +365,7 @@ steps:
     memory: 50MiB
 "#,
     );
-    let budget = 2u64 << 30;
-    let (status, highest, err) = common::run_watching_tree(runner_command(
-        dir.path(),
-        &["run", recipe.to_str().unwrap(), "--workers", "3", "--budget", "2GiB", "--db", "r.db"],
-    ));
-    assert_eq!(status.code(), Some(0), "{err}");
-    let allowed = budget + budget / 20 + 64 * MIB;
-    eprintln!("highest process-tree RSS {} MiB, allowed {} MiB", highest / MIB, allowed / MIB);
-    assert!(highest <= allowed, "the tree reached {} MiB, over {} MiB", highest / MIB, allowed / MIB);
+    let (_, err) = run_within_the_budget(dir.path(), &recipe, &["--workers", "3", "--budget", "2GiB"]);
     let db = rusqlite::Connection::open(dir.path().join("r.db")).unwrap();
     let mut statement =
         db.prepare("SELECT task_index, status, attempts, peak_bytes FROM tasks ORDER BY task_index").unwrap();
@@ -502,7 +495,10 @@ fn the_commands_pipeline_s_footprints_follow_the_weather() {
     // A neighbourhood of a front needs several times what a dry spell does.
     assert!(front[5] > 2 * dry[0], "smooth: front {} MiB vs dry {} MiB", front[5] / MIB, dry[0] / MIB);
     let (dry, front) = (peaks(&db, "dry", "exceed"), peaks(&db, "front", "exceed"));
-    assert!(front[0] < dry[5] + dry[5] / 10, "threshold works on the whole grid: {front:?} vs {dry:?}");
+    // Medians: a spike in a tool's last milliseconds can go unseen on a loaded machine (see
+    // `command::watch`), which must not read as the weather.
+    let (dry_median, front_median) = (dry[dry.len() / 2], front[front.len() / 2]);
+    assert!(front_median < dry_median + dry_median / 10, "threshold works on the whole grid: {front:?} vs {dry:?}");
 }
 
 /// The CI replay of the commands pipeline with the in-process replay's thresholds. Its steps'

@@ -226,11 +226,10 @@ pub struct Finished {
     pub peak_source: PeakSource,
     /// The highest sampled resident bytes of the tree.
     pub sampled_peak: u64,
-    /// The largest process's anonymous + shared peak (`VmHWM − RssFile` while it lived, or
-    /// `ru_maxrss` less its file pages after, see [`watch`]).
+    /// The largest process's anonymous + shared peak (`VmHWM − RssFile`, see [`watch`]).
     pub largest_process: u64,
     /// `ru_maxrss` from `wait4`, file pages included: the largest single process of the tree
-    /// that was waited for.
+    /// that was waited for (for diagnosis).
     pub max_rss: u64,
     /// The cgroup's own peak usage, page cache included.
     pub cgroup_peak: Option<u64>,
@@ -357,8 +356,8 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     let cgroup_peak = cgroup.as_ref().and_then(TaskCgroup::peak);
     let ending = reason.unwrap_or_else(|| judge(exit, cgroup.as_ref(), request.memory_limit, cgroup_peak));
     let sampled_peak = watch.sampled_peak;
-    // Not `ru_maxrss` itself: it counts the file pages of every library mapped (see `watch`).
-    let largest_process = watch.largest_process().with_max_rss(max_rss);
+    let largest_process = watch.largest_process();
+    // Not `ru_maxrss`: it counts the file pages of every library mapped (see `watch`).
     let mut peak_bytes = sampled_peak.max(largest_process);
     if let (Ending::OutOfMemory { .. }, Some(cgroup_peak)) = (ending, cgroup_peak) {
         // It needed at least what the cgroup held when the kernel killed it.

@@ -70,14 +70,10 @@ pub(crate) struct Status {
     /// The process's high-water mark less its file pages now (`VmHWM − RssFile`): its
     /// anonymous + shared peak so far, as long as its file pages did not shrink.
     pub peak: u64,
-    /// Its high-water mark, file pages included (`VmHWM`).
-    pub high_water: u64,
-    /// Its file pages now (`RssFile`).
-    pub file_pages: u64,
 }
 
 /// `pid`'s memory figures (zero for a process that is gone, or a zombie).
-pub(crate) fn status(pid: i32, buffer: &mut String) -> Status {
+fn status(pid: i32, buffer: &mut String) -> Status {
     buffer.clear();
     if File::open(format!("/proc/{pid}/status")).and_then(|mut f| f.read_to_string(buffer)).is_err() {
         return Status::default();
@@ -85,46 +81,16 @@ pub(crate) fn status(pid: i32, buffer: &mut String) -> Status {
     status_of(buffer)
 }
 
+/// `pid`'s anonymous + shared peak so far (see [`Status::peak`]).
+pub(crate) fn peak_of(pid: i32, buffer: &mut String) -> u64 {
+    status(pid, buffer).peak
+}
+
 pub(crate) fn status_of(text: &str) -> Status {
     let kib = |name: &str| status_bytes(text, name).unwrap_or(0);
     let resident = kib("RssAnon") + kib("RssShmem");
-    let (high_water, file_pages) = (kib("VmHWM"), kib("RssFile"));
     // Never below what it holds now (the figures are read at slightly different moments).
-    Status { resident, peak: high_water.saturating_sub(file_pages).max(resident), high_water, file_pages }
-}
-
-/// The largest anonymous + shared peak of any process of a tree, and the high-water mark and
-/// file pages of the process whose high-water mark is highest, read while they lived.
-///
-/// A spike in a process's last moments (after the last read of its status, and between two
-/// samples) is only in the `ru_maxrss` that `wait4` gives at the end, which counts file pages;
-/// [`Self::with_max_rss`] takes it back, less the file pages that process had.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct HighWater {
-    peak: u64,
-    high_water: u64,
-    file_pages: u64,
-}
-
-impl HighWater {
-    pub fn note(&mut self, status: Status) {
-        self.peak = self.peak.max(status.peak);
-        if status.high_water >= self.high_water {
-            self.high_water = status.high_water;
-            self.file_pages = status.file_pages;
-        }
-    }
-
-    /// The peak with what `wait4`'s `ru_maxrss` (the largest process's `VmHWM` at its end)
-    /// says beyond the last read: when it is above the highest high-water mark seen, the
-    /// process grew after that read, by as much, since file pages only grow as a rule.
-    pub fn with_max_rss(&self, max_rss: u64) -> u64 {
-        if max_rss > self.high_water && self.high_water > 0 {
-            self.peak.max(max_rss - self.file_pages)
-        } else {
-            self.peak
-        }
-    }
+    Status { resident, peak: kib("VmHWM").saturating_sub(kib("RssFile")).max(resident) }
 }
 
 /// A `kB` field of `/proc/PID/status` text, in bytes.
@@ -147,13 +113,13 @@ pub(crate) struct Tree {
     known: Vec<(i32, u64)>,
     pids: Vec<i32>,
     buffer: String,
-    /// The processes' peaks seen.
-    largest: HighWater,
+    /// The largest [`Status::peak`] of any process seen.
+    largest: u64,
 }
 
 impl Tree {
     pub fn new(root: i32) -> Tree {
-        Tree { root, known: Vec::new(), pids: Vec::new(), buffer: String::new(), largest: HighWater::default() }
+        Tree { root, known: Vec::new(), pids: Vec::new(), buffer: String::new(), largest: 0 }
     }
 
     /// Walks the tree from the root; its pids are left in `self.pids`, root first.
@@ -186,14 +152,14 @@ impl Tree {
         for &pid in &self.pids {
             let status = status(pid, &mut buffer);
             total += status.resident;
-            self.largest.note(status);
+            self.largest = self.largest.max(status.peak);
         }
         self.buffer = buffer;
         total
     }
 
-    /// The processes' peaks seen by [`Self::resident`].
-    pub fn largest(&self) -> HighWater {
+    /// The largest anonymous + shared peak of one process of the tree seen by [`Self::resident`].
+    pub fn largest_peak(&self) -> u64 {
         self.largest
     }
 
@@ -238,25 +204,6 @@ impl Tree {
 mod tests {
     use super::*;
 
-    const MIB: u64 = 1 << 20;
-
-    fn seen(high_water: u64, file_pages: u64) -> Status {
-        Status { resident: 0, peak: high_water - file_pages, high_water, file_pages }
-    }
-
-    #[test]
-    fn a_spike_after_the_last_read_comes_back_from_max_rss_less_file_pages() {
-        let mut water = HighWater::default();
-        water.note(seen(40 * MIB, 5 * MIB));
-        // The shell's wrapper; the Python process (90 MiB of libraries) is highest.
-        water.note(seen(130 * MIB, 90 * MIB));
-        water.note(seen(2 * MIB, MIB));
-        assert_eq!(water.with_max_rss(130 * MIB), 40 * MIB, "nothing after the last read");
-        assert_eq!(water.with_max_rss(100 * MIB), 40 * MIB, "a smaller process's ru_maxrss");
-        assert_eq!(water.with_max_rss(200 * MIB), 110 * MIB, "grew 70 MiB after the last read");
-        assert_eq!(HighWater::default().with_max_rss(200 * MIB), 0, "nothing read: no file pages known");
-    }
-
     #[test]
     fn stat_fields_after_a_command_name_with_spaces_and_parentheses() {
         let line = "1234 (my (odd) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10 \
@@ -268,15 +215,7 @@ mod tests {
     #[test]
     fn resident_counts_anonymous_and_shared_memory() {
         let status = "Name:\tpython3\nVmHWM:\t  400000 kB\nVmRSS:\t  331000 kB\nRssAnon:\t  310000 kB\nRssFile:\t   20000 kB\nRssShmem:\t    1000 kB\n";
-        assert_eq!(
-            status_of(status),
-            Status {
-                resident: (310000 + 1000) * 1024,
-                peak: (400000 - 20000) * 1024,
-                high_water: 400000 * 1024,
-                file_pages: 20000 * 1024
-            }
-        );
+        assert_eq!(status_of(status), Status { resident: (310000 + 1000) * 1024, peak: (400000 - 20000) * 1024 });
         // A zombie's status has no memory lines.
         assert_eq!(status_of("Name:\tx\nState:\tZ (zombie)\n"), Status::default());
     }

@@ -9,11 +9,8 @@
 //! grows, so a spike is seen at the next read while the process lives). File pages only grow
 //! in a process's life as a rule (libraries are mapped once), so this figure is at most its
 //! true anonymous + shared peak: the recorded peak never counts shared-library pages, which
-//! `ru_maxrss` would (~87 MiB for a Python with NumPy). A spike in a process's last
-//! [`HWM_EVERY`] samples before it exits (seen by no read) is taken from `wait4`'s `ru_maxrss`
-//! at the end, less the file pages of the process with the highest high-water mark
-//! ([`tree::HighWater`]): exact for one process, as close as the tree's file pages allow for
-//! several.
+//! `ru_maxrss` would (~87 MiB for a Python with NumPy). What is missed is a spike in a
+//! process's last [`HWM_EVERY`] samples before it exits; `ru_maxrss` is kept for diagnosis.
 
 use std::fs::File;
 use std::io::{self, Read as _};
@@ -34,8 +31,11 @@ use crate::measure::external;
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(10);
 
 /// Every how many samples the processes' high-water marks are read (in a cgroup; without one
-/// they are read at every sample, with the rest of `/proc/<pid>/status`).
-pub const HWM_EVERY: u32 = 5;
+/// they are read at every sample, with the rest of `/proc/<pid>/status`): a spike in a
+/// process's last 20 ms goes unseen (`ru_maxrss` cannot tell it: through the `vfork`-style
+/// spawn it holds the runner's own peak, see `spawn`). Every 50 ms missed a 20 ms spike
+/// before the exit of a NumPy tool under load.
+pub const HWM_EVERY: u32 = 2;
 
 /// How long a killed command may take to die before the runner stops waiting for it.
 const DEATH_PATIENCE: Duration = Duration::from_secs(10);
@@ -88,7 +88,7 @@ pub(super) struct Watch<'c> {
     pub sampled_peak: u64,
     /// The largest process's high-water mark less its file pages, in a cgroup (without one,
     /// the tree keeps it).
-    cgroup_largest: tree::HighWater,
+    cgroup_largest: u64,
     samples: u32,
     tag: u32,
     killed_at: Option<Instant>,
@@ -113,7 +113,7 @@ impl<'c> Watch<'c> {
             tree: Tree::new(pid),
             stat: String::new(),
             sampled_peak: 0,
-            cgroup_largest: tree::HighWater::default(),
+            cgroup_largest: 0,
             samples: 0,
             tag,
             killed_at: None,
@@ -122,8 +122,8 @@ impl<'c> Watch<'c> {
     }
 
     /// The largest single process's anonymous + shared peak seen (see the module doc).
-    pub fn largest_process(&self) -> tree::HighWater {
-        if self.cgroup.is_some() { self.cgroup_largest } else { self.tree.largest() }
+    pub fn largest_process(&self) -> u64 {
+        self.cgroup_largest.max(self.tree.largest_peak())
     }
 
     /// Samples, relays output and enforces the timeout, cancellation and (without a cgroup)
@@ -188,7 +188,7 @@ impl<'c> Watch<'c> {
                 if self.samples.is_multiple_of(HWM_EVERY) {
                     let mut buffer = std::mem::take(&mut self.stat);
                     for pid in cgroup.pids() {
-                        self.cgroup_largest.note(tree::status(pid, &mut buffer));
+                        self.cgroup_largest = self.cgroup_largest.max(tree::peak_of(pid, &mut buffer));
                     }
                     self.stat = buffer;
                 }
