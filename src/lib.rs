@@ -13,13 +13,8 @@
 
 pub(crate) mod budget;
 pub(crate) mod cli;
-// `command::DEFAULT_LOG_LIMIT` is re-exported though only `command` reads it, and the executor's
-// `Unit::step`, `RemoteOutcome::index` and `SlurmExecutor::run_dir` are read by nothing: what the
-// crate-private rooms show, for those modules' owner to remove (their files are not this change's).
-#[expect(unused_imports, reason = "command::DEFAULT_LOG_LIMIT's re-export, see above")]
 pub(crate) mod command;
 pub(crate) mod estimate;
-#[expect(dead_code, reason = "Unit::step, RemoteOutcome::index, SlurmExecutor::run_dir, see above")]
 pub(crate) mod executor;
 pub(crate) mod graph;
 pub(crate) mod layout;

@@ -10,10 +10,8 @@ use runner_plugin::{InputMeta, InputsForEstimate, ValueMeta};
 
 use crate::estimate::{Observation, Params, StepModel};
 use crate::graph::Graph;
-use crate::recipe::{self, CompileOptions, Diagnostic, Recipe, RecipeError, StepId};
+use crate::recipe::{self, CompileOptions, Diagnostic, Recipe, RecipeError, StepId, sample_args};
 use crate::registry::Registry;
-// The scheduler still names it here; it lives with the recipe, where `layout` reads it too.
-pub use crate::recipe::sample_args;
 
 /// Where an estimate comes from, in order of preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -41,7 +41,6 @@ use crate::recipe::{Recipe, ResumeCheck, StepId};
 use crate::store::{RecordedTask, TaskStatus};
 // The scheduler still names it here; it lives with the value files, where `store::prune` reads it too.
 use crate::values;
-pub use crate::values::cache_dir;
 
 /// The output hash of nothing (a task that returns `Value::None`).
 pub const NONE_HASH: u64 = 0x6e6f_6e65_0000_0001;

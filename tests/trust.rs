@@ -257,28 +257,100 @@ fn failures_of_a_step_that_differ_in_numbers_are_told_once_with_the_stderr_tail_
     assert!(text.contains("(logs: ") && text.contains("and 5 more)"), "the other logs listed: {text}");
 }
 
+/// Steps whose tasks render their output paths per task: `save` writes `out/{i}.npy`, `copy`
+/// writes the file named by `name`.
+const PER_TASK_OUTPUTS: &str = "recipe: clash\ndims:\n  i: 3\n  name: [a, r.yaml]\nsteps:\n  field:\n    plugin: synth\n    over: [i]\n    \
+     args: {ny: 4, nx: 4, wet_fraction: 0.5, seed: \"{i}\"}\n  save:\n    plugin: write_npy\n    over: [i]\n    \
+     inputs: {array: field}\n    args: {path: \"out/{i}.npy\"}\n  copy:\n    plugin: exec\n    over: [name]\n    \
+     args:\n      command: [sh, -c, 'echo x > \"$0\"', \"{output}\"]\n      output: \"{name}\"\n";
+
 #[test]
-fn no_task_output_replaces_the_store_or_the_recipe_whatever_its_template_renders() {
+fn a_task_whose_template_renders_the_store_or_the_recipe_is_refused_before_anything_runs() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("out")).unwrap();
-    // One task of each step renders its output path onto the store, or onto the recipe.
-    let recipe = "recipe: clash\ndims:\n  i: 3\n  name: [a, r.yaml]\nsteps:\n  field:\n    plugin: synth\n    over: [i]\n    \
-                  args: {ny: 4, nx: 4, wet_fraction: 0.5, seed: \"{i}\"}\n  save:\n    plugin: write_npy\n    over: [i]\n    \
-                  inputs: {array: field}\n    args: {path: \"out/{i}.npy\"}\n  copy:\n    plugin: exec\n    over: [name]\n    \
-                  args:\n      command: [sh, -c, 'echo x > \"$0\"', \"{output}\"]\n      output: \"{name}\"\n";
-    std::fs::write(dir.path().join("r.yaml"), recipe).unwrap();
-    let out = runner_in(dir.path(), &["run", "r.yaml", "--cycle", "C", "--db", "out/2.npy"]);
+    let d = dir.path();
+    std::fs::create_dir(d.join("out")).unwrap();
+    std::os::unix::fs::symlink("out", d.join("link")).unwrap();
+    std::fs::write(d.join("r.yaml"), PER_TASK_OUTPUTS).unwrap();
+    // The store named through a symlinked folder: one task of `save` renders its path.
+    let out = runner_in(d, &["run", "r.yaml", "--cycle", "C", "--db", "link/./2.npy"]);
     let err = stderr(&out);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
-        err.contains("writing out/2.npy: it is the feedback store out/2.npy, which no output may replace"),
+        err.contains(
+            "step `save`[i=2] writes out/2.npy, which is the feedback store link/./2.npy: writing it would replace it; \
+             expected another file"
+        ),
         "{err}"
     );
-    assert!(err.contains("it is the recipe r.yaml, which no output may replace"), "{err}");
-    assert_eq!(std::fs::read_to_string(dir.path().join("r.yaml")).unwrap(), recipe, "the recipe stays");
-    let db = rusqlite::Connection::open(dir.path().join("out/2.npy")).unwrap();
+    assert!(!d.join("out/2.npy").exists() && !d.join("out/1.npy").exists(), "nothing ran, no store was made");
+    let out = runner_in(d, &["run", "r.yaml", "--cycle", "C", "--db", "r.db"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("step `copy`[name=r.yaml] writes r.yaml, which is the recipe r.yaml"), "{err}");
+    assert_eq!(std::fs::read_to_string(d.join("r.yaml")).unwrap(), PER_TASK_OUTPUTS, "the recipe stays");
+    assert!(!d.join("a").exists() && !d.join("r.db").exists(), "nothing ran");
+}
+
+#[test]
+fn a_task_output_hard_linked_to_the_store_is_refused_when_it_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("out")).unwrap();
+    let recipe = PER_TASK_OUTPUTS.replace("r.yaml]", "b]");
+    std::fs::write(d.join("r.yaml"), &recipe).unwrap();
+    assert_eq!(runner_in(d, &["run", "r.yaml", "--cycle", "C0", "--db", "r.db"]).status.code(), Some(0));
+    std::fs::remove_file(d.join("out/2.npy")).unwrap();
+    // Another name for the store: no path says so, only the inode.
+    std::fs::hard_link(d.join("r.db"), d.join("out/2.npy")).unwrap();
+    let out = runner_in(d, &["run", "r.yaml", "--cycle", "C", "--db", "r.db"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("writing out/2.npy: it is the feedback store r.db, which no output may replace"), "{err}");
+    let db = rusqlite::Connection::open(d.join("r.db")).unwrap();
     let failed: i64 = db.query_row("SELECT COUNT(*) FROM tasks WHERE status = 'failed'", [], |r| r.get(0)).unwrap();
-    assert_eq!(failed, 2, "the store stays a store, with both failures in it");
-    assert!(std::fs::read(dir.path().join("out/1.npy")).unwrap().starts_with(b"\x93NUMPY"), "the others are written");
-    assert_eq!(std::fs::read_to_string(dir.path().join("a")).unwrap(), "x\n");
+    assert_eq!(failed, 1, "the store stays a store, with the failure in it");
+    assert!(std::fs::read(d.join("out/1.npy")).unwrap().starts_with(b"\x93NUMPY"), "the others are written");
+}
+
+#[test]
+fn a_task_output_that_another_step_reads_is_refused_unless_that_step_comes_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("data")).unwrap();
+    std::fs::write(d.join("data/2.txt"), "yesterday's\n").unwrap();
+    let steps = |reader_inputs: &str| {
+        format!(
+            "recipe: reads\ndims:\n  i: 3\nsteps:\n  make:\n    plugin: exec\n    over: [i]\n    args:\n      \
+             command: [sh, -c, 'echo {{i}} > \"$0\"', \"{{output}}\"]\n      output: \"data/{{i}}.txt\"\n  \
+             show:\n    plugin: exec\n    over: [i]\n{reader_inputs}    args:\n      command: [cat, \"data/{{i}}.txt\"]\n"
+        )
+    };
+    std::fs::write(d.join("r.yaml"), steps("")).unwrap();
+    let out = runner_in(d, &["run", "r.yaml", "--cycle", "C", "--db", "r.db"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "step `make`[i=2] writes data/2.txt, which step `show`[i=2] reads (arg `command`) and does not come after \
+             it: writing it would replace an input of the run"
+        ),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(d.join("data/2.txt")).unwrap(), "yesterday's\n", "the input stays");
+    // A step that takes `make`'s values runs after it: it reads what was written.
+    std::fs::write(d.join("r.yaml"), steps("    inputs: {made: make}\n")).unwrap();
+    let out = runner_in(d, &["run", "r.yaml", "--cycle", "C", "--db", "r.db"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(d.join("data/2.txt")).unwrap(), "2\n");
+    // A step writing the file an earlier step read replaces the run's input.
+    let in_place = "recipe: in-place\nsteps:\n  field:\n    plugin: read_npy\n    args: {path: f.npy}\n  \
+                    save:\n    plugin: write_npy\n    inputs: {array: field}\n    args: {path: f.npy}\n";
+    std::fs::write(d.join("p.yaml"), in_place).unwrap();
+    let out = runner_in(d, &["run", "p.yaml", "--cycle", "C", "--db", "r.db"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("step `save` writes f.npy, which step `field` reads (arg `path`) and does not come after it"),
+        "{err}"
+    );
 }

@@ -26,6 +26,7 @@ mod simulate_cmd;
 mod simulate_report;
 mod summary;
 mod task_cmd;
+mod task_files;
 
 #[doc(hidden)]
 pub use replay_cmd::cycle_options;

@@ -65,6 +65,8 @@ struct Named {
 #[derive(Default)]
 pub struct OutputGuard {
     protected: Vec<Named>,
+    /// What no task may write either, by the name given, with what it is.
+    never_by_tasks: Vec<(PathBuf, String)>,
     outputs: Vec<Named>,
     /// Outputs that exist and hold something else than what is written there: their start.
     foreign: Vec<(String, OutputKind, String)>,
@@ -130,6 +132,7 @@ impl OutputGuard {
     /// by any task's ([`runner_plugin::files::protect`]: a path a template renders per task).
     pub fn protect_always(&mut self, path: &Path, what: &str) -> &mut Self {
         runner_plugin::files::protect(path, what);
+        self.never_by_tasks.push((path.to_path_buf(), format!("{what} {}", path.display())));
         self.protect(path, what)
     }
 
@@ -199,6 +202,12 @@ impl OutputGuard {
             }
         }
         Ok(())
+    }
+
+    /// A usage error when a task of `compiled` would write a file protected with
+    /// [`OutputGuard::protect_always`] or one another task reads ([`super::task_files`]).
+    pub fn check_tasks(&self, compiled: &Compiled) -> Result<(), UsageError> {
+        super::task_files::check(compiled, &self.never_by_tasks)
     }
 
     pub fn check(&self) -> Result<(), UsageError> {

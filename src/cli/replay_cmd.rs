@@ -60,6 +60,11 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
         guard.protect_recipe(&recipe_path, one);
     }
     guard.check_summary_and_report(args.summary.as_deref(), args.report.as_deref())?;
+    if !args.simulate {
+        for one in &compiled {
+            guard.check_tasks(one)?;
+        }
+    }
     if args.simulate {
         let ids: Vec<&str> = file.cycles.iter().map(|c| c.id.as_str()).collect();
         let workers = args.resources.workers.map(usize::from);

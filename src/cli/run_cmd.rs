@@ -32,6 +32,7 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
         guard.output(path, "--summary", OutputKind::Json);
     }
     guard.check()?;
+    guard.check_tasks(&compiled)?;
     // Found out before the first task runs, not after the last.
     if let Some(path) = &args.summary {
         check_writable(path).with_context(|| format!("the summary cannot be written to {}", path.display()))?;

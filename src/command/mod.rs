@@ -53,7 +53,7 @@ use runner_plugin::size::format_size;
 use runner_plugin::{CommandExit, FailureKind, TaskError};
 
 pub use cgroup::CgroupVersion;
-pub use log::{DEFAULT_LOG_LIMIT, file_name_of, log_limit, set_log_limit, task_log_path};
+pub use log::{file_name_of, log_limit, set_log_limit, task_log_path};
 pub use registry::kill_all;
 pub use tree_peak::{reset_tree_peak, tree_peak};
 pub use watch::SAMPLE_INTERVAL;
@@ -158,13 +158,13 @@ pub struct Request<'a> {
     pub timeout: Option<Duration>,
     /// What `timeout` counts from: the command's start unless given (a task's start).
     pub timeout_from: Option<Instant>,
-    /// The most of the command's output its log keeps ([`log_limit`] unless set).
+    /// The most of the command's output its log keeps (`log_limit()` unless set).
     pub log_limit: u64,
-    /// The task whose external bytes are published while it runs ([`external::set`]);
+    /// The task whose external bytes are published while it runs (`measure::external::set`);
     /// `task_tag::NO_TASK` publishes nothing.
     pub tag: u32,
     /// What the task reserved, when the command may be preempted to hold the budget
-    /// ([`crate::measure::preempt`]); 0: never.
+    /// (`measure::preempt`); 0: never.
     pub reserved: u64,
     /// Polled while the command runs: true kills the tree (a cancelled ending).
     pub cancelled: &'a (dyn Fn() -> bool + Sync),
@@ -226,7 +226,7 @@ pub struct Finished {
     pub peak_source: PeakSource,
     /// The highest sampled resident bytes of the tree.
     pub sampled_peak: u64,
-    /// The largest process's anonymous + shared peak (`VmHWM − RssFile`, see [`watch`]).
+    /// The largest process's anonymous + shared peak (`VmHWM − RssFile`, see `command::watch`).
     pub largest_process: u64,
     /// `ru_maxrss` from `wait4`, file pages included: the largest single process of the tree
     /// that was waited for (for diagnosis).

@@ -113,7 +113,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             Value::Path(path) => Some(path.clone()),
             Value::None => None,
             _ if step.cache => {
-                let dir = crate::resume::cache_dir(&recipe.name, &recipe.cycle, &step.name);
+                let dir = crate::values::cache_dir(&recipe.name, &recipe.cycle, &step.name);
                 match crate::values::write(&dir, task.index, output) {
                     Ok(path) => Some(path),
                     Err(error) => {

@@ -25,7 +25,7 @@ mod conclude;
 mod local;
 mod meter;
 mod options;
-mod output_claims;
+pub(crate) mod output_claims;
 mod plugin_estimate;
 mod progress;
 mod report;

@@ -68,7 +68,7 @@ impl OutputClaims {
 }
 
 /// The paths arg `name` names: a string, or a list of them.
-fn paths<'a>(args: &'a Args, name: &str) -> impl Iterator<Item = &'a str> {
+pub(crate) fn paths<'a>(args: &'a Args, name: &str) -> impl Iterator<Item = &'a str> {
     let (one, many) = match args.get(name) {
         Some(Json::String(path)) => (Some(path.as_str()), None),
         Some(Json::Array(items)) => (None, Some(items.iter().filter_map(Json::as_str))),
@@ -120,7 +120,7 @@ fn hash_components<'a>(components: impl Iterator<Item = Component<'a>>) -> u64 {
 
 /// `path` with `.` components dropped and `name/..` pairs folded, without touching the disk:
 /// `out/./a/../b.npy` and `out/b.npy` are one file.
-fn normalise(path: &Path) -> PathBuf {
+pub(crate) fn normalise(path: &Path) -> PathBuf {
     let mut out = PathBuf::new();
     for component in path.components() {
         match component {

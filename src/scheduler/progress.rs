@@ -21,7 +21,7 @@ pub struct Progress {
     /// Spills so far (a sampler sees a spill event when it grows).
     pub spills: AtomicU64,
     pub done: AtomicBool,
-    /// Per step (by [`StepId`](crate::recipe::StepId)), when whoever made the `Progress` sized it for the recipe (the
+    /// Per step (by `StepId`), when whoever made the `Progress` sized it for the recipe (the
     /// progress bar's ETA uses them); empty otherwise, and then nothing is published per step.
     pub steps: Box<[StepProgress]>,
 }

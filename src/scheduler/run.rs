@@ -90,7 +90,7 @@ pub fn run_with(
     let on_probation = (0..recipe.steps.len())
         .map(|id| {
             plan.steps[id].source == EstimateSource::Plugin
-                && !recipe.steps[id].plugin.estimate_is_exact(&crate::plan::sample_args(recipe, id))
+                && !recipe.steps[id].plugin.estimate_is_exact(&crate::recipe::sample_args(recipe, id))
         })
         .collect();
     // Folders of killed runs go first; this run's is created on its first spill and removed

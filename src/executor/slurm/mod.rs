@@ -15,7 +15,7 @@ mod settle;
 mod unit;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -188,11 +188,6 @@ impl SlurmExecutor {
             stopping: AtomicBool::new(false),
             dead: Mutex::new(None),
         })
-    }
-
-    /// The run folder (values, results, logs).
-    pub fn run_dir(&self) -> &Path {
-        &self.folder.root
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
