@@ -280,6 +280,66 @@ fn interpreters_are_forked_from_one_that_imported() {
     assert_eq!(servers.len(), 3, "{servers:?}");
 }
 
+/// A module whose import takes a second (as IMPROVER's does), logging when it began and when
+/// each call ran.
+const SLOW_IMPORT: &str = r#"
+import os, time
+with open("imports.log", "a") as f:
+    f.write(f"{os.getpid()} {time.time()}\n")
+time.sleep(1.0)
+
+def pass_on(x, i):
+    began = time.time()
+    time.sleep(0.3)
+    with open("calls.log", "a") as f:
+        f.write(f"{os.getpid()} {began} {time.time()}\n")
+    return x
+"#;
+
+#[test]
+fn idle_interpreters_import_a_step_while_its_first_task_runs() {
+    if !numpy_here() {
+        return;
+    }
+    // `slow`'s tasks have no history: its first runs alone until measured. The other
+    // interpreter, idle, imports `slow_import` meanwhile instead of after.
+    let dir = setup(
+        r#"
+recipe: prepared
+dims: {i: 2}
+steps:
+  first:
+    plugin: python
+    args: {call: "steps:field", kwargs: {lead: 1, size: 4}, pythonpath: [lib]}
+  slow:
+    plugin: python
+    over: [i]
+    inputs: {x: first}
+    args: {call: "slow_import:pass_on", args: ["{input.x}"], kwargs: {i: "{i}"}, pythonpath: [lib]}
+"#,
+    );
+    write(dir.path(), "lib/slow_import.py", SLOW_IMPORT);
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let log = |name: &str| -> Vec<Vec<f64>> {
+        let text = std::fs::read_to_string(dir.path().join(name)).unwrap();
+        text.lines().map(|l| l.split(' ').map(|v| v.parse().unwrap()).collect()).collect()
+    };
+    let (imports, calls) = (log("imports.log"), log("calls.log"));
+    assert_eq!(imports.len(), 2, "each interpreter imports the step's module once: {imports:?}");
+    assert_ne!(imports[0][0], imports[1][0], "{imports:?}");
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    let first_call_ended = calls.iter().map(|c| c[2]).fold(f64::INFINITY, f64::min);
+    for import in &imports {
+        assert!(
+            import[1] < first_call_ended,
+            "interpreter {} began importing at {} after the step's first task ended at {first_call_ended}: {calls:?}",
+            import[0],
+            import[1]
+        );
+    }
+}
+
 #[test]
 fn a_task_is_measured_above_the_interpreters_baseline() {
     if !numpy_here() {

@@ -160,14 +160,18 @@ impl<'a> TaskContext<'a> {
     /// Asks for the run's services of `spec` to be started in the background and prepared by
     /// `warm` (its imports, say) before a task is lent one: as many as the run has workers,
     /// side by side, or for a [forking](ServiceSpec::forking) spec one, which then forks the
-    /// others. Returns at once, and does nothing while one is idle or warming up or the run
-    /// has its share; a plugin calls it before [`serve`](Self::serve).
+    /// others. Services already running that sit idle and were never prepared for `key` (what
+    /// `warm` prepares: a step's callable) are prepared for it in the background too, so that
+    /// a step's first task on each of them does not pay its imports. Returns at once; a plugin
+    /// calls it before [`serve`](Self::serve).
     pub fn prestart(
         &self,
         spec: &ServiceSpec,
+        key: &str,
         warm: impl Fn(ServiceIo<'_>) -> Result<(), TaskError> + Send + Sync + 'static,
     ) {
-        self.host.prestart(spec, std::sync::Arc::new(warm));
+        let warm = crate::service::WarmUp { key: key.to_string(), prepare: std::sync::Arc::new(warm) };
+        self.host.prestart(spec, warm);
     }
 
     /// Announces a large allocation the task is about to make by other means.

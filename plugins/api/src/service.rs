@@ -92,8 +92,17 @@ impl ServiceSpec {
     }
 }
 
-/// What prepares a spare service before it waits idle (see [`crate::TaskContext::prestart`]).
-pub type WarmUp = std::sync::Arc<dyn Fn(ServiceIo<'_>) -> Result<(), crate::TaskError> + Send + Sync>;
+/// The conversation that prepares a service (see [`WarmUp`]).
+pub type Prepare = dyn Fn(ServiceIo<'_>) -> Result<(), crate::TaskError> + Send + Sync;
+
+/// What prepares a service for one kind of task before it waits idle (see
+/// [`crate::TaskContext::prestart`]).
+#[derive(Clone)]
+pub struct WarmUp {
+    /// What it prepares (a step's callable, say): each service is prepared once for each key.
+    pub key: String,
+    pub prepare: std::sync::Arc<Prepare>,
+}
 
 /// Where the engine takes the process's resident memory as its baseline from now on.
 pub trait Rebase {

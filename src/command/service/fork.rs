@@ -27,7 +27,8 @@ use super::super::cgroup::TaskCgroup;
 use super::super::registry::{self, Registration};
 use super::super::tree::{self, Tree};
 use super::sampler::resident_of;
-use super::{DEATH_PATIENCE, EXIT_PATIENCE, NoRebase, Place, Service, blocking_pipe, launch, wait_for_exit};
+use super::warm::NoRebase;
+use super::{DEATH_PATIENCE, EXIT_PATIENCE, Place, Service, blocking_pipe, launch, wait_for_exit};
 use crate::measure::external;
 
 /// How long a warmed process may take to answer a fork request.
@@ -76,7 +77,7 @@ pub(super) fn warm_and_fork(
     };
     let (mut requests, mut replies) = (launched.requests, launched.replies);
     let (mut rebase, mut spoiled) = (NoRebase, false);
-    warm(ServiceIo::new(&mut requests, &mut replies, log_path, true, &mut rebase, &mut spoiled))?;
+    (warm.prepare)(ServiceIo::new(&mut requests, &mut replies, log_path, true, &mut rebase, &mut spoiled))?;
     // Its stdin ends: from now on it listens on the control socket only.
     drop((requests, replies));
     let program = runner_plugin::command::display_argv(&spec.argv[..1]);
@@ -127,6 +128,7 @@ fn child(
         registration,
         exit: None,
         reaper: Some(reaper.clone()),
+        warmed_for: Vec::new(),
     };
     if service.registration.is_none() {
         service.kill();

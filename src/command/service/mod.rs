@@ -31,12 +31,12 @@ use std::sync::{Condvar, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use runner_plugin::command::{display_argv, failure_text};
-use runner_plugin::service::Rebase;
 use runner_plugin::size::format_size;
 use runner_plugin::{CommandExit, FailureKind, ServiceIo, ServiceSpec, TaskError, Value};
 
 mod fork;
 mod sampler;
+mod warm;
 
 use super::cgroup::{self, TaskCgroup};
 use super::registry::{self, Registration};
@@ -45,6 +45,7 @@ use super::watch::blocking_pipe;
 use super::{CommandMeasured, TaskCommand, spawn};
 use crate::measure::{PeakSource, external};
 use sampler::{RebaseHandle, Sampler};
+pub use warm::prestart;
 
 /// The services of this process: idle ones waiting for a task of their spec, and how many of
 /// each spec are alive (idle, lent or warming up).
@@ -106,6 +107,8 @@ struct Service {
     exit: Option<CommandExit>,
     /// The process it was forked from, which reaps it, when it was forked.
     reaper: Option<std::sync::Arc<fork::Reaper>>,
+    /// The warm-ups it had (their keys, [`runner_plugin::service::WarmUp::key`]).
+    warmed_for: Vec<String>,
 }
 
 impl Service {
@@ -318,88 +321,6 @@ fn take_idle(spec: &ServiceSpec) -> Idle {
     }
 }
 
-/// Starts the services of `spec` the run lacks (up to `workers` alive) in the background, when
-/// none is idle or warming: `warm` prepares each (e.g. imports what tasks will call), their
-/// stderr in `log_path`, and they wait idle for tasks. A worker that would start a service of
-/// its own waits for these instead. A forking spec's one process is warmed and forks the rest
-/// ([`fork`]); others start side by side.
-pub fn prestart(spec: &ServiceSpec, workers: usize, log_path: &Path, warm: runner_plugin::service::WarmUp) {
-    // Called before every task of a service's plugin: nothing but the pool's lock until a
-    // service is really to be started.
-    let places = {
-        let mut pool = pool();
-        let idle = pool.idle.iter().any(|s| s.spec == *spec);
-        if idle || pool.warming.contains(spec) || pool.live(spec) >= workers {
-            return;
-        }
-        let wanted = workers - pool.live(spec);
-        // Counted as warming now, under the lock, so no worker starts one of its own meanwhile.
-        let warm_ups = if spec.forks { 1 } else { wanted };
-        pool.warming.extend(std::iter::repeat_n(spec.clone(), warm_ups));
-        (0..wanted).map(|_| Place::reserve(&mut pool, spec)).collect::<Vec<_>>()
-    };
-    if spec.forks {
-        warm_up_in_background(spec.clone(), log_path.to_path_buf(), move |log| fork::warm_and_fork(places, log, warm));
-    } else {
-        for place in places {
-            let warm = warm.clone();
-            warm_up_in_background(spec.clone(), log_path.to_path_buf(), move |log| warm_one(place, log, &warm));
-        }
-    }
-}
-
-/// Runs `warm_up` (counted as warming by the caller) on a thread of its own and puts the
-/// services it made in the pool, idle.
-fn warm_up_in_background(
-    spec: ServiceSpec,
-    log_path: std::path::PathBuf,
-    warm_up: impl FnOnce(&Path) -> Result<Vec<Service>, TaskError> + Send + 'static,
-) {
-    let name = "runner-service-warm-up".to_string();
-    let counted = spec.clone();
-    let started = std::thread::Builder::new().name(name).spawn(move || {
-        let mut ready = Vec::new();
-        match ensure_log_folder(&log_path).and_then(|()| warm_up(&log_path)) {
-            Ok(services) => {
-                for mut service in services {
-                    let standing = Sampler::new(&service).sample();
-                    service.set_standing(standing);
-                    ready.push(service);
-                }
-            }
-            Err(e) => tracing::info!("a service could not be warmed up: {e}"),
-        }
-        let mut pool = pool();
-        pool.stop_warming(&spec);
-        pool.idle.append(&mut ready);
-        drop(pool);
-        LANDED.notify_all();
-    });
-    if started.is_err() {
-        pool().stop_warming(&counted);
-        LANDED.notify_all();
-    }
-}
-
-/// Starts the service of `place` and warms it up.
-fn warm_one(place: Place, log_path: &Path, warm: &runner_plugin::service::WarmUp) -> Result<Vec<Service>, TaskError> {
-    let mut service = start(place, log_path)?;
-    let (mut rebase, mut spoiled) = (NoRebase, false);
-    let io = ServiceIo::new(&mut service.requests, &mut service.replies, log_path, true, &mut rebase, &mut spoiled);
-    warm(io)?;
-    if spoiled || !service.is_alive() {
-        return Err(TaskError::msg(format!("the service `{}` did not warm up", service.program())));
-    }
-    Ok(vec![service])
-}
-
-/// A warm-up's baseline is all standing memory: there is no task to rebase.
-struct NoRebase;
-
-impl Rebase for NoRebase {
-    fn rebase(&mut self) {}
-}
-
 /// Kills every idle service and waits for each to end (its cgroup removed). Called when the
 /// runner is done; a service holds nothing that needs a gentler end.
 pub fn shutdown_all() {
@@ -473,6 +394,7 @@ fn start(place: Place, log_path: &Path) -> Result<Service, TaskError> {
         registration: Some(launched.registration),
         exit: None,
         reaper: None,
+        warmed_for: Vec::new(),
     })
 }
 

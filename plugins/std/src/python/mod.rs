@@ -141,9 +141,10 @@ impl Plugin for Python {
         let call = Call::from_args(args).map_err(|e| TaskError::msg(e.message))?;
         let spec = call.service(ctx.step());
         // The run's interpreters are started (forked from one that imported, by default) while
-        // the first task waits; later tasks find one idle and this returns at once.
+        // the first task waits; idle ones are prepared for this step's callable meanwhile, once.
         let (target, init) = (call.target.clone(), call.init.clone());
-        ctx.prestart(&spec, move |io| {
+        let key = format!("{target} {}", init.as_ref().map(Json::to_string).unwrap_or_default());
+        ctx.prestart(&spec, &key, move |io| {
             let prepare = prepare_request(&target, &init, &io.log_path.to_string_lossy());
             protocol::send_plain(&prepare, io.requests)?;
             let reply = protocol::read_reply(io.replies).map_err(TaskError::msg)?;
