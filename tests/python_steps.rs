@@ -267,6 +267,50 @@ steps:
 }
 
 #[test]
+fn interpreters_stay_warm_across_the_cycles_of_a_replay() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: warm-cycles
+dims: {lead: 3}
+vars: {scale: 1}
+steps:
+  who:
+    plugin: python
+    over: [lead]
+    args: {call: "marked:who", kwargs: {lead: "{lead}"}, pythonpath: [lib]}
+  all:
+    plugin: python
+    inputs: {pids: who}
+    args: {call: "sink:put", args: ["{input.pids}"], kwargs: {scale: "{scale}"}, pythonpath: [lib]}
+"#,
+    );
+    write(dir.path(), "lib/marked.py", MARKED);
+    write(
+        dir.path(),
+        "lib/sink.py",
+        "import json\ndef put(pids, scale):\n    open('pids.log', 'a').write(json.dumps(pids) + '\\n')\n",
+    );
+    let cycles = "recipe: r.yaml\ncycles:\n  - {id: C1, vars: {scale: 1}}\n  - {id: C2, vars: {scale: 2}}\n  \
+                  - {id: C3, vars: {scale: 3}}\n";
+    write(dir.path(), "cycles.yaml", cycles);
+    let out = runner(dir.path(), &["replay", "cycles.yaml", "--workers", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let imports = std::fs::read_to_string(dir.path().join("imports.log")).unwrap();
+    assert_eq!(imports.lines().count(), 1, "imported once for the three cycles: {imports}");
+    let pids: Vec<Vec<i64>> = std::fs::read_to_string(dir.path().join("pids.log"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(pids.len(), 3, "{pids:?}");
+    let servers: std::collections::BTreeSet<i64> = pids.iter().flatten().copied().collect();
+    assert!(servers.len() <= 2, "two workers, the same two interpreters in every cycle: {pids:?}");
+}
+
+#[test]
 fn interpreters_are_forked_from_one_that_imported() {
     if !numpy_here() {
         return;
