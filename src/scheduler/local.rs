@@ -10,7 +10,7 @@ use runner_plugin::TaskError;
 
 use super::Picked;
 use super::TaskRef;
-use super::run::Shared;
+use super::shared::Shared;
 use super::worker::{MAX_BATCH, Worker};
 use crate::executor::attempt::{self, TaskOutcome};
 use crate::executor::{Attempt, Executor, Next, Ran, Unit, UnitSizing};

@@ -30,6 +30,7 @@ mod plugin_estimate;
 mod progress;
 mod report;
 mod run;
+mod shared;
 mod state;
 pub mod stats;
 mod unit;

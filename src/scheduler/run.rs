@@ -1,16 +1,17 @@
 //! A run set up and torn down: the spill folder, the meter, the state and what workers share
-//! ([`Shared`]), the kept outputs `--resume` hands a remote executor, the worker threads, and
+//! ([`super::shared::Shared`]), the kept outputs `--resume` hands a remote executor, the worker threads, and
 //! their results merged into the [`RunReport`].
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use super::output_claims;
+use super::shared::{Shared, WorkerResult};
 use super::stats::StepStats;
 use super::worker::{MAX_BATCH, Worker};
-use super::{Failure, Local, Progress, RunExtras, RunMeter, RunOptions, RunReport, SpillRecord, State, TaskSink};
+use super::{Local, Progress, RunExtras, RunMeter, RunOptions, RunReport, SpillRecord, State, TaskSink};
 use crate::executor::Executor;
 use crate::executor::attempt;
 use crate::graph::Graph;
@@ -19,42 +20,6 @@ use crate::memory::spill::SpillDir;
 use crate::plan::{EstimateSource, Plan};
 use crate::recipe::Recipe;
 use crate::resume::{Fingerprints, Reuse};
-
-/// Everything workers share.
-pub(super) struct Shared<'r> {
-    pub(super) recipe: &'r Recipe,
-    pub(super) graph: &'r Graph,
-    pub(super) plan: &'r Plan,
-    pub(super) options: &'r RunOptions,
-    pub(super) state: Mutex<State<'r>>,
-    pub(super) wake: Condvar,
-    pub(super) progress: &'r Progress,
-    pub(super) sink: Option<&'r dyn TaskSink>,
-    pub(super) meter: &'r RunMeter,
-    pub(super) spill: &'r SpillDir,
-    /// When the run started: task start times are offsets from it.
-    pub(super) started: Instant,
-    /// Where the claimed tasks run.
-    pub(super) executor: &'r dyn Executor,
-    /// Tasks taken over from the resumed run.
-    pub(super) reuse: Option<&'r Reuse>,
-    /// What each step is asked, when the run is recorded (for a later `--resume`).
-    pub(super) fingerprints: Option<Fingerprints>,
-    /// The output paths tasks have claimed: two tasks never write one file.
-    pub(super) output_claims: output_claims::OutputClaims,
-    /// Where tasks' scratch folders go (removed with the work dir) and their commands' logs
-    /// (kept: `runner-logs/<recipe>/<cycle>`).
-    pub(super) scratch_root: PathBuf,
-    pub(super) log_root: PathBuf,
-}
-
-impl<'r> Shared<'r> {
-    pub(super) fn lock(&self) -> MutexGuard<'_, State<'r>> {
-        // A worker that panicked while holding the lock is handled where it panicked; the state
-        // it left is still the best there is.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
 
 /// Runs every task of `recipe` and reports what happened.
 pub fn run(
@@ -213,13 +178,4 @@ fn hand_over_reused(recipe: &Recipe, graph: &Graph, reuse: &Reuse, remote: &dyn 
             }
         }
     }
-}
-
-#[derive(Default)]
-pub(super) struct WorkerResult {
-    pub(super) steps: Vec<StepStats>,
-    pub(super) failures: Vec<Failure>,
-    pub(super) missing: Vec<Failure>,
-    pub(super) internal_error: Option<String>,
-    pub(super) spills: Vec<SpillRecord>,
 }

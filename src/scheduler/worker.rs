@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use runner_plugin::{DimValue, Input, Inputs, Value};
 use smallvec::SmallVec;
 
-use super::run::{Shared, WorkerResult};
+use super::shared::{Shared, WorkerResult};
 use super::state::SpillDone;
 use super::stats::StepStats;
 use super::{Failure, Garbage, Outcome, Pick, Picked, SkipReason, SpillJob, SpillRecord, State, TaskRef};

@@ -27,8 +27,7 @@ use super::super::cgroup::TaskCgroup;
 use super::super::registry::{self, Registration};
 use super::super::tree::{self, Tree};
 use super::sampler::resident_of;
-use super::warm::NoRebase;
-use super::{DEATH_PATIENCE, EXIT_PATIENCE, Place, Service, blocking_pipe, launch, wait_for_exit};
+use super::{DEATH_PATIENCE, EXIT_PATIENCE, NoRebase, Place, Service, blocking_pipe, launch, wait_for_exit};
 use crate::measure::external;
 
 /// How long a warmed process may take to answer a fork request.

@@ -321,6 +321,13 @@ fn take_idle(spec: &ServiceSpec) -> Idle {
     }
 }
 
+/// A warm-up's baseline is all standing memory: there is no task to rebase.
+struct NoRebase;
+
+impl runner_plugin::service::Rebase for NoRebase {
+    fn rebase(&mut self) {}
+}
+
 /// Kills every idle service and waits for each to end (its cgroup removed). Called when the
 /// runner is done; a service holds nothing that needs a gentler end.
 pub fn shutdown_all() {

@@ -6,10 +6,10 @@
 
 use std::path::{Path, PathBuf};
 
-use runner_plugin::service::{Rebase, WarmUp};
+use runner_plugin::service::WarmUp;
 use runner_plugin::{ServiceIo, ServiceSpec, TaskError};
 
-use super::{LANDED, Place, Pool, Sampler, Service, ensure_log_folder, fork, pool, start};
+use super::{LANDED, NoRebase, Place, Pool, Sampler, Service, ensure_log_folder, fork, pool, start};
 
 /// Starts the services of `spec` the run lacks (up to `workers` alive) in the background, when
 /// none is idle or warming: `warm` prepares each (e.g. imports what tasks will call), their
@@ -123,11 +123,4 @@ fn prepare(mut service: Service, log_path: &Path, warm: &WarmUp) -> Result<Vec<S
         return Err(TaskError::msg(format!("the service `{}` did not warm up", service.program())));
     }
     Ok(vec![service])
-}
-
-/// A warm-up's baseline is all standing memory: there is no task to rebase.
-pub(super) struct NoRebase;
-
-impl Rebase for NoRebase {
-    fn rebase(&mut self) {}
 }
