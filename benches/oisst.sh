@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The OISST build at N daily files on an NY x NX grid: runner (recipe below, the same steps as
 # recipes/oisst.yaml over integer days) beside xarray + Dask (benches/oisst_xarray.py), both timed
-# from outside by farm-bench (wall, CPU, peak RSS; medians of RUNS).
+# from outside by GNU time (`/usr/bin/time`: wall, CPU, peak RSS of each of RUNS runs, then their
+# medians).
 #
 #   benches/oisst.sh N [NY NX] [RUNS]        e.g. benches/oisst.sh 2000 180 360
 #
@@ -11,7 +12,7 @@
 set -euo pipefail
 n=${1:?N}; ny=${2:-180}; nx=${3:-360}; runs=${4:-3}
 root=$(cd "$(dirname "$0")/.." && pwd)
-runner="$root/target/release/runner"
+runner="${RUNNER:-$root/target/release/runner}"  # or RUNNER=path/to/runner
 work="$root/work/oisst-bench/$n-${ny}x$nx"
 mkdir -p "$work"
 cd "$work"
@@ -59,7 +60,24 @@ if [ ! -e input/done ]; then
   touch input/done
 fi
 echo "inputs: $(ls input | grep -c '\.nc$') files, $(du -sh input | cut -f1)"
-farm-bench -n "$runs" --timeout 3600 -- "$runner" run build.yaml --no-record --workers 2
+
+# Runs a command RUNS times under GNU time; prints each run and the medians.
+timed() {
+  local figures=()
+  for _ in $(seq "$runs"); do
+    figures+=("$(/usr/bin/time -f '%e %U %S %M' "$@" 2>&1 >/dev/null | tail -1)")
+    echo "  wall, user, sys (s), max RSS (KiB): ${figures[-1]}"
+  done
+  printf '%s\n' "${figures[@]}" | python3 -c '
+import statistics, sys
+rows = [[float(v) for v in line.split()] for line in sys.stdin if line.strip()]
+median = lambda i: statistics.median(r[i] for r in rows)
+cpu = statistics.median(r[1] + r[2] for r in rows)
+print(f"  median of {len(rows)}: wall {median(0):.2f} s, CPU {cpu:.2f} s, peak RSS {median(3) / 1024:.0f} MiB")'
+}
+echo "runner:"
+timed "$runner" run build.yaml --no-record --workers 2
 du -sh out/runner.zarr
-farm-bench -n "$runs" --timeout 3600 -- python3 "$root/benches/oisst_xarray.py" input out/xarray.zarr 2
+echo "xarray + Dask:"
+timed python3 "$root/benches/oisst_xarray.py" input out/xarray.zarr 2
 du -sh out/xarray.zarr
