@@ -49,6 +49,11 @@ def hold(mib):
     block = np.ones(mib << 20, dtype=np.uint8)
     return int(block[::4096].sum())
 
+def hold_for(mib, seconds):
+    block = np.ones(mib << 20, dtype=np.uint8)
+    time.sleep(seconds)
+    return int(block[::4096].sum())
+
 def nothing():
     return None
 
@@ -594,6 +599,56 @@ fn the_example_suite_runs_and_matches_numpy_alone() {
     let verify = std::process::Command::new("python3").args(["-c", &check]).current_dir(dir.path()).output().unwrap();
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
     assert_eq!(String::from_utf8_lossy(&verify.stdout).trim(), "(5, 64, 64)");
+}
+
+#[test]
+fn python_tasks_of_mixed_sizes_are_preempted_to_keep_the_budget() {
+    if !numpy_here() {
+        return;
+    }
+    // Six tasks reserving 50 MiB each, then holding 100 MiB to 1.3 GiB in their interpreters:
+    // three at once could hold 3.4 GiB of a 2 GiB budget. The newest of those over their
+    // reservation is stopped (its interpreter killed and replaced) and runs again with what it
+    // held; all end ok, within the budget, each recorded at its own peak.
+    let dir = setup(
+        r#"
+recipe: mixed-python
+vars:
+  mib: {0: 1200, 1: 200, 2: 900, 3: 100, 4: 1300, 5: 300}
+dims: {task: 6}
+steps:
+  grow:
+    plugin: python
+    over: [task]
+    memory: 50MiB
+    args: {call: "steps:hold_for", kwargs: {mib: "{mib[task]}", seconds: 0.5}, pythonpath: [lib]}
+"#,
+    );
+    let budget = 2u64 << 30;
+    let mut command = common::runner_command(dir.path(), &["run", "r.yaml", "--workers", "3", "--budget", "2GiB"]);
+    command.env("RUST_LOG", "info");
+    let (status, highest, err) = common::run_watching_tree(command);
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(highest <= common::allowed(budget), "the tree peaked at {} MiB: {err}", highest / MIB);
+    assert!(err.contains("preempted to keep the budget"), "no interpreter was stopped: {err}");
+    let rows = query(
+        &dir.path().join("runner.db"),
+        "SELECT task_index, status, attempts, peak_bytes FROM tasks WHERE step = 'grow' ORDER BY task_index",
+    );
+    let sizes = [1200, 200, 900, 100, 1300, 300];
+    assert_eq!(rows.len(), 6, "{rows:?}");
+    for row in rows {
+        let (index, peak): (usize, u64) = (row[0].parse().unwrap(), row[3].parse().unwrap());
+        assert_eq!((row[1].as_str(), row[2].as_str()), ("ok", "1"), "task {index}: {err}");
+        let size = sizes[index] * MIB;
+        assert!(peak >= size, "task {index} held {} MiB, recorded {} MiB", size / MIB, peak / MIB);
+        assert!(
+            peak <= size + size / 10 + 16 * MIB,
+            "task {index} held {} MiB, recorded {} MiB",
+            size / MIB,
+            peak / MIB
+        );
+    }
 }
 
 #[test]
