@@ -38,7 +38,7 @@ pub fn prestart(spec: &ServiceSpec, workers: usize, log_path: &Path, warm: WarmU
     };
     for service in unprepared {
         let warm = warm.clone();
-        in_background(spec.clone(), log_path.to_path_buf(), warm.key.clone(), move |log| prepare(service, log, &warm));
+        in_background(spec.clone(), log_path.to_path_buf(), warm.key.clone(), move |log| prepare(service, log, &warm, false));
     }
     if places.is_empty() {
         return;
@@ -103,21 +103,15 @@ fn in_background(
 
 /// Starts the service of `place` and warms it up.
 fn warm_one(place: Place, log_path: &Path, warm: &WarmUp) -> Result<Vec<Service>, TaskError> {
-    let mut service = start(place, log_path)?;
-    let (mut rebase, mut spoiled) = (NoRebase, false);
-    let io = ServiceIo::new(&mut service.requests, &mut service.replies, log_path, true, &mut rebase, &mut spoiled);
-    (warm.prepare)(io)?;
-    if spoiled || !service.is_alive() {
-        return Err(TaskError::msg(format!("the service `{}` did not warm up", service.program())));
-    }
-    Ok(vec![service])
+    let service = start(place, log_path)?;
+    prepare(service, log_path, warm, true)
 }
 
-/// Prepares an idle service for another kind of task. One that fails to is let go (its
-/// conversation may be out of step); the tasks of that kind then say why themselves.
-fn prepare(mut service: Service, log_path: &Path, warm: &WarmUp) -> Result<Vec<Service>, TaskError> {
+/// Has `warm` prepare `service` (`fresh`: just started). One that fails to is let go (its
+/// conversation may be out of step); the tasks it was prepared for then say why themselves.
+fn prepare(mut service: Service, log_path: &Path, warm: &WarmUp, fresh: bool) -> Result<Vec<Service>, TaskError> {
     let (mut rebase, mut spoiled) = (NoRebase, false);
-    let io = ServiceIo::new(&mut service.requests, &mut service.replies, log_path, false, &mut rebase, &mut spoiled);
+    let io = ServiceIo::new(&mut service.requests, &mut service.replies, log_path, fresh, &mut rebase, &mut spoiled);
     (warm.prepare)(io)?;
     if spoiled || !service.is_alive() {
         return Err(TaskError::msg(format!("the service `{}` did not warm up", service.program())));
