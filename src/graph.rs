@@ -303,7 +303,16 @@ impl Graph {
             if pos > 0 {
                 key.push(',');
             }
-            let _ = write!(key, "{}={}", dim.name, value);
+            // Formatted by hand for the common kinds: this runs for every task.
+            key.push_str(&dim.name);
+            key.push('=');
+            match &value {
+                runner_plugin::DimValue::Int(i) => key.push_str(itoa::Buffer::new().format(*i)),
+                runner_plugin::DimValue::Str(s) => key.push_str(s),
+                other => {
+                    let _ = write!(key, "{other}");
+                }
+            }
             pairs.push((dim.name.as_str(), value));
         }
     }

@@ -36,6 +36,21 @@ impl Executor for Local {
     }
 
     fn run(&self, unit: &mut dyn Unit<'_>) {
+        Local::run_unit(unit);
+    }
+
+    /// Kills the process trees of the commands the run's tasks are running, and refuses new
+    /// ones: for when the process is about to exit (Ctrl-C), as [`crate::command::kill_all`]
+    /// says — the threads that ran them wait for the exit instead of reporting them.
+    fn cancel_all(&self) {
+        crate::command::kill_all();
+    }
+}
+
+impl Local {
+    /// Runs a unit's tasks one after another, each attempt through [`Unit::attempt_here`]:
+    /// [`Executor::run`], and what the scheduler's worker calls directly for a local run.
+    pub(super) fn run_unit<'r, U: Unit<'r> + ?Sized>(unit: &mut U) {
         // One clock reading per task: each task starts when the one before it ended.
         let mut clock = Instant::now();
         for at in 0..unit.tasks() {
@@ -52,13 +67,6 @@ impl Executor for Local {
                 }
             }
         }
-    }
-
-    /// Kills the process trees of the commands the run's tasks are running, and refuses new
-    /// ones: for when the process is about to exit (Ctrl-C), as [`crate::command::kill_all`]
-    /// says — the threads that ran them wait for the exit instead of reporting them.
-    fn cancel_all(&self) {
-        crate::command::kill_all();
     }
 }
 

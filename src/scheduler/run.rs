@@ -44,6 +44,7 @@ pub fn run_with(
     extras: RunExtras<'_>,
 ) -> RunReport {
     let RunExtras { executor, reuse } = extras;
+    let local = executor.is_none();
     let executor = executor.unwrap_or(&Local);
     let workers = options.workers.clamp(1, measure::SLOTS);
     // Nested parallel work (TaskContext::join and friends) runs on rayon's global pool; size it
@@ -91,6 +92,7 @@ pub fn run_with(
         spill: &spill,
         started,
         executor,
+        local,
         reuse,
         fingerprints: sink.map(|_| Fingerprints::new(recipe)),
         output_claims: output_claims::OutputClaims::new(recipe),

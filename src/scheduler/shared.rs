@@ -32,6 +32,9 @@ pub(super) struct Shared<'r> {
     pub(super) started: Instant,
     /// Where the claimed tasks run.
     pub(super) executor: &'r dyn Executor,
+    /// The executor is [`super::Local`]: the worker runs its units itself, not through the
+    /// trait object, so that each task's attempt is not a dynamic call (the same code).
+    pub(super) local: bool,
     /// Tasks taken over from the resumed run.
     pub(super) reuse: Option<&'r Reuse>,
     /// What each step is asked, when the run is recorded (for a later `--resume`).

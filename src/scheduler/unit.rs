@@ -53,7 +53,7 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
         let outcome = TaskOutcome::failed(TaskError::msg(message), started);
         let wall = outcome.elapsed;
         let finished = self.conclude(at, outcome, 1, wall, started, Some(0));
-        self.claimed[at].ended = Ended::Finished(finished);
+        self.ended[at] = Ended::Finished(finished);
         false
     }
 
@@ -63,7 +63,7 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
             self.describe_task(task.step, task.index);
             match self.own_estimate(at) {
                 Some(plugin_estimate) if plugin_estimate > self.claimed[at].picked.plugin_estimate => {
-                    self.claimed[at].ended = Ended::HandedBack { plugin_estimate };
+                    self.ended[at] = Ended::HandedBack { plugin_estimate };
                     return None;
                 }
                 Some(plugin_estimate) => self.claimed[at].picked.plugin_estimate = plugin_estimate,
@@ -130,7 +130,7 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
             let none = &self.none;
             self.values[claimed.values.clone()].iter_mut().for_each(|v| *v = none.clone());
         }
-        self.claimed[at].ended = Ended::Finished(finished);
+        self.ended[at] = Ended::Finished(finished);
         Next::Done { wall }
     }
 }

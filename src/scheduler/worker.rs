@@ -38,9 +38,11 @@ pub(super) struct Worker<'s, 'r> {
     pub(super) missing: Vec<Failure>,
     pub(super) internal_error: Option<String>,
     pub(super) spill_records: Vec<SpillRecord>,
-    /// Tasks claimed under the lock, run in order outside it, and kept (with how they ended)
-    /// until the next report under the lock: that is where their reservations go back.
+    /// Tasks claimed under the lock, run in order outside it, and kept (with how they ended,
+    /// `ended[at]`) until the next report under the lock: that is where their reservations go
+    /// back. Apart, so that claiming a task moves only what it needs to run.
     pub(super) claimed: Vec<Claimed>,
+    pub(super) ended: Vec<Ended>,
     /// Claimed tasks that turned out to need more than they reserved, with their estimates,
     /// while they are admitted again under the lock.
     pub(super) regrow: Vec<(Picked, u64)>,
@@ -96,7 +98,6 @@ pub(super) struct Claimed {
     pub(super) preempted: u32,
     /// When its first attempt started.
     pub(super) started: Option<Instant>,
-    pub(super) ended: Ended,
 }
 
 /// How a claimed task's turn with the executor ended, for the next report.
@@ -111,16 +112,7 @@ pub(super) enum Ended {
 
 impl Claimed {
     pub(super) fn new(picked: Picked, values: Range<usize>, counts: Range<usize>, producers_hash: u64) -> Claimed {
-        Claimed {
-            picked,
-            values,
-            counts,
-            producers_hash,
-            attempts: 0,
-            preempted: 0,
-            started: None,
-            ended: Ended::NotYet,
-        }
+        Claimed { picked, values, counts, producers_hash, attempts: 0, preempted: 0, started: None }
     }
 }
 
@@ -147,6 +139,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             internal_error: None,
             spill_records: Vec::new(),
             claimed: Vec::with_capacity(MAX_BATCH),
+            ended: Vec::with_capacity(MAX_BATCH),
             regrow: Vec::new(),
             abandoned: Vec::new(),
             values: Vec::new(),
@@ -207,9 +200,9 @@ impl<'s, 'r> Worker<'s, 'r> {
             return true;
         }
         // Outside the lock: the executor runs the unit, telling it how each attempt ended.
-        let executor = self.shared.executor;
+        let shared = self.shared;
         if !self.claimed.is_empty() {
-            executor.run(self);
+            if shared.local { super::Local::run_unit(self) } else { shared.executor.run(self) }
         }
         // The claimed tasks stay, with how they ended, until the next report; their inputs go.
         self.values.clear();
@@ -253,7 +246,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         let mut state = shared.lock();
         let reported = !self.claimed.is_empty() || !self.spilled.is_empty();
         let mut claimed = std::mem::take(&mut self.claimed);
-        for Claimed { picked, ended, .. } in claimed.drain(..) {
+        for (Claimed { picked, .. }, ended) in claimed.drain(..).zip(self.ended.drain(..)) {
             match ended {
                 Ended::Finished(result) => {
                     if result.peak > picked.estimate {
@@ -392,6 +385,7 @@ impl<'s, 'r> Worker<'s, 'r> {
     fn claim(&mut self, state: &State<'r>, picked: Picked) {
         let (values, counts, producers_hash) = self.collect_inputs(state, picked.task);
         self.claimed.push(Claimed::new(picked, values, counts, producers_hash));
+        self.ended.push(Ended::NotYet);
     }
 
     /// Appends `task`'s inputs to the worker's buffers; returns where they are, and their hash.
@@ -467,8 +461,8 @@ impl<'s, 'r> Worker<'s, 'r> {
         // Tasks that ran and were reported are finished as they ended; the others fail.
         let mut done: Vec<(Picked, Finished)> = Vec::new();
         let mut unrun: Vec<Picked> = Vec::new();
-        for claimed in self.claimed.drain(..) {
-            match claimed.ended {
+        for (claimed, ended) in self.claimed.drain(..).zip(self.ended.drain(..)) {
+            match ended {
                 Ended::Finished(finished) => done.push((claimed.picked, finished)),
                 Ended::HandedBack { .. } | Ended::NotYet => unrun.push(claimed.picked),
             }

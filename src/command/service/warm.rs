@@ -38,7 +38,9 @@ pub fn prestart(spec: &ServiceSpec, workers: usize, log_path: &Path, warm: WarmU
     };
     for service in unprepared {
         let warm = warm.clone();
-        in_background(spec.clone(), log_path.to_path_buf(), warm.key.clone(), move |log| prepare(service, log, &warm, false));
+        in_background(spec.clone(), log_path.to_path_buf(), warm.key.clone(), move |log| {
+            prepare(service, log, &warm, false)
+        });
     }
     if places.is_empty() {
         return;
