@@ -641,7 +641,9 @@ steps:
         let (index, peak): (usize, u64) = (row[0].parse().unwrap(), row[3].parse().unwrap());
         assert_eq!((row[1].as_str(), row[2].as_str()), ("ok", "1"), "task {index}: {err}");
         let size = sizes[index] * MIB;
-        assert!(peak >= size, "task {index} held {} MiB, recorded {} MiB", size / MIB, peak / MIB);
+        // Within a page or two of what NumPy holds, below as above: an interpreter may reuse
+        // a little of what it held before the task.
+        assert!(peak >= size - size / 50, "task {index} held {} MiB, recorded {} MiB", size / MIB, peak / MIB);
         assert!(
             peak <= size + size / 10 + 16 * MIB,
             "task {index} held {} MiB, recorded {} MiB",
