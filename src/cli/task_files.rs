@@ -75,11 +75,12 @@ pub fn check(compiled: &Compiled, protected: &[(PathBuf, String)]) -> Result<(),
     }
     let mut resolver = Resolver::default();
     // A protected file by the name it was given and, when it is a symlink, by where it leads.
-    let mut by_hash: HashMap<u64, &str> = HashMap::new();
+    let mut by_hash: HashMap<u64, (PathBuf, &str)> = HashMap::new();
     for (path, what) in protected {
-        by_hash.insert(resolver.hash(path), what);
-        if let Ok(real) = std::fs::canonicalize(path) {
-            by_hash.insert(resolver.hash(&real), what);
+        let spellings = std::iter::once(path.clone()).chain(std::fs::canonicalize(path).ok());
+        for spelling in spellings {
+            let resolved = resolver.resolve(&spelling);
+            by_hash.insert(xxh3_64(resolved.as_os_str().as_encoded_bytes()), (resolved, what.as_str()));
         }
     }
     let mut written: HashMap<u64, Task> = HashMap::new();
@@ -88,8 +89,10 @@ pub fn check(compiled: &Compiled, protected: &[(PathBuf, String)]) -> Result<(),
         if used != Use::Writes || clash.is_some() {
             return;
         }
-        let hash = resolver.hash(Path::new(path));
-        if let Some(what) = by_hash.get(&hash) {
+        let resolved = resolver.resolve(Path::new(path));
+        let hash = xxh3_64(resolved.as_os_str().as_encoded_bytes());
+        // A hash match is confirmed by the paths themselves: a collision never refuses a run.
+        if let Some((_, what)) = by_hash.get(&hash).filter(|(protected, _)| *protected == resolved) {
             clash = Some(format!("{} writes {path}, which is {what}", describe(compiled, task)));
         }
         written.entry(hash).or_insert(task);

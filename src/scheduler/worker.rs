@@ -246,6 +246,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         let mut state = shared.lock();
         let reported = !self.claimed.is_empty() || !self.spilled.is_empty();
         let mut claimed = std::mem::take(&mut self.claimed);
+        debug_assert_eq!(claimed.len(), self.ended.len(), "each claimed task has its `ended`");
         for (Claimed { picked, .. }, ended) in claimed.drain(..).zip(self.ended.drain(..)) {
             match ended {
                 Ended::Finished(result) => {
