@@ -383,11 +383,13 @@ fn two_runs_recording_into_one_file_at_once_lose_nothing() {
                 scope.spawn(move || {
                     barrier.wait();
                     // Both open (and so migrate) the new file at the same moment.
-                    let store = Store::open(path).unwrap();
                     let cycle = format!("cycle-{n}");
-                    let recorder = store.start_run(&start("shared", &cycle)).unwrap();
-                    let run_id = recorder.run_id();
+                    let opened = Store::open(path).and_then(|store| store.start_run(&start("shared", &cycle)));
+                    // Met whatever the open gave, so that one side failing never leaves the
+                    // other waiting here for ever.
                     barrier.wait();
+                    let recorder = opened.unwrap();
+                    let run_id = recorder.run_id();
                     record_range(&recorder, 0..50_000, 2);
                     let written = recorder.finish(outcome(RunStatus::Ok)).unwrap();
                     assert_eq!(written.rows, 50_000);

@@ -240,10 +240,7 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
     if path.is_dir() {
         anyhow::bail!("{} is a directory", path.display());
     }
-    let probe = dir.join(format!(".runner-probe-{}", std::process::id()));
-    std::fs::File::create(&probe).with_context(|| format!("creating a file in {}", dir.display()))?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
+    runner_plugin::files::probe_folder(dir).with_context(|| format!("creating a file in {}", dir.display()))
 }
 
 #[cfg(test)]

@@ -113,12 +113,29 @@ pub(crate) fn open_writer(path: &Path, found: Found) -> Result<Connection, Store
         // Only a new file takes it, and only before WAL is set (which fixes the page size).
         conn.pragma_update(None, "page_size", PAGE_SIZE).map_err(open_err)?;
     }
-    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)).map_err(open_err)?;
+    let mode = switch_to_wal(&conn).map_err(open_err)?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!("feedback store {}: journal mode is {mode}, not WAL", path.display());
     }
     conn.pragma_update(None, "synchronous", "NORMAL").map_err(open_err)?;
     Ok(conn)
+}
+
+/// Switches the file to WAL. The switch needs the file to itself: when two runs open a new file
+/// at once, each holds a read lock while it asks for that, and SQLite tells one of them "busy"
+/// at once rather than call the busy handler (which could deadlock). That one waits as the busy
+/// handler would, and asks again; the other's switch has then usually made it a no-op.
+fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
+    let mut attempt = 0;
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)) {
+            Err(error) if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy) => {
+                wait_for_lock(attempt);
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
 }
 
 /// A writer changes the file and creates `-wal` and `-shm` beside it: both are tried first, so
@@ -130,14 +147,7 @@ fn check_writable(path: &Path) -> Result<(), StoreError> {
         std::fs::OpenOptions::new().write(true).open(path).map_err(|e| failed("opening it for writing", e))?;
     }
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let probe = dir.join(format!(".runner-db-probe-{}", std::process::id()));
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&probe)
-        .map_err(|e| failed("creating its -wal and -shm files in its folder", e))?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
+    runner_plugin::files::probe_folder(dir).map_err(|e| failed("creating its -wal and -shm files in its folder", e))
 }
 
 fn wal_path(path: &Path) -> PathBuf {

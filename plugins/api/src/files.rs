@@ -91,6 +91,16 @@ pub fn write_bytes_atomically(path: &Path, bytes: &[u8]) -> Result<(), String> {
     write_atomically(path, |file| io::Write::write_all(file, bytes))
 }
 
+/// Whether a file can be created in the folder `dir`: a probe file is created there under a
+/// name no other writer, thread or process uses (as [`write_atomically`]'s temporary files) and
+/// removed. Tells a read-only folder as such before a writer (SQLite) would tell it less clearly.
+pub fn probe_folder(dir: &Path) -> io::Result<()> {
+    let probe = temp_path(&dir.join("runner-probe")).expect("the probe has a file name");
+    File::create_new(&probe)?;
+    let _ = std::fs::remove_file(&probe);
+    Ok(())
+}
+
 /// A fresh temporary name for `path`: hidden, beside it (so the rename is atomic), unique per
 /// process and call (so concurrent writers never share one).
 fn temp_path(path: &Path) -> Option<PathBuf> {
