@@ -17,12 +17,7 @@ const WRITER: &str = "plugins/api/src/files.rs";
 
 /// (file, what, how many times, why it is not the atomic writer's).
 const ALLOWED: &[(&str, &str, usize, &str)] = &[
-    (
-        "src/store/connect.rs",
-        "OpenOptions::new",
-        1,
-        "the SQLite store: opened for writing to probe it, never written",
-    ),
+    ("src/store/connect.rs", "OpenOptions::new", 1, "the SQLite store: opened for writing to probe it, never written"),
     (
         "src/memory/spill/mapped.rs",
         "OpenOptions::new",

@@ -103,6 +103,14 @@ steps:
         let peak = peak as u64;
         assert!((150 * MIB..260 * MIB).contains(&peak), "an exceed task's peak: {} MiB", peak / MIB);
     }
+    // A path output holds no memory; its file's size is what its consumers read, and is recorded.
+    let sizes = common::query(
+        &dir.path().join("r.db"),
+        "SELECT step, output_bytes, file_bytes, count(*) FROM tasks WHERE step != 'field' GROUP BY step ORDER BY step",
+    );
+    let npy = (128 + 40 * 50 * 4).to_string();
+    let npy = npy.as_str();
+    assert_eq!(sizes, [["blend", "0", npy, "2"], ["exceed", "0", npy, "6"]]);
 }
 
 #[test]

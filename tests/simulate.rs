@@ -97,6 +97,56 @@ fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_
     assert_eq!(common::query(&dir.path().join("h.db"), "SELECT count(*) FROM runs"), [["3"]]);
 }
 
+/// Outputs whose size is a var: what a consumer's inputs hold follows the cycle's "weather".
+const FOLLOWING: &str = "recipe: sim-following
+vars:
+  out: 1MiB
+dims:
+  i: 8
+steps:
+  make:
+    plugin: alloc
+    over: [i]
+    args: {bytes: 1MiB, hold_ms: 20, output_bytes: \"{out}\"}
+  use:
+    plugin: alloc
+    over: [i]
+    inputs: {x: make}
+    args: {bytes: 1MiB, hold_ms: 20}
+";
+
+#[test]
+fn what_only_a_run_measures_is_taken_from_the_cycle_with_the_nearest_vars_not_the_newest() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", FOLLOWING);
+    let run = |cycle: &str, out: &str, summary: &str| {
+        let set = format!("out={out}");
+        let args = ["run", "f.yaml", "--cycle", cycle, "--set", &set, "--workers", "2", "--budget", "256MiB"];
+        let out =
+            runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", summary]).collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json(&dir.path().join(summary))
+    };
+    run("c1", "24MiB", "r1.json");
+    run("c2", "1MiB", "r2.json");
+    run("c3", "1MiB", "r3.json");
+    let args = ["simulate", "f.yaml", "--cycle", "c4", "--set", "out=24MiB", "--workers", "2", "--budget", "256MiB"];
+    let out = runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", "p.json"]).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("for the cycle with the nearest vars: c1"), "{}", stderr(&out));
+    let predicted = json(&dir.path().join("p.json"));
+    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c1"]));
+    let real = run("c4", "24MiB", "r4.json");
+    let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
+    let (p_reserved, r_reserved) = (reserved(&predicted), reserved(&real));
+    assert!(
+        (p_reserved - r_reserved).abs() <= 0.1 * r_reserved,
+        "predicted peak reserved {:.1} MiB, real {:.1} MiB (the newest cycle's would be far below)",
+        p_reserved / MIB,
+        r_reserved / MIB
+    );
+}
+
 #[test]
 fn without_history_every_task_is_a_guess_and_says_so() {
     let dir = tempfile::tempdir().unwrap();

@@ -51,6 +51,7 @@ fn task(steps: &[Arc<str>; 3], i: u64) -> TaskRecord {
         peak_bytes: (i * 7919 % 100_000) << 20,
         peak_source: if i.is_multiple_of(7) { PeakSource::Cgroup } else { PeakSource::Allocator },
         output_bytes: i * 3,
+        file_bytes: if i.is_multiple_of(13) { i * 5 } else { 0 },
         wall_ms: i % 1000,
         worker: (i % 4) as u32,
         start_ms: i * 2,
@@ -88,8 +89,8 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
         .prepare(
             "SELECT t.run_id, r.cycle, step, key, plugin, t.status, attempts, input_bytes, estimate_bytes, \
              estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, t.wall_ms, error, task_index, \
-             peak_source, worker, start_ms, end_ms, log_path, args_hash, inputs_hash, output_hash, output_path \
-             FROM tasks t JOIN runs r USING (run_id) WHERE run_id = ?1 ORDER BY input_bytes",
+             peak_source, worker, start_ms, end_ms, log_path, args_hash, inputs_hash, output_hash, output_path, \
+             file_bytes FROM tasks t JOIN runs r USING (run_id) WHERE run_id = ?1 ORDER BY input_bytes",
         )
         .unwrap();
     let mut rows = stmt.query([run_id]).unwrap();
@@ -123,6 +124,7 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
         assert_eq!(hash(22), want.inputs_hash.filter(|&h| h != 0));
         assert_eq!(hash(23), want.output_hash);
         assert_eq!(row.get::<_, Option<String>>(24).unwrap(), want.output_path);
+        assert_eq!(u64_at(row, 25).unwrap(), want.file_bytes);
         i += 1;
     }
     assert_eq!(i, n, "run {run_id} has {i} rows, expected {n}");
@@ -148,7 +150,7 @@ fn schema_version_tables_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 3);
+    assert_eq!(SCHEMA_VERSION, 5);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     drop(store);
 
@@ -187,6 +189,7 @@ fn schema_version_tables_and_columns() {
         "spill_count",
         "resumed_from",
         "recorded_ms",
+        "vars",
     ] {
         assert!(runs.iter().any(|c| c == column), "runs has no column {column}: {runs:?}");
     }
@@ -217,6 +220,7 @@ fn schema_version_tables_and_columns() {
         "inputs_hash",
         "output_hash",
         "output_path",
+        "file_bytes",
     ] {
         assert!(tasks.iter().any(|c| c == column), "tasks has no column {column}: {tasks:?}");
     }

@@ -14,7 +14,7 @@ pub fn print(store: &Store, recipe: Option<&str>, step: Option<&str>) -> anyhow:
     println!("{:<24} {:<20} time per task (what `runner simulate` predicts with)", "recipe", "step");
     for recipe in &recipes {
         for name in store.steps(Some(recipe))?.iter().filter(|s| step.is_none_or(|wanted| wanted == s.as_str())) {
-            let records = read_step(store, recipe, name, None)?;
+            let records = read_step(store, recipe, name, None, None)?;
             let model = DurationModel::learn(&records.timings)
                 .map_or_else(|| "no recorded times (simulated tasks are guesses)".to_string(), |m| m.to_string());
             println!("{recipe:<24} {name:<20} {model}");

@@ -118,6 +118,9 @@ pub struct PredictedSummary {
     /// Bytes of estimate a second a guessed task runs at.
     pub guess_speed_bytes: u64,
     pub critical_path: CriticalPathSummary,
+    /// The recorded cycles (nearest in vars) whose output sizes and data-following estimates
+    /// the prediction took.
+    pub alike_cycles: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSummary>,
 }
@@ -165,6 +168,7 @@ impl PredictedSummary {
             guesses: simulated.guesses,
             guess_speed_bytes: guess_speed,
             critical_path: CriticalPathSummary { steps: names, wall_s: prediction.critical_path.length.as_secs_f64() },
+            alike_cycles: prediction.alike_cycles.clone(),
             cluster,
         }
     }
@@ -228,6 +232,12 @@ impl PredictedSummary {
             self.critical_path.steps.join(" → "),
             self.critical_path.wall_s
         );
+        if !self.alike_cycles.is_empty() {
+            eprintln!(
+                "  output sizes and data-following estimates as recorded for the cycle with the nearest vars: {}",
+                self.alike_cycles.join(", ")
+            );
+        }
         if self.guesses > 0 {
             eprintln!(
                 "  {} of {} tasks are guesses: their steps have no recorded times, each was taken to run for its \

@@ -106,6 +106,7 @@ fn page(compiled: &Compiled, prediction: &Prediction) -> RunPage {
             recorded_ms: Some(wall_ms),
             resumed_from: None,
             pid: std::process::id(),
+            vars: Some(recipe.vars_json()),
         },
         steps: rows,
         timeline: timeline.finish(recipe.steps.len(), wall_ms),

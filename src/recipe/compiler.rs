@@ -29,6 +29,7 @@ use crate::registry::Registry;
 pub(super) struct Compiled {
     pub name: String,
     pub description: Option<String>,
+    pub vars: Vec<(String, Json)>,
     pub dims: Vec<Dim>,
     pub steps: Vec<(Option<Step>, bool)>,
     pub paths: PathPolicy,
@@ -177,6 +178,7 @@ impl Compiler<'_> {
         Some(Compiled {
             name,
             description: raw.description.into_given(),
+            vars: self.vars.clone(),
             dims: std::mem::take(&mut self.dims),
             steps,
             paths: self.paths,
@@ -484,6 +486,7 @@ impl Compiled {
             description: self.description,
             source,
             cycle: options.cycle.clone(),
+            vars: self.vars,
             dims: self.dims,
             steps,
             paths: self.paths,

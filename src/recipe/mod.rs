@@ -68,6 +68,9 @@ pub struct Recipe {
     pub description: Option<String>,
     pub source: Arc<Source>,
     pub cycle: String,
+    /// The `vars:` as this run has them (`--set` and a cycle's vars applied), in recipe order:
+    /// recorded with the run, so that a prediction can look for the past cycle most like it.
+    pub vars: Vec<(String, serde_json::Value)>,
     pub dims: Vec<Dim>,
     pub steps: Vec<Step>,
     pub paths: PathPolicy,
@@ -157,6 +160,12 @@ pub struct InputSpec {
 }
 
 impl Recipe {
+    /// The vars as one JSON object, in recipe order (as the store records them).
+    pub fn vars_json(&self) -> String {
+        let object: serde_json::Map<String, serde_json::Value> = self.vars.iter().cloned().collect();
+        serde_json::Value::Object(object).to_string()
+    }
+
     pub fn step_id(&self, name: &str) -> Option<StepId> {
         self.steps.iter().position(|s| s.name == name)
     }

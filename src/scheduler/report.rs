@@ -28,6 +28,9 @@ pub struct TaskReport<'a> {
     pub plugin_estimate: u64,
     pub peak: u64,
     pub output_bytes: u64,
+    /// The size of the file a path output names (0 for an output in memory): what its
+    /// consumers read, which a prediction needs as a real run's input bytes.
+    pub file_bytes: u64,
     pub wall: Duration,
     /// When the task started, since the run started (zero for a skipped task).
     pub started: Duration,

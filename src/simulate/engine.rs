@@ -461,11 +461,17 @@ impl Loop<'_> {
                 state.note_underestimate(&picked, prediction.peak);
             }
             self.count(&picked, &prediction, false);
-            state.finish_virtual(picked, Outcome::Ok, prediction.output_bytes, prediction.duration);
+            state.finish_virtual(
+                picked,
+                Outcome::Ok,
+                prediction.output_bytes,
+                prediction.file_bytes,
+                prediction.duration,
+            );
         }
         for (picked, prediction) in std::mem::take(&mut self.failed) {
             self.count(&picked, &prediction, true);
-            state.finish_virtual(picked, Outcome::Failed, 0, Duration::ZERO);
+            state.finish_virtual(picked, Outcome::Failed, 0, 0, Duration::ZERO);
         }
         self.workers[worker as usize].claimed = claimed;
         for (task, _) in state.skipped.drain(..) {

@@ -5,7 +5,8 @@
 //! history it had. From them: the footprint models ([`crate::plan::Plan::learn`], as `run`
 //! learns them), the duration models, and per step the figures a task's prediction needs that
 //! only a real run measures (its output's size, the estimate a data-following plugin gave at
-//! dispatch).
+//! dispatch), taken from the recorded run whose vars are most like the predicted cycle's
+//! ([`super::alike`]), the newest when there is no telling.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,22 +15,36 @@ use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN};
 use crate::estimate::{Observation, Params};
 use crate::plan::Compiled;
 use crate::plan::EstimateSource;
-use crate::store::{RunFilter, Store, StoreError, TaskStatus};
+use crate::store::{HistoryRun, RunFilter, Store, StoreError, TaskStatus};
 
+use super::alike;
 use super::durations::{DurationModel, Timing};
+
+/// What one task of the alike run was estimated at and produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    pub plugin_estimate: u64,
+    pub output_bytes: u64,
+    /// The size of the file its path output named (0 for an output in memory).
+    pub file_bytes: u64,
+}
 
 /// A step's recorded tasks.
 #[derive(Debug, Clone, Default)]
 pub struct StepRecords {
     pub observations: Vec<Observation>,
     pub timings: Vec<Timing>,
-    /// Of the newest run's tasks: median output bytes, and median plugin estimate (what a
-    /// plugin estimating from its inputs at dispatch said, for the weather of that cycle).
-    pub newest_output_bytes: Option<u64>,
-    pub newest_plugin_estimate: Option<u64>,
-    /// The newest run's (plugin estimate, output bytes) by task index, for the sampled tasks:
-    /// what a task whose args or inputs differ from the plan's was estimated at and produced.
-    pub newest_by_index: HashMap<u64, (u64, u64)>,
+    /// Of the alike run's tasks: median output bytes, median plugin estimate (what a plugin
+    /// estimating from its inputs at dispatch said, for the weather of that cycle), and median
+    /// size of the file a path output names.
+    pub alike_output_bytes: Option<u64>,
+    pub alike_plugin_estimate: Option<u64>,
+    pub alike_file_bytes: Option<u64>,
+    /// The alike run's figures by task index, for the sampled tasks: what a task whose args or
+    /// inputs differ from the plan's was estimated at and produced.
+    pub alike_by_index: HashMap<u64, Recorded>,
+    /// The cycle of the run those figures come from.
+    pub alike_cycle: Option<String>,
     pub longest: Option<Duration>,
 }
 
@@ -43,10 +58,11 @@ impl History {
     /// The history of `compiled`'s steps in `store`, from runs before `before_run` when given.
     pub fn read(store: &Store, compiled: &Compiled, before_run: Option<i64>) -> Result<History, StoreError> {
         let recipe = &compiled.recipe;
+        let vars: serde_json::Map<String, serde_json::Value> = recipe.vars.iter().cloned().collect();
         let steps = recipe
             .steps
             .iter()
-            .map(|step| read_step(store, &recipe.name, &step.name, before_run))
+            .map(|step| read_step(store, &recipe.name, &step.name, before_run, Some(&vars)))
             .collect::<Result<_, _>>()?;
         Ok(History { steps })
     }
@@ -73,23 +89,52 @@ impl History {
         }
     }
 
+    /// The recorded cycles the figures only a run measures were taken from, each once, in step
+    /// order (as a prediction tells them).
+    pub fn alike_cycles(&self) -> Vec<String> {
+        let mut cycles: Vec<String> = Vec::new();
+        for cycle in self.steps.iter().filter_map(|s| s.alike_cycle.as_ref()) {
+            if !cycles.contains(cycle) {
+                cycles.push(cycle.clone());
+            }
+        }
+        cycles
+    }
+
     /// Each step's duration model (`None` for a step without history).
     pub fn durations(&self) -> Vec<Option<DurationModel>> {
         self.steps.iter().map(|s| DurationModel::learn(&s.timings)).collect()
     }
 }
 
-/// The records of `step` of `recipe`, from runs before `before_run` when given.
-pub fn read_step(store: &Store, recipe: &str, step: &str, before_run: Option<i64>) -> Result<StepRecords, StoreError> {
+/// Recorded runs a prediction looks through for the cycle most like its own.
+pub const ALIKE_RUNS: usize = 64;
+
+/// The records of `step` of `recipe`, from runs before `before_run` when given; the figures
+/// only a real run measures come from the run whose vars are nearest to `vars` (the newest
+/// without them).
+pub fn read_step(
+    store: &Store,
+    recipe: &str,
+    step: &str,
+    before_run: Option<i64>,
+    vars: Option<&serde_json::Map<String, serde_json::Value>>,
+) -> Result<StepRecords, StoreError> {
     let mut runs = store.history_runs(Some(recipe), Some(step), usize::MAX, RunFilter::default())?;
     if let Some(before) = before_run {
         runs.retain(|run| run.run_id < before);
     }
+    runs.drain(..runs.len().saturating_sub(ALIKE_RUNS.max(HISTORY_RUNS)));
+    let mut records = StepRecords::default();
+    let alike = match vars {
+        Some(vars) => alike::nearest(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>()),
+        None => runs.len().checked_sub(1),
+    };
+    if let Some(alike) = alike {
+        read_alike(store, &runs[alike], step, &mut records)?;
+    }
     let skip = runs.len().saturating_sub(HISTORY_RUNS);
     let runs = &runs[skip..];
-    let mut records = StepRecords::default();
-    let mut newest_outputs = Vec::new();
-    let mut newest_estimates = Vec::new();
     let mut longest_ms = 0;
     for (index, run) in runs.iter().enumerate() {
         let age = (runs.len() - 1 - index) as u32;
@@ -115,21 +160,37 @@ pub fn read_step(store: &Store, recipe: &str, step: &str, before_run: Option<i64
                 input_bytes: task.input_bytes,
             });
             longest_ms = longest_ms.max(task.wall_ms);
-            if age == 0 {
-                if let Some(index) = task.task_index {
-                    records.newest_by_index.insert(index, (plugin_estimate, task.output_bytes));
-                }
-                newest_outputs.push(task.output_bytes);
-                if plugin_estimate > 0 {
-                    newest_estimates.push(plugin_estimate);
-                }
-            }
         })?;
     }
-    records.newest_output_bytes = median(&mut newest_outputs);
-    records.newest_plugin_estimate = median(&mut newest_estimates);
     records.longest = (!runs.is_empty()).then(|| Duration::from_millis(longest_ms));
     Ok(records)
+}
+
+/// The figures of `run`'s tasks of `step` that only a real run measures, into `records`.
+fn read_alike(store: &Store, run: &HistoryRun, step: &str, records: &mut StepRecords) -> Result<(), StoreError> {
+    let mut outputs = Vec::new();
+    let mut estimates = Vec::new();
+    let mut files = Vec::new();
+    store.step_tasks(run.run_id, step, HISTORY_TASKS_PER_RUN, |task| {
+        if matches!(task.status, TaskStatus::Skipped | TaskStatus::Reused) {
+            return;
+        }
+        let plugin_estimate = task.plugin_estimate_bytes.unwrap_or(0);
+        if let Some(index) = task.task_index {
+            let recorded = Recorded { plugin_estimate, output_bytes: task.output_bytes, file_bytes: task.file_bytes };
+            records.alike_by_index.insert(index, recorded);
+        }
+        outputs.push(task.output_bytes);
+        files.push(task.file_bytes);
+        if plugin_estimate > 0 {
+            estimates.push(plugin_estimate);
+        }
+    })?;
+    records.alike_output_bytes = median(&mut outputs);
+    records.alike_plugin_estimate = median(&mut estimates);
+    records.alike_file_bytes = median(&mut files);
+    records.alike_cycle = Some(run.cycle.clone());
+    Ok(())
 }
 
 /// The lower median, `None` for none.

@@ -5,6 +5,7 @@
 //! [`durations`], [`history`]). With a [`cluster`], units become jobs on its nodes. The
 //! result is what `run` reports, plus the [`critical_path`].
 
+pub mod alike;
 pub mod cluster;
 pub mod critical_path;
 pub mod durations;
@@ -26,6 +27,9 @@ pub struct Prediction {
     pub critical_path: CriticalPath,
     /// Each step's learned task time (`None`: no recorded times, a guess).
     pub durations: Vec<Option<durations::DurationModel>>,
+    /// The recorded cycles, nearest in vars to this one, whose output sizes and data-following
+    /// estimates the prediction used ([`History::alike_cycles`]).
+    pub alike_cycles: Vec<String>,
 }
 
 /// Predicts a run of `compiled` from `history`: its plan learns from it (as `run` learns from
@@ -45,5 +49,5 @@ pub fn predict(
     let simulated = engine::simulate(compiled, &predictor, options, cluster.map(Cluster::new), record_tasks);
     let critical_path = critical_path::critical_path(&compiled.graph, &simulated.longest);
     let durations = (0..compiled.recipe.steps.len()).map(|s| predictor.duration_model(s).copied()).collect();
-    Prediction { simulated, critical_path, durations }
+    Prediction { simulated, critical_path, durations, alike_cycles: history.alike_cycles() }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::plan::Compiled;
 
 use super::durations::DurationModel;
-use super::history::History;
+use super::history::{History, Recorded};
 
 /// A step's predictions.
 #[derive(Debug, Clone)]
@@ -20,12 +20,14 @@ struct StepPrediction {
     output_bytes: u64,
     /// What the plugin is taken to estimate for a task at dispatch.
     dispatch_estimate: u64,
-    /// The newest run's output bytes, by task index and their median.
+    /// The alike run's output bytes, by task index and their median ([`super::alike`]).
     recorded_output_bytes: Option<u64>,
-    by_index: HashMap<u64, (u64, u64)>,
+    /// The alike run's median size of a path output's file (what consumers read of it).
+    recorded_file_bytes: u64,
+    by_index: HashMap<u64, Recorded>,
     /// Args rendered per task: the plan's figures are one sample task's, not each task's.
     per_task_args: bool,
-    /// How this cycle's plan differs from the newest run's for the same (first) task, in its
+    /// How this cycle's plan differs from the alike run's for the same (first) task, in its
     /// plugin estimate and output bytes: a recorded figure of another task is scaled by it (a
     /// cycle with 6 thresholds instead of 2 triples each threshold task's).
     estimate_scale: f64,
@@ -38,6 +40,8 @@ pub struct TaskPrediction {
     pub duration: Duration,
     pub peak: u64,
     pub output_bytes: u64,
+    /// The size of the file its path output names (its consumers' input bytes, no memory).
+    pub file_bytes: u64,
     /// Its time is the default, not learned.
     pub guessed: bool,
 }
@@ -64,22 +68,23 @@ impl Predictor {
             .map(|(((plan, records), duration), step)| StepPrediction {
                 // A plugin estimating from its data at dispatch saw that cycle's weather, which
                 // the plan's metadata estimate cannot scale.
-                estimate_scale: match records.newest_by_index.get(&0) {
-                    Some(&(first, _)) if first > 0 && !step.plugin.estimate_follows_data() => {
+                estimate_scale: match records.alike_by_index.get(&0).map(|r| r.plugin_estimate) {
+                    Some(first) if first > 0 && !step.plugin.estimate_follows_data() => {
                         plan.plugin_estimate as f64 / first as f64
                     }
                     _ => 1.0,
                 },
-                output_scale: match (records.newest_by_index.get(&0), plan.output.bytes()) {
-                    (Some(&(_, first)), Some(now)) if first > 0 => now as f64 / first as f64,
+                output_scale: match (records.alike_by_index.get(&0).map(|r| r.output_bytes), plan.output.bytes()) {
+                    (Some(first), Some(now)) if first > 0 => now as f64 / first as f64,
                     _ => 1.0,
                 },
                 duration,
-                // A shape the plan knows is exact; otherwise the newest run's size.
-                output_bytes: plan.output.bytes().or(records.newest_output_bytes).unwrap_or(0),
-                dispatch_estimate: records.newest_plugin_estimate.unwrap_or(plan.plugin_estimate),
-                recorded_output_bytes: records.newest_output_bytes,
-                by_index: records.newest_by_index.clone(),
+                // A shape the plan knows is exact; otherwise the alike run's size.
+                output_bytes: plan.output.bytes().or(records.alike_output_bytes).unwrap_or(0),
+                dispatch_estimate: records.alike_plugin_estimate.unwrap_or(plan.plugin_estimate),
+                recorded_output_bytes: records.alike_output_bytes,
+                recorded_file_bytes: records.alike_file_bytes.unwrap_or(0),
+                by_index: records.alike_by_index.clone(),
                 per_task_args: step.args.is_per_task(),
             })
             .collect();
@@ -87,11 +92,11 @@ impl Predictor {
     }
 
     /// What a plugin that estimates at dispatch from its inputs (which a simulation does not
-    /// have) is taken to say for a task of `step`: its median in the newest recorded run —
-    /// yesterday's weather — else its estimate on the plan's metadata.
+    /// have) is taken to say for a task of `step`: its median in the recorded run of the most alike
+    /// cycle — else its estimate on the plan's metadata.
     pub fn dispatch_estimate(&self, step: usize, index: u64) -> u64 {
         let prediction = &self.steps[step];
-        let estimate = prediction.by_index.get(&index).map_or(prediction.dispatch_estimate, |&(estimate, _)| estimate);
+        let estimate = prediction.by_index.get(&index).map_or(prediction.dispatch_estimate, |r| r.plugin_estimate);
         (estimate as f64 * prediction.estimate_scale) as u64
     }
 
@@ -102,20 +107,20 @@ impl Predictor {
         !self.steps[step].per_task_args && input_bytes == plan_input_bytes
     }
 
-    /// What the plugin estimated for task `index` of `step` in the newest run, when recorded
+    /// What the plugin estimated for task `index` of `step` in the alike run, when recorded
     /// (the worker asks the plugin again for a task not as planned; the simulation has no
     /// inputs to show it, so it takes that answer).
     pub fn recorded_estimate(&self, step: usize, index: u64) -> Option<u64> {
         let prediction = &self.steps[step];
-        let recorded = prediction.by_index.get(&index).map(|&(estimate, _)| estimate).filter(|&e| e > 0)?;
+        let recorded = prediction.by_index.get(&index).map(|r| r.plugin_estimate).filter(|&e| e > 0)?;
         Some((recorded as f64 * prediction.estimate_scale) as u64)
     }
 
     /// Task `index` of `step`, whose plugin estimates `plugin_estimate`, reading `input_bytes`:
     /// `peak` is what its step's footprint model expects without its margin (`None`: no
     /// model, the task holds what it reserved, `reserved`). `as_planned`: the plan's output
-    /// shape holds for it (else the newest run's output size of the same task, or of the
-    /// step's median task).
+    /// shape holds for it (else the alike run's output size of the same task, or of the
+    /// step's median task). A path output's file is the alike run's size for the task.
     #[expect(clippy::too_many_arguments, reason = "one task's figures, each named")]
     pub fn task(
         &self,
@@ -131,15 +136,16 @@ impl Predictor {
         let output_bytes = if as_planned {
             prediction.output_bytes
         } else {
-            let recorded =
-                prediction.by_index.get(&index).map(|&(_, bytes)| bytes).or(prediction.recorded_output_bytes);
+            let recorded = prediction.by_index.get(&index).map(|r| r.output_bytes).or(prediction.recorded_output_bytes);
             recorded.map_or(prediction.output_bytes, |bytes| (bytes as f64 * prediction.output_scale) as u64)
         };
         let (duration, guessed) = match &prediction.duration {
             Some(model) => (model.predict(plugin_estimate, input_bytes), false),
             None => (Duration::from_secs_f64(reserved as f64 / self.guess_speed as f64), true),
         };
-        TaskPrediction { duration, peak: peak.unwrap_or(reserved), output_bytes, guessed }
+        // A file's size no plan knows: the alike run's, of the same task or the step's median.
+        let file_bytes = prediction.by_index.get(&index).map_or(prediction.recorded_file_bytes, |r| r.file_bytes);
+        TaskPrediction { duration, peak: peak.unwrap_or(reserved), output_bytes, file_bytes, guessed }
     }
 
     /// The duration model of `step`, if it has one.

@@ -13,7 +13,7 @@ use super::{RunEvent, RunOutcome, RunStatus, Sample, TaskRecord, TaskStatus, has
 /// finishing the statement rather than inserting.
 const ROWS_PER_INSERT: usize = 32;
 /// The columns of a `task_rows` row the writer binds, in order (see [`row_cells`]).
-const ROW_COLUMNS: [&str; 14] = [
+const ROW_COLUMNS: [&str; 15] = [
     "task_index",
     "key",
     "status",
@@ -25,6 +25,7 @@ const ROW_COLUMNS: [&str; 14] = [
     "peak_bytes",
     "peak_source",
     "output_bytes",
+    "file_bytes",
     "wall_ms",
     "worker",
     "start_ms",
@@ -207,6 +208,7 @@ fn row_cells<'a>(task: &'a TaskRecord, block: &BlockDefaults) -> [Cell<'a>; ROW_
         int(task.peak_bytes),
         text_unless(task.peak_source.as_str(), block.peak_source),
         int(task.output_bytes),
+        int(task.file_bytes),
         int(task.wall_ms),
         Cell::Int(i64::from(task.worker)),
         int(task.start_ms),

@@ -288,8 +288,8 @@ impl Store {
             let tx = self.conn.unchecked_transaction()?;
             tx.execute(
                 "INSERT INTO runs (recipe, cycle, started_at, status, executor, budget_bytes, workers, tasks_total, \
-                 resumed_from, pid, proc_start, boot_id, host, pid_ns, runner_version) \
-                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                 resumed_from, pid, proc_start, boot_id, host, pid_ns, runner_version, vars) \
+                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
                 params![
                     start.recipe,
                     start.cycle,
@@ -305,6 +305,7 @@ impl Store {
                     owner.host,
                     owner.pid_ns,
                     env!("CARGO_PKG_VERSION"),
+                    start.vars,
                 ],
             )?;
             let run_id = tx.last_insert_rowid();

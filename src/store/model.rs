@@ -163,6 +163,8 @@ pub struct TaskRecord {
     pub peak_bytes: u64,
     pub peak_source: PeakSource,
     pub output_bytes: u64,
+    /// The size of the file a path output names (0 for an output in memory).
+    pub file_bytes: u64,
     pub wall_ms: u64,
     /// The worker that ran it, `0..workers`.
     pub worker: u32,
@@ -198,6 +200,7 @@ impl TaskRecord {
             peak_bytes: 0,
             peak_source: PeakSource::Allocator,
             output_bytes: 0,
+            file_bytes: 0,
             wall_ms: 0,
             worker: 0,
             start_ms: 0,
@@ -260,6 +263,8 @@ pub struct RunStart {
     pub resumed_from: Option<i64>,
     /// Steps whose keys the store spells from task indices (see [`TaskRecord::key`]).
     pub keys: Vec<StepKeys>,
+    /// The recipe's vars as the run has them, a JSON object (`{}` for none).
+    pub vars: String,
 }
 
 impl RunStart {
@@ -274,6 +279,7 @@ impl RunStart {
             executor: Executor::Local,
             resumed_from: None,
             keys: Vec::new(),
+            vars: "{}".into(),
         }
     }
 }
@@ -342,6 +348,9 @@ pub struct RunRow {
     pub recorded_ms: Option<u64>,
     pub resumed_from: Option<i64>,
     pub pid: u32,
+    /// The recipe's vars as the run had them, a JSON object; `None` for runs recorded before
+    /// runner kept them.
+    pub vars: Option<String>,
 }
 
 /// One point of a run's memory over time (`samples`).

@@ -31,6 +31,9 @@ pub struct HistoryRun {
     pub started_at: String,
     /// As stored, except that a `running` run whose process is gone reads as `killed`.
     pub status: RunStatus,
+    /// The recipe's vars as the run had them (a JSON object), when recorded.
+    #[serde(skip)]
+    pub vars: Option<String>,
 }
 
 impl From<&super::RunRow> for HistoryRun {
@@ -41,6 +44,7 @@ impl From<&super::RunRow> for HistoryRun {
             cycle: run.cycle.clone(),
             started_at: run.started_at.clone(),
             status: run.status,
+            vars: run.vars.clone(),
         }
     }
 }
@@ -83,6 +87,8 @@ pub struct HistoryTask {
     pub peak_source: Option<PeakSource>,
     pub output_bytes: u64,
     pub wall_ms: u64,
+    /// The size of the file a path output names (0 for an output in memory).
+    pub file_bytes: u64,
 }
 
 /// One step of one run, aggregated for `runner history`: the run, then its step's figures (the
@@ -155,7 +161,7 @@ const ESTIMATE: &str = "coalesce(t.estimate_bytes, b.estimate_bytes)";
 const TASK_COLUMNS: &str = "b.run_id, t.task_index, t.status, t.attempts, t.input_bytes, \
      coalesce(t.estimate_bytes, b.estimate_bytes), coalesce(t.estimate_source, b.estimate_source), \
      coalesce(t.plugin_estimate_bytes, b.plugin_estimate_bytes), t.peak_bytes, \
-     coalesce(t.peak_source, b.peak_source), t.output_bytes, t.wall_ms";
+     coalesce(t.peak_source, b.peak_source), t.output_bytes, t.wall_ms, t.file_bytes";
 
 fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask> {
     let int = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map_or(0, from_sql_int));
@@ -174,6 +180,7 @@ fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask
         peak_source: text(9)?.and_then(PeakSource::parse),
         output_bytes: int(10)?,
         wall_ms: int(11)?,
+        file_bytes: int(12)?,
     })
 }
 
@@ -193,7 +200,7 @@ impl Store {
         let mut stmt = self
             .conn()
             .prepare_cached(&format!(
-                "SELECT run_id, recipe, cycle, started_at, status, pid, proc_start, boot_id, host, pid_ns FROM runs \
+                "SELECT run_id, recipe, cycle, started_at, status, pid, proc_start, boot_id, host, pid_ns, vars FROM runs \
                  WHERE {recipe_filter} \
                  AND (?2 IS NULL OR EXISTS (SELECT 1 FROM task_blocks AS b WHERE b.run_id = runs.run_id AND b.step = ?2)) \
                  ORDER BY run_id DESC",
@@ -211,6 +218,7 @@ impl Store {
                     cycle: row.get(2)?,
                     started_at: row.get(3)?,
                     status: status_now(&stored, || run_owner(row, 5)),
+                    vars: row.get(10)?,
                 })
             };
             let run = read().map_err(|e| self.err(what, e))?;

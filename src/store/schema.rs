@@ -270,6 +270,50 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX events_by_run ON events (run_id, t_ms);
     ",
+    // 4: the vars each run had (a JSON object), so that a prediction can start from the past
+    // cycle most like the one it predicts.
+    "ALTER TABLE runs ADD COLUMN vars TEXT;",
+    // 5: the size of the file a path output names (an `exec` step's output), which its
+    // consumers read as input bytes: a prediction needs it where the output held no memory.
+    // The view is made again with it (as version 3 made it, plus `file_bytes`).
+    "
+    ALTER TABLE task_rows ADD COLUMN file_bytes INTEGER NOT NULL DEFAULT 0;
+    DROP VIEW tasks;
+    CREATE VIEW tasks AS
+    SELECT t.task_id AS task_id,
+        b.run_id AS run_id,
+        b.step AS step,
+        coalesce(t.key, (
+            SELECT group_concat(part, ',') FROM (
+                SELECT d.name || '=' || (d.value0 + d.value_step * ((t.task_index / d.divisor) % d.size)) AS part
+                FROM step_dims AS d WHERE d.run_id = b.run_id AND d.step = b.step ORDER BY d.pos)
+        ), '') AS key,
+        t.task_index AS task_index,
+        b.plugin AS plugin,
+        CASE t.status WHEN 0 THEN 'ok' WHEN 1 THEN 'failed' WHEN 2 THEN 'skipped' WHEN 3 THEN 'reused' ELSE 'unknown' END AS status,
+        t.attempts AS attempts,
+        t.input_bytes AS input_bytes,
+        coalesce(t.estimate_bytes, b.estimate_bytes) AS estimate_bytes,
+        coalesce(t.estimate_source, b.estimate_source) AS estimate_source,
+        coalesce(t.plugin_estimate_bytes, b.plugin_estimate_bytes) AS plugin_estimate_bytes,
+        t.peak_bytes AS peak_bytes,
+        coalesce(t.peak_source, b.peak_source) AS peak_source,
+        t.output_bytes AS output_bytes,
+        t.file_bytes AS file_bytes,
+        t.wall_ms AS wall_ms,
+        e.error AS error,
+        t.worker AS worker,
+        t.start_ms AS start_ms,
+        t.start_ms + t.wall_ms AS end_ms,
+        e.log_path AS log_path,
+        e.output_path AS output_path,
+        nullif(coalesce(e.args_hash, b.args_hash), 0) AS args_hash,
+        nullif(coalesce(e.inputs_hash, b.inputs_hash), 0) AS inputs_hash,
+        nullif(coalesce(e.output_hash, b.output_hash), 0) AS output_hash
+    FROM task_blocks AS b
+    CROSS JOIN task_rows AS t ON t.task_id BETWEEN b.first_task_id AND b.last_task_id
+    LEFT JOIN task_details AS e ON e.task_id = t.task_id;
+    ",
 ];
 
 /// The schema version this code writes and understands.

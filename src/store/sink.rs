@@ -23,6 +23,7 @@ pub fn run_start(compiled: &Compiled, options: &RunOptions) -> RunStart {
         executor: Executor::Local,
         resumed_from: None,
         keys,
+        vars: compiled.recipe.vars_json(),
         ..RunStart::new(
             compiled.recipe.name.clone(),
             compiled.recipe.cycle.clone(),
@@ -152,6 +153,7 @@ impl StoreSink {
         row.peak_bytes = task.peak;
         row.peak_source = task.peak_source;
         row.output_bytes = task.output_bytes;
+        row.file_bytes = task.file_bytes;
         row.wall_ms = task.wall.as_millis() as u64;
         row.worker = task.worker as u32;
         row.start_ms = task.started.as_millis() as u64;

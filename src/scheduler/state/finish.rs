@@ -94,9 +94,16 @@ impl<'g> State<'g> {
     }
 
     /// [`State::finish`] for a simulated task, whose output is `output_bytes` of virtual buffer
-    /// (see [`Produced::Virtual`]).
-    pub fn finish_virtual(&mut self, picked: Picked, outcome: Outcome, output_bytes: u64, wall: Duration) {
-        self.finish_produced(picked, outcome, Produced::Virtual { bytes: output_bytes }, 0, 0, wall);
+    /// (see [`Produced::Virtual`]), or names a file of `file_bytes` that its consumers read.
+    pub fn finish_virtual(
+        &mut self,
+        picked: Picked,
+        outcome: Outcome,
+        output_bytes: u64,
+        file_bytes: u64,
+        wall: Duration,
+    ) {
+        self.finish_produced(picked, outcome, Produced::Virtual { bytes: output_bytes }, file_bytes, 0, wall);
     }
 
     pub(super) fn finish_produced(

@@ -1,0 +1,187 @@
+//! Which past cycle is most like the one predicted: what a plugin estimates from its data at
+//! dispatch, and what a task whose inputs differ from the plan's produces, only a real run
+//! measures, and it follows the cycle's weather. A cycle's vars (`wet: 0.55`, `thresholds:
+//! [...]`) are what a recipe says of its weather, so the prediction takes those figures from the
+//! recorded run whose vars are nearest to this cycle's, not simply from the newest.
+//!
+//! Nearness is a sum over the vars of either (Gower's distance, for mixed kinds of values): a
+//! number differs by its difference as a share of the range that var spans over the cycles
+//! compared (so `wet: 0.02` and `0.05` are near when the cycles range from 0.02 to 0.6; a
+//! number inside a list or object, whose range is not kept, by its difference relative to the
+//! larger, at most 1); a list by how far its lengths differ plus, in proportion to what they
+//! share, how its items differ; an object by its members; anything else, or a var only one of
+//! them has, by 0 (equal) or 1. Ties go to the newest run.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+/// The index in `candidates` (run vars as JSON text, oldest first) of the nearest to `now`,
+/// the newest of equals; `None` when there are none. A run without vars (recorded before runs
+/// kept them) is farther than any with them.
+pub fn nearest(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Option<usize> {
+    let parsed: Vec<Option<Map<String, Value>>> =
+        candidates.iter().map(|text| text.and_then(|t| serde_json::from_str(t).ok())).collect();
+    let spans = spans(now, parsed.iter().flatten());
+    let mut best: Option<(usize, f64)> = None;
+    for (at, vars) in parsed.iter().enumerate() {
+        let distance = vars.as_ref().map_or(f64::INFINITY, |vars| distance(now, vars, &spans));
+        if best.is_none_or(|(_, nearest)| distance <= nearest) {
+            best = Some((at, distance));
+        }
+    }
+    best.map(|(at, _)| at)
+}
+
+/// How far apart two cycles' vars are (0: the same), a top-level number's difference measured
+/// against its var's range in `spans`.
+fn distance(now: &Map<String, Value>, recorded: &Map<String, Value>, spans: &HashMap<&str, f64>) -> f64 {
+    let only_recorded = recorded.keys().filter(|k| !now.contains_key(*k)).count() as f64;
+    let shared_or_now: f64 = now
+        .iter()
+        .map(|(name, a)| match (recorded.get(name), spans.get(name.as_str())) {
+            (None, _) => 1.0,
+            (Some(b), Some(&span)) if a.is_number() && b.is_number() => spanned(a, b, span),
+            (Some(b), _) => value_distance(a, b),
+        })
+        .sum();
+    shared_or_now + only_recorded
+}
+
+/// The range each of `now`'s numeric vars spans over `now` and `runs`.
+fn spans<'a>(
+    now: &'a Map<String, Value>,
+    runs: impl Iterator<Item = &'a Map<String, Value>> + Clone,
+) -> HashMap<&'a str, f64> {
+    let mut spans = HashMap::new();
+    for (name, value) in now {
+        let Some(own) = value.as_f64() else { continue };
+        let values = runs.clone().filter_map(|run| run.get(name).and_then(Value::as_f64));
+        let (low, high) = values.fold((own, own), |(low, high), v| (low.min(v), high.max(v)));
+        spans.insert(name.as_str(), high - low);
+    }
+    spans
+}
+
+fn spanned(a: &Value, b: &Value, span: f64) -> f64 {
+    match (a.as_f64(), b.as_f64()) {
+        (Some(x), Some(y)) if span > 0.0 => ((x - y).abs() / span).min(1.0),
+        (Some(x), Some(y)) => unequal(&x, &y),
+        _ => unequal(a, b),
+    }
+}
+
+fn object_distance(a: &Map<String, Value>, b: &Map<String, Value>) -> f64 {
+    let only_in_b = b.keys().filter(|k| !a.contains_key(*k)).count() as f64;
+    let shared_or_a: f64 = a.iter().map(|(k, va)| b.get(k).map_or(1.0, |vb| value_distance(va, vb))).sum();
+    shared_or_a + only_in_b
+}
+
+fn value_distance(a: &Value, b: &Value) -> f64 {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => match (x.as_f64(), y.as_f64()) {
+            (Some(x), Some(y)) => relative(x, y),
+            _ => unequal(a, b),
+        },
+        (Value::Array(x), Value::Array(y)) => list_distance(x, y),
+        (Value::Object(x), Value::Object(y)) => {
+            let members = x.len().max(y.len()).max(1) as f64;
+            (object_distance(x, y) / members).min(1.0)
+        }
+        _ => unequal(a, b),
+    }
+}
+
+fn relative(x: f64, y: f64) -> f64 {
+    let scale = x.abs().max(y.abs());
+    if scale == 0.0 { 0.0 } else { ((x - y).abs() / scale).min(1.0) }
+}
+
+/// Lengths first (a list of 6 thresholds is far from one of 2), then the items they share.
+fn list_distance(x: &[Value], y: &[Value]) -> f64 {
+    let (short, long) = (x.len().min(y.len()), x.len().max(y.len()));
+    if long == 0 {
+        return 0.0;
+    }
+    let shared = short as f64 / long as f64;
+    let items =
+        if short == 0 { 0.0 } else { x.iter().zip(y).map(|(a, b)| value_distance(a, b)).sum::<f64>() / short as f64 };
+    ((1.0 - shared) + shared * items).min(1.0)
+}
+
+fn unequal<T: PartialEq>(a: &T, b: &T) -> f64 {
+    if a == b { 0.0 } else { 1.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(text: &str) -> Map<String, Value> {
+        serde_json::from_str(text).unwrap()
+    }
+
+    /// The distance of `recorded` from `now` among `others` (which set the ranges).
+    fn among(now: &str, recorded: &str, others: &[&str]) -> f64 {
+        let (now, recorded) = (vars(now), vars(recorded));
+        let others: Vec<_> = others.iter().map(|o| vars(o)).collect();
+        let spans = spans(&now, others.iter().chain([&recorded]));
+        distance(&now, &recorded, &spans)
+    }
+
+    #[test]
+    fn the_same_weather_is_nearest_and_the_newest_of_equals_wins() {
+        let now = vars(r#"{"wet": 0.55, "thresholds": [0.5, 4.0]}"#);
+        let runs = [
+            Some(r#"{"wet": 0.5, "thresholds": [0.5, 4.0]}"#),
+            Some(r#"{"wet": 0.05, "thresholds": [0.5, 4.0]}"#),
+            Some(r#"{"wet": 0.5, "thresholds": [0.5, 4.0]}"#),
+            Some(r#"{"wet": 0.55, "thresholds": [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]}"#),
+            None,
+        ];
+        assert_eq!(nearest(&now, &runs), Some(2));
+        assert_eq!(
+            among(r#"{"wet": 0.55, "thresholds": [0.5, 4.0]}"#, r#"{"wet": 0.55, "thresholds": [0.5, 4.0]}"#, &[]),
+            0.0
+        );
+    }
+
+    #[test]
+    fn a_number_is_measured_against_the_range_its_var_spans() {
+        // 0.20 is nearer 0.05 than 0.40 on a range of 0.02 to 0.60, though relatively farther.
+        let now = vars(r#"{"wet": 0.20}"#);
+        let runs =
+            [Some(r#"{"wet": 0.05}"#), Some(r#"{"wet": 0.40}"#), Some(r#"{"wet": 0.60}"#), Some(r#"{"wet": 0.02}"#)];
+        assert_eq!(nearest(&now, &runs), Some(0));
+        let far = among(r#"{"wet": 0.02}"#, r#"{"wet": 0.60}"#, &[r#"{"wet": 0.3}"#]);
+        assert_eq!(far, 1.0);
+        // One value all along: equal is 0, and a new value is a full step away.
+        assert_eq!(among(r#"{"wet": 0.1}"#, r#"{"wet": 0.1}"#, &[r#"{"wet": 0.1}"#]), 0.0);
+        assert_eq!(among(r#"{"n": 3}"#, r#"{"n": 4}"#, &[]), 1.0);
+    }
+
+    #[test]
+    fn list_lengths_weigh_more_than_their_items() {
+        let now = r#"{"thresholds": [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]}"#;
+        let six = among(now, r#"{"thresholds": [1, 2, 3, 4, 5, 6]}"#, &[]);
+        let two = among(now, r#"{"thresholds": [0.5, 1.0]}"#, &[]);
+        assert!(six < two, "{six} {two}");
+    }
+
+    #[test]
+    fn runs_without_vars_are_taken_only_when_there_is_nothing_else() {
+        let now = vars(r#"{"wet": 0.1}"#);
+        assert_eq!(nearest(&now, &[None, Some(r#"{"other": 1}"#), None]), Some(1));
+        assert_eq!(nearest(&now, &[None, Some("not json")]), Some(1));
+        assert_eq!(nearest(&now, &[None, None]), Some(1));
+        assert_eq!(nearest(&now, &[]), None);
+    }
+
+    #[test]
+    fn strings_and_missing_vars_count_one_each() {
+        let now = r#"{"model": "ukv", "wet": 0}"#;
+        assert_eq!(among(now, r#"{"model": "ukv", "wet": 0}"#, &[]), 0.0);
+        assert_eq!(among(now, r#"{"model": "glm", "wet": 0}"#, &[]), 1.0);
+        assert_eq!(among(now, r#"{"wet": 0, "extra": true}"#, &[]), 2.0);
+    }
+}
