@@ -9,7 +9,7 @@ use runner::plugin::{ArgSpec, Args, Inputs, Plugin, TaskContext, TaskError, Valu
 use runner::testing::plan::Compiled;
 use runner::testing::recipe::CompileOptions;
 use runner::testing::registry::Registry;
-use runner::testing::scheduler::{self, Progress, RunOptions, RunReport};
+use runner::testing::scheduler::{self, Progress, RunOptions, RunReport, TaskReport, TaskSink};
 use serde_json::{Value as Json, json};
 
 /// Returns its key as JSON, plus whatever its inputs carried: `{"key": ..., "in": {...}}`.
@@ -370,6 +370,19 @@ fn run_flaky(yaml: &str, edit: impl FnOnce(&mut Compiled)) -> RunReport {
     run_flaky_seeing(yaml, edit).0
 }
 
+/// What each skipped task was recorded with, by `step[key]`.
+#[derive(Default)]
+struct SkipReasons(Mutex<std::collections::BTreeMap<String, String>>);
+
+impl TaskSink for SkipReasons {
+    fn record(&self, task: &TaskReport<'_>) {
+        if task.outcome == scheduler::Outcome::Skipped {
+            let why = task.error.unwrap_or_default().to_string();
+            self.0.lock().unwrap().insert(format!("{}[{}]", task.step, task.key), why);
+        }
+    }
+}
+
 /// [`run_flaky`], with what each task that succeeded returned.
 fn run_flaky_seeing(
     yaml: &str,
@@ -406,6 +419,45 @@ fn an_in_process_task_past_its_timeout_fails_once_it_returns() {
     assert_eq!(report.total(|s| s.failed), 2);
     assert!(report.failures.iter().all(|f| f.error.starts_with("timed out: it ran 0.3 s")), "{:?}", report.failures);
     assert_eq!(report.total(|s| s.skipped), 2, "dependants of timed-out tasks are skipped");
+}
+
+#[test]
+fn a_task_with_a_failed_and_a_missing_input_is_skipped_for_the_failure_whichever_came_first() {
+    // 200 consumers of each: one failed or missing task can skip many at once.
+    for (fail_ms, missing_ms) in [(0, 150), (150, 0)] {
+        let yaml = format!(
+            "recipe: r\ndims:\n  i: 200\nsteps:\n  fails:\n    plugin: flaky\n    args: {{fail_first: 9, sleep_ms: {fail_ms}}}\n  \
+             missing:\n    plugin: flaky\n    args: {{missing: [\"\"], sleep_ms: {missing_ms}}}\n  both:\n    plugin: flaky\n    \
+             over: [i]\n    inputs: {{a: fails, b: missing}}\n  only_missing:\n    plugin: flaky\n    over: [i]\n    \
+             inputs: {{b: missing}}\n"
+        );
+        let flaky = Flaky { attempts: Mutex::default(), outputs: Arc::default() };
+        let registry = Registry::new([Arc::new(flaky) as Arc<dyn Plugin>]);
+        let options = CompileOptions { cycle: "C1".into(), set: vec![] };
+        let mut compiled = Compiled::from_text(Path::new("flaky.yaml"), &yaml, &options, &registry).unwrap();
+        compiled.recipe.steps[1].on_missing = runner::testing::recipe::OnMissing::Skip;
+        let dir = tempfile::tempdir().unwrap();
+        let options = RunOptions::new(2, 1 << 30, dir.path().join("run"));
+        let sink = SkipReasons::default();
+        let report = scheduler::run(
+            &compiled.recipe,
+            &compiled.graph,
+            &compiled.plan,
+            &options,
+            &Progress::default(),
+            Some(&sink),
+        );
+        assert_eq!((report.failures.len(), report.missing.len()), (1, 1), "{:?} {:?}", report.failures, report.missing);
+        assert_eq!((report.steps[2].skipped, report.steps[3].skipped), (200, 200));
+        let reasons = sink.0.into_inner().unwrap();
+        assert_eq!(reasons.len(), 1 + 400, "the task that found its input missing is skipped too");
+        assert!(reasons["missing[]"].contains("no input file"), "{:?}", reasons["missing[]"]);
+        for i in [0, 199] {
+            let case = format!("failing after {fail_ms} ms, missing after {missing_ms} ms");
+            assert_eq!(reasons[&format!("both[i={i}]")], "an input failed", "{case}");
+            assert_eq!(reasons[&format!("only_missing[i={i}]")], "an input is missing", "{case}");
+        }
+    }
 }
 
 #[test]

@@ -43,7 +43,7 @@ impl Produced {
     }
 }
 
-/// A task to count as finished, in [`State::complete`]'s work list.
+/// A task to count as finished, in [`State::complete`].
 pub(super) struct Completion {
     task: TaskRef,
     outcome: Outcome,
@@ -54,6 +54,25 @@ pub(super) struct Completion {
     hash: u64,
     /// Its consumers are skipped, for this reason.
     poison: Option<SkipReason>,
+}
+
+/// A task finished by another's completion, in [`State::complete`]'s work list: small, and
+/// its completion made only when it is taken, since one failed task can skip a million
+/// consumers at once (a list of full completions held 100 bytes each of them).
+#[derive(Clone, Copy)]
+pub(super) enum Cascade {
+    /// Skipped (or dropped) because of its inputs; its consumers poisoned for `poison`.
+    Skip { task: TaskRef, outcome: Outcome, poison: Option<SkipReason> },
+    /// Taken over from the resumed run, its output had again.
+    Reuse(TaskRef),
+}
+
+/// The reason a task is skipped for, of two: a failure upstream outweighs a missing input.
+fn worse(a: Option<SkipReason>, b: Option<SkipReason>) -> Option<SkipReason> {
+    match (a, b) {
+        (Some(SkipReason::InputFailed), _) | (_, Some(SkipReason::InputFailed)) => Some(SkipReason::InputFailed),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Why a task was skipped without running.
@@ -133,8 +152,10 @@ impl<'g> State<'g> {
             Outcome::Skipped => Some(SkipReason::InputMissing),
             Outcome::Ok | Outcome::Dropped | Outcome::Reused => None,
         };
-        work.push(Completion { task, outcome, output, file_bytes, hash, poison });
-        while let Some(Completion { task, outcome, output, file_bytes, hash, poison }) = work.pop() {
+        let mut first = Some(Completion { task, outcome, output, file_bytes, hash, poison });
+        while let Some(Completion { task, outcome, output, file_bytes, hash, poison }) =
+            first.take().or_else(|| work.pop().map(|next| self.cascaded(next)))
+        {
             self.finished += 1;
             self.release_inputs(task);
             match outcome {
@@ -146,16 +167,9 @@ impl<'g> State<'g> {
                 Outcome::Failed | Outcome::Skipped => self.discard(output),
             }
             self.notify_consumers(task, poison, outcome == Outcome::Dropped, &mut ready);
-            for newly_ready in ready.drain(..) {
-                let skip = |outcome, poison| Completion {
-                    task: newly_ready,
-                    outcome,
-                    output: Produced::Value(Value::None),
-                    file_bytes: 0,
-                    hash: 0,
-                    poison,
-                };
-                if let Some(reason) = self.poisoned.remove(&newly_ready) {
+            for (newly_ready, poisoned) in ready.drain(..) {
+                let skip = |outcome, poison| Cascade::Skip { task: newly_ready, outcome, poison };
+                if let Some(reason) = poisoned {
                     self.skipped.push((newly_ready, reason));
                     work.push(skip(Outcome::Skipped, Some(reason)));
                 } else if let Some(reason) = self.gathers_nothing(newly_ready) {
@@ -163,10 +177,10 @@ impl<'g> State<'g> {
                     // the gathers downstream (a store's finalize still runs without the chunk).
                     self.skipped.push((newly_ready, reason));
                     work.push(skip(Outcome::Dropped, None));
-                } else if let Some(reused) = self.reuse.and_then(|r| r.get(newly_ready.step, newly_ready.index)) {
+                } else if self.reuse.is_some_and(|r| r.get(newly_ready.step, newly_ready.index).is_some()) {
                     // Taken over from the resumed run: finished at once, its output had again.
                     self.reused.push(newly_ready);
-                    work.push(reused_completion(newly_ready, reused));
+                    work.push(Cascade::Reuse(newly_ready));
                 } else {
                     self.steps[newly_ready.step].ready.push_back(newly_ready.index);
                 }
@@ -174,6 +188,19 @@ impl<'g> State<'g> {
         }
         self.work = work;
         self.newly_ready = ready;
+    }
+
+    /// The completion of a task `complete` finished in turn.
+    fn cascaded(&self, next: Cascade) -> Completion {
+        match next {
+            Cascade::Skip { task, outcome, poison } => {
+                Completion { task, outcome, output: Produced::Value(Value::None), file_bytes: 0, hash: 0, poison }
+            }
+            Cascade::Reuse(task) => {
+                let reused = self.reuse.and_then(|r| r.get(task.step, task.index)).expect("listed when it was pushed");
+                reused_completion(task, reused)
+            }
+        }
     }
 
     /// Completes the reused tasks of source steps (the others follow as their producers are
@@ -288,7 +315,7 @@ impl<'g> State<'g> {
         task: TaskRef,
         poison: Option<SkipReason>,
         dropped: bool,
-        ready: &mut Vec<TaskRef>,
+        ready: &mut Vec<(TaskRef, Option<SkipReason>)>,
     ) {
         let graph = self.graph;
         for &edge in &graph.steps[task.step].outputs {
@@ -312,16 +339,14 @@ impl<'g> State<'g> {
                 }
                 *counter -= 1;
                 let consumer_task = TaskRef { step: consumer, index };
-                if let Some(reason) = poison {
-                    // A failure upstream outweighs a missing input: the consumer is skipped
-                    // because of the failure.
-                    let entry = self.poisoned.entry(consumer_task).or_insert(reason);
-                    if reason == SkipReason::InputFailed {
-                        *entry = reason;
-                    }
-                }
                 if *counter == 0 {
-                    ready.push(consumer_task);
+                    // Ready: its reason goes with it, so that a million consumers of one
+                    // failed task never fill the map of those still waiting.
+                    let earlier = if self.poisoned.is_empty() { None } else { self.poisoned.remove(&consumer_task) };
+                    ready.push((consumer_task, worse(earlier, poison)));
+                } else if let Some(reason) = poison {
+                    let entry = self.poisoned.entry(consumer_task).or_insert(reason);
+                    *entry = worse(Some(*entry), Some(reason)).expect("both are reasons");
                 }
             });
         }

@@ -31,7 +31,7 @@ mod finish;
 mod pick;
 mod spill;
 
-use finish::Completion;
+use finish::Cascade;
 pub use finish::{Outcome, SkipReason};
 pub use pick::{Pick, Picked};
 pub use spill::{SpillDone, SpillJob};
@@ -111,7 +111,7 @@ pub struct State<'g> {
     graph: &'g Graph,
     steps: Vec<StepState>,
     outputs: HashMap<TaskRef, LiveOutput>,
-    /// Tasks that will be skipped when they become ready, and why.
+    /// Tasks still waiting for other inputs that will be skipped when they become ready, and why.
     poisoned: HashMap<TaskRef, SkipReason>,
     /// Tasks that found their input missing under `on_missing: ignore`: left out of gathers.
     dropped: HashSet<TaskRef>,
@@ -130,8 +130,8 @@ pub struct State<'g> {
     reuse: Option<&'g Reuse>,
     none: Arc<Value>,
     /// Reused buffers, so finishing a task allocates nothing in the steady state.
-    work: Vec<Completion>,
-    newly_ready: Vec<TaskRef>,
+    work: Vec<Cascade>,
+    newly_ready: Vec<(TaskRef, Option<SkipReason>)>,
     /// Each step's learned footprint, bumped within the run on under-estimates.
     models: Vec<Option<Model>>,
     params: Params,
