@@ -678,3 +678,59 @@ steps:
     assert!(highest > 700 * MIB, "the tasks ran: {highest}");
     assert!(highest <= common::allowed(budget), "the tree peaked at {highest} under a budget of {budget}: {err}");
 }
+
+#[test]
+fn a_large_gather_of_python_objects_under_a_tight_budget_runs_alone_on_its_spilled_inputs() {
+    if !numpy_here() {
+        return;
+    }
+    // Twelve 3.8 MiB pickled objects, 46 MiB in all, gathered under a 16 MiB budget: the
+    // producers' values go to disk as they pile up, the gather runs alone over the budget
+    // with them mapped, and its result is whole.
+    let dir = setup(
+        r#"
+recipe: python-gather
+dims: {member: 12}
+steps:
+  make:
+    plugin: python
+    over: [member]
+    args: {call: "steps:field", kwargs: {lead: "{member}", size: 1000}, pythonpath: [lib]}
+  wrap:
+    plugin: python
+    over: [member]
+    inputs: {a: make}
+    args: {call: "steps:wrap", kwargs: {name: "m{member}"}, pythonpath: [lib]}
+  stack:
+    plugin: python
+    inputs: {cubes: wrap}
+    args: {call: "steps:unwrap", pythonpath: [lib]}
+  save:
+    plugin: write_npy
+    inputs: {array: stack}
+    args: {path: out/stack.npy}
+"#,
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "2", "--budget", "16MiB", "--summary", "s.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    let member = 1000 * 1000 * 4;
+    assert!(summary["spilled_bytes"].as_u64().unwrap() >= 6 * member, "{summary}");
+    let db = dir.path().join("runner.db");
+    let stack = query(&db, "SELECT start_ms, end_ms, input_bytes, peak_bytes FROM tasks WHERE step = 'stack'");
+    let [start, end, input, peak] = [0, 1, 2, 3].map(|i| stack[0][i].parse::<u64>().unwrap());
+    // Its inputs are the 12 pickles (each its array and a few hundred bytes of pickle).
+    assert!((12 * member..12 * member + 64 * 1024).contains(&input), "stack read {input} bytes");
+    assert!(peak >= 2 * 12 * member, "stack held its inputs and its result: recorded {} MiB", peak / MIB);
+    let overlapping = query(
+        &db,
+        &format!("SELECT step, task_index FROM tasks WHERE step != 'stack' AND start_ms < {end} AND end_ms > {start}"),
+    );
+    assert!(overlapping.is_empty(), "ran beside the gather over the budget: {overlapping:?}");
+    let check = "import numpy as np; a = np.load('out/stack.npy'); \
+                 print(a.shape, all((a[m] == m).all() for m in range(12)))";
+    let verify = std::process::Command::new("python3").args(["-c", check]).current_dir(dir.path()).output().unwrap();
+    assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
+    assert_eq!(String::from_utf8_lossy(&verify.stdout).trim(), "(12, 1000, 1000) True", "each member's plane");
+}
