@@ -31,7 +31,7 @@ use runner::testing::plan::EstimateSource;
 use runner::testing::recipe::CompileOptions;
 use runner::testing::registry::Registry;
 use runner::testing::store::{
-    RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, RunWritten, Store, TaskRecord, TaskStatus,
+    RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, RunWritten, Store, TaskFigures, TaskRecord, TaskStatus,
 };
 
 /// Rows per recorded run in `record`.
@@ -66,17 +66,21 @@ impl Steps {
         };
         let jitter = (runner_std_plugins::fnv1a64(&i.to_le_bytes()) % 4096) << 10;
         TaskRecord {
+            figures: TaskFigures {
+                input_bytes: 4 << 20,
+                estimate_bytes: 10 << 20,
+                estimate_source: EstimateSource::History,
+                plugin_estimate_bytes: 8 << 20,
+                peak_bytes: (6 << 20) + jitter,
+                output_bytes: 4 << 20,
+                wall: Duration::from_millis(i % 50),
+                started: Duration::from_millis(i / 20),
+                attempts: 1,
+                ..TaskFigures::default()
+            },
             task_index: Some(i),
             key: Some(key),
-            input_bytes: 4 << 20,
-            estimate_bytes: 10 << 20,
-            estimate_source: EstimateSource::History,
-            plugin_estimate_bytes: 8 << 20,
-            peak_bytes: (6 << 20) + jitter,
-            output_bytes: 4 << 20,
-            wall_ms: i % 50,
             worker: (i % 2) as u32,
-            start_ms: i / 20,
             ..TaskRecord::new(step.clone(), plugin, TaskStatus::Ok)
         }
     }

@@ -115,7 +115,8 @@ pub mod testing {
         pub use crate::store::writer::MAX_BATCHES;
         pub use crate::store::{
             HistoryRun, KeyDim, PAGE_SIZE, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, RunWritten,
-            SCHEMA_VERSION, Sample, StepFigures, StepHistory, StepKeys, Store, StoreError, TaskRecord, TaskStatus,
+            SCHEMA_VERSION, Sample, StepFigures, StepHistory, StepKeys, Store, StoreError, TaskFigures, TaskRecord,
+            TaskStatus,
         };
     }
 }

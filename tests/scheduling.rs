@@ -48,11 +48,11 @@ impl TaskSink for Recorder {
         }
         self.rows.lock().unwrap().push(Row {
             step: task.step.to_string(),
-            attempts: task.attempts,
+            attempts: task.figures.attempts,
             outcome: task.outcome,
-            started: task.started,
-            wall: task.wall,
-            peak: task.peak,
+            started: task.figures.started,
+            wall: task.figures.wall,
+            peak: task.figures.peak_bytes,
         });
     }
 }

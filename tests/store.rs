@@ -12,7 +12,7 @@ use runner::testing::measure::PeakSource;
 use runner::testing::plan::EstimateSource;
 use runner::testing::store::{
     HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, Sample, StepFigures,
-    StepHistory, Store, StoreError, TaskRecord, TaskStatus,
+    StepHistory, Store, StoreError, TaskFigures, TaskRecord, TaskStatus,
 };
 use rusqlite::Connection;
 
@@ -41,20 +41,23 @@ fn task(steps: &[Arc<str>; 3], i: u64) -> TaskRecord {
         _ => TaskStatus::Ok,
     };
     TaskRecord {
+        figures: TaskFigures {
+            attempts: 1 + (i % 3) as u32,
+            input_bytes: i,
+            estimate_bytes: 1000 + i * 7,
+            estimate_source: SOURCES[(i % 3) as usize],
+            plugin_estimate_bytes: 900 + i,
+            peak_bytes: (i * 7919 % 100_000) << 20,
+            peak_source: if i.is_multiple_of(7) { PeakSource::Cgroup } else { PeakSource::Allocator },
+            output_bytes: i * 3,
+            file_bytes: if i.is_multiple_of(13) { i * 5 } else { 0 },
+            wall: Duration::from_millis(i % 1000),
+            started: Duration::from_millis(i * 2),
+            ..TaskFigures::default()
+        },
         task_index: Some(i),
         key: Some(format!("member={},lead={}", i % 18, i / 18)),
-        attempts: 1 + (i % 3) as u32,
-        input_bytes: i,
-        estimate_bytes: 1000 + i * 7,
-        estimate_source: SOURCES[(i % 3) as usize],
-        plugin_estimate_bytes: 900 + i,
-        peak_bytes: (i * 7919 % 100_000) << 20,
-        peak_source: if i.is_multiple_of(7) { PeakSource::Cgroup } else { PeakSource::Allocator },
-        output_bytes: i * 3,
-        file_bytes: if i.is_multiple_of(13) { i * 5 } else { 0 },
-        wall_ms: i % 1000,
         worker: (i % 4) as u32,
-        start_ms: i * 2,
         log_path: i.is_multiple_of(11).then(|| format!("logs/{i}.log")),
         args_hash: Some(0xfeed_0000_0000_0000 + i % 5),
         inputs_hash: i.is_multiple_of(2).then_some(i.wrapping_mul(0x9e37_79b9_7f4a_7c15)),
@@ -104,27 +107,27 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
         assert_eq!(row.get::<_, String>(3).unwrap(), want.key.unwrap());
         assert_eq!(row.get::<_, String>(4).unwrap(), want.plugin);
         assert_eq!(row.get::<_, String>(5).unwrap(), want.status.as_str());
-        assert_eq!(row.get::<_, u32>(6).unwrap(), want.attempts);
-        assert_eq!(u64_at(row, 7).unwrap(), want.input_bytes, "rows are missing before {i}");
-        assert_eq!(u64_at(row, 8).unwrap(), want.estimate_bytes);
-        assert_eq!(row.get::<_, String>(9).unwrap(), want.estimate_source.as_str());
-        assert_eq!(u64_at(row, 10).unwrap(), want.plugin_estimate_bytes);
-        assert_eq!(u64_at(row, 11).unwrap(), want.peak_bytes);
-        assert_eq!(u64_at(row, 12).unwrap(), want.output_bytes);
-        assert_eq!(u64_at(row, 13).unwrap(), want.wall_ms);
+        assert_eq!(row.get::<_, u32>(6).unwrap(), want.figures.attempts);
+        assert_eq!(u64_at(row, 7).unwrap(), want.figures.input_bytes, "rows are missing before {i}");
+        assert_eq!(u64_at(row, 8).unwrap(), want.figures.estimate_bytes);
+        assert_eq!(row.get::<_, String>(9).unwrap(), want.figures.estimate_source.as_str());
+        assert_eq!(u64_at(row, 10).unwrap(), want.figures.plugin_estimate_bytes);
+        assert_eq!(u64_at(row, 11).unwrap(), want.figures.peak_bytes);
+        assert_eq!(u64_at(row, 12).unwrap(), want.figures.output_bytes);
+        assert_eq!(u64_at(row, 13).unwrap(), want.figures.wall_ms());
         assert_eq!(row.get::<_, Option<String>>(14).unwrap(), want.error);
         assert_eq!(row.get::<_, Option<i64>>(15).unwrap(), Some(i as i64));
-        assert_eq!(row.get::<_, String>(16).unwrap(), want.peak_source.as_str());
+        assert_eq!(row.get::<_, String>(16).unwrap(), want.figures.peak_source.as_str());
         assert_eq!(row.get::<_, u32>(17).unwrap(), want.worker);
-        assert_eq!(u64_at(row, 18).unwrap(), want.start_ms);
-        assert_eq!(u64_at(row, 19).unwrap(), want.start_ms + want.wall_ms);
+        assert_eq!(u64_at(row, 18).unwrap(), want.figures.start_ms());
+        assert_eq!(u64_at(row, 19).unwrap(), want.figures.start_ms() + want.figures.wall_ms());
         assert_eq!(row.get::<_, Option<String>>(20).unwrap(), want.log_path);
         let hash = |index: usize| row.get::<_, Option<i64>>(index).unwrap().map(|h| h as u64);
         assert_eq!(hash(21), want.args_hash);
         assert_eq!(hash(22), want.inputs_hash.filter(|&h| h != 0));
         assert_eq!(hash(23), want.output_hash);
         assert_eq!(row.get::<_, Option<String>>(24).unwrap(), want.output_path);
-        assert_eq!(u64_at(row, 25).unwrap(), want.file_bytes);
+        assert_eq!(u64_at(row, 25).unwrap(), want.figures.file_bytes);
         i += 1;
     }
     assert_eq!(i, n, "run {run_id} has {i} rows, expected {n}");
@@ -339,8 +342,10 @@ fn a_hundred_thousand_rows_land_with_their_values() {
     assert_eq!(row.tasks_ok, Some(of(TaskStatus::Ok)));
     assert_eq!(row.tasks_failed, Some(of(TaskStatus::Failed)));
     assert_eq!(row.tasks_skipped, Some(of(TaskStatus::Skipped)));
-    let under =
-        tasks.iter().filter(|t| t.status != TaskStatus::Skipped && t.peak_bytes > t.estimate_bytes).count() as u64;
+    let under = tasks
+        .iter()
+        .filter(|t| t.status != TaskStatus::Skipped && t.figures.peak_bytes > t.figures.estimate_bytes)
+        .count() as u64;
     assert_eq!(row.underestimates, Some(under));
     // The same, straight from the file.
     let conn = raw(&path);
@@ -568,14 +573,18 @@ fn hand_run(store: &Store, recipe: &str, cycle: &str, steps: &[(&str, &[HandTask
         let step: Arc<str> = Arc::from(*step);
         for (i, &(estimate, peak, status, source)) in tasks.iter().enumerate() {
             recorder.record(TaskRecord {
+                figures: TaskFigures {
+                    input_bytes: 10 * i as u64,
+                    estimate_bytes: estimate,
+                    estimate_source: source,
+                    plugin_estimate_bytes: estimate / 2,
+                    peak_bytes: peak,
+                    wall: Duration::from_millis(5),
+                    attempts: u32::from(status != TaskStatus::Skipped),
+                    ..TaskFigures::default()
+                },
                 task_index: Some(i as u64),
                 key: Some(format!("i={i}")),
-                input_bytes: 10 * i as u64,
-                estimate_bytes: estimate,
-                estimate_source: source,
-                plugin_estimate_bytes: estimate / 2,
-                peak_bytes: peak,
-                wall_ms: 5,
                 ..TaskRecord::new(step.clone(), "alloc", status)
             });
         }
@@ -607,10 +616,14 @@ fn history_queries_aggregate_a_hand_built_history() {
     // A run in progress: shown by `runner history`, not used by the estimator.
     let running = store.start_run(&start("precip", "c4")).unwrap();
     running.record(TaskRecord {
-        estimate_bytes: 1,
-        estimate_source: HISTORY,
-        plugin_estimate_bytes: 1,
-        peak_bytes: 1,
+        figures: TaskFigures {
+            estimate_bytes: 1,
+            estimate_source: HISTORY,
+            plugin_estimate_bytes: 1,
+            peak_bytes: 1,
+            attempts: 1,
+            ..TaskFigures::default()
+        },
         ..TaskRecord::new(Arc::from("smooth"), "alloc", Ok)
     });
     while running.committed() < 1 {
@@ -807,11 +820,15 @@ fn a_large_step_of_quick_tasks_costs_under_30_bytes_a_task() {
             chunk
                 .iter()
                 .map(|&i| TaskRecord {
+                    figures: TaskFigures {
+                        estimate_bytes: 65536,
+                        started: Duration::from_millis(i / 400),
+                        attempts: 1,
+                        ..TaskFigures::default()
+                    },
                     task_index: Some(i),
                     key: None,
-                    estimate_bytes: 65536,
                     worker: (i % 2) as u32,
-                    start_ms: i / 400,
                     ..TaskRecord::new(step.clone(), "noop", TaskStatus::Ok)
                 })
                 .collect(),

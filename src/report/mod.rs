@@ -86,6 +86,7 @@ mod tests {
     //! The page models against the store's own rows: what a page shows is what was recorded.
 
     use std::sync::Arc;
+    use std::time::Duration;
 
     use rusqlite::Connection;
 
@@ -95,8 +96,8 @@ mod tests {
     use crate::measure::PeakSource;
     use crate::plan::EstimateSource;
     use crate::store::{
-        EventKind, KeyDim, RunEvent, RunFilter, RunOutcome, RunStart, RunStatus, Sample, StepKeys, Store, TaskRecord,
-        TaskStatus,
+        EventKind, KeyDim, RunEvent, RunFilter, RunOutcome, RunStart, RunStatus, Sample, StepKeys, Store, TaskFigures,
+        TaskRecord, TaskStatus,
     };
 
     const MIB: u64 = 1 << 20;
@@ -118,18 +119,21 @@ mod tests {
         for i in 0..12u64 {
             let status = if i == 7 { TaskStatus::Failed } else { TaskStatus::Ok };
             recorder.record(TaskRecord {
+                figures: TaskFigures {
+                    attempts: if i == 3 { 2 } else { 1 },
+                    input_bytes: i * MIB,
+                    estimate_bytes: 10 * MIB,
+                    estimate_source: if i < 6 { EstimateSource::Plugin } else { EstimateSource::History },
+                    plugin_estimate_bytes: 8 * MIB + i,
+                    peak_bytes: (i + 1) * scale * MIB,
+                    peak_source: PeakSource::Allocator,
+                    wall: Duration::from_millis(20 + i),
+                    started: Duration::from_millis(i * 15),
+                    ..TaskFigures::default()
+                },
                 task_index: Some(i),
                 key: None,
-                attempts: if i == 3 { 2 } else { 1 },
-                input_bytes: i * MIB,
-                estimate_bytes: 10 * MIB,
-                estimate_source: if i < 6 { EstimateSource::Plugin } else { EstimateSource::History },
-                plugin_estimate_bytes: 8 * MIB + i,
-                peak_bytes: (i + 1) * scale * MIB,
-                peak_source: PeakSource::Allocator,
-                wall_ms: 20 + i,
                 worker: (i % 2) as u32,
-                start_ms: i * 15,
                 error: (i == 7).then(|| "boom <b>at</b> member 7".to_string()),
                 log_path: (i == 7).then(|| "/tmp/logs/field-7.log".to_string()),
                 ..TaskRecord::new(field.clone(), "alloc", status)
@@ -139,13 +143,17 @@ mod tests {
         for (i, lead) in ["a", "b", "c", "d"].into_iter().enumerate() {
             let status = if i == 3 { TaskStatus::Skipped } else { TaskStatus::Ok };
             recorder.record(TaskRecord {
+                figures: TaskFigures {
+                    estimate_bytes: 2 * MIB,
+                    peak_bytes: if status == TaskStatus::Skipped { 0 } else { MIB },
+                    wall: Duration::from_millis(if status == TaskStatus::Skipped { 0 } else { 5 }),
+                    started: Duration::from_millis(200 + i as u64),
+                    attempts: u32::from(status != TaskStatus::Skipped),
+                    ..TaskFigures::default()
+                },
                 task_index: Some(i as u64),
                 key: Some(format!("lead={lead}")),
-                estimate_bytes: 2 * MIB,
-                peak_bytes: if status == TaskStatus::Skipped { 0 } else { MIB },
-                wall_ms: if status == TaskStatus::Skipped { 0 } else { 5 },
                 worker: 1,
-                start_ms: 200 + i as u64,
                 ..TaskRecord::new(save.clone(), "write_npy", status)
             });
         }

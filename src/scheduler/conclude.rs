@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 use runner_plugin::{FailureKind, Value};
 
 use super::worker::{Finished, UnpublishedRuns, Worker};
-use super::{Failure, Outcome, Picked, TaskHashes, TaskRef, TaskReport};
+use super::{Failure, Outcome, Picked, TaskFigures, TaskHashes, TaskRef, TaskReport};
 use crate::executor::attempt::TaskOutcome;
-use crate::measure::PeakSource;
 use crate::memory::Admission;
 use crate::recipe::OnMissing;
 
@@ -66,20 +65,23 @@ impl<'s, 'r> Worker<'s, 'r> {
             _ => (None, None),
         };
         // Reported first: should the sink fail, the task is counted once, as the failure it becomes.
-        let measured = Measured {
-            peak: outcome.peak,
+        let picked = &self.claimed[at].picked;
+        let figures = TaskFigures {
+            attempts,
+            input_bytes: picked.input_bytes,
+            estimate_bytes: picked.estimate,
+            estimate_source: picked.source,
+            plugin_estimate_bytes: picked.plugin_estimate,
+            peak_bytes: outcome.peak,
             peak_source: outcome.peak_source,
             output_bytes,
             file_bytes,
             wall,
-            started,
-            attempts,
-            log_path: outcome.log_path,
-            hashes,
-            output_path,
+            started: started.saturating_duration_since(self.shared.started),
         };
-        self.report(&self.claimed[at].picked, result, &measured, error.as_deref());
-        self.count(at, measured.peak, wall);
+        let measured = Measured { figures, log_path: outcome.log_path, hashes, output_path };
+        self.report(picked, result, &measured, error.as_deref());
+        self.count(at, figures.peak_bytes, wall);
         match result {
             Outcome::Ok => {
                 self.stats[step].ok += 1;
@@ -94,7 +96,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             (None, _) => {}
         }
         let hash = hashes.map_or(0, |h| h.output);
-        Finished { outcome: result, output, file_bytes, hash, peak: measured.peak, wall }
+        Finished { outcome: result, output, file_bytes, hash, peak: figures.peak_bytes, wall }
     }
 
     /// For `--resume`, when the run is recorded: the hashes of what the task (described in
@@ -183,17 +185,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             key: &self.key,
             plugin: step.plugin.name(),
             outcome,
-            input_bytes: picked.input_bytes,
-            estimate: picked.estimate,
-            source: picked.source,
-            plugin_estimate: picked.plugin_estimate,
-            peak: measured.peak,
-            output_bytes: measured.output_bytes,
-            file_bytes: measured.file_bytes,
-            wall: measured.wall,
-            started: measured.started.saturating_duration_since(self.shared.started),
-            attempts: measured.attempts,
-            peak_source: measured.peak_source,
+            figures: measured.figures,
             log_path: measured.log_path.as_deref(),
             hashes: measured.hashes,
             output_path: measured.output_path.as_deref(),
@@ -223,17 +215,12 @@ impl<'s, 'r> Worker<'s, 'r> {
             key: &self.key,
             plugin: step.plugin.name(),
             outcome,
-            input_bytes: 0,
-            estimate: plan.estimate,
-            source: plan.source,
-            plugin_estimate: plan.plugin_estimate,
-            peak: 0,
-            output_bytes: 0,
-            file_bytes: 0,
-            wall: Duration::ZERO,
-            started: Duration::ZERO,
-            attempts: 0,
-            peak_source: PeakSource::Allocator,
+            figures: TaskFigures {
+                estimate_bytes: plan.estimate,
+                estimate_source: plan.source,
+                plugin_estimate_bytes: plan.plugin_estimate,
+                ..TaskFigures::default()
+            },
             log_path: None,
             hashes,
             output_path,
@@ -283,13 +270,7 @@ impl<'s, 'r> Worker<'s, 'r> {
 
 /// How a task that ran was measured, for its report.
 struct Measured {
-    peak: u64,
-    peak_source: PeakSource,
-    output_bytes: u64,
-    file_bytes: u64,
-    wall: Duration,
-    started: Instant,
-    attempts: u32,
+    figures: TaskFigures,
     log_path: Option<PathBuf>,
     hashes: Option<TaskHashes>,
     output_path: Option<PathBuf>,

@@ -40,7 +40,7 @@ pub use local::Local;
 pub use meter::RunMeter;
 pub use options::{RunExtras, RunOptions};
 pub use progress::{Progress, StepProgress};
-pub use report::{Failure, RunReport, SpillRecord, TaskHashes, TaskReport, TaskSink};
+pub use report::{Failure, RunReport, SpillRecord, TaskFigures, TaskHashes, TaskReport, TaskSink};
 pub use run::{run, run_with};
 pub(crate) use state::{Garbage, Pick, Picked, SpillJob, State};
 pub use state::{Outcome, SkipReason, TaskRef};

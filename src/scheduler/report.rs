@@ -22,22 +22,8 @@ pub struct TaskReport<'a> {
     pub key: &'a str,
     pub plugin: &'static str,
     pub outcome: Outcome,
-    pub input_bytes: u64,
-    pub estimate: u64,
-    pub source: EstimateSource,
-    pub plugin_estimate: u64,
-    pub peak: u64,
-    pub output_bytes: u64,
-    /// The size of the file a path output names (0 for an output in memory): what its
-    /// consumers read, which a prediction needs as a real run's input bytes.
-    pub file_bytes: u64,
-    pub wall: Duration,
-    /// When the task started, since the run started (zero for a skipped task).
-    pub started: Duration,
-    /// Attempts made (0 for a task that never ran).
-    pub attempts: u32,
-    /// How `peak` was measured.
-    pub peak_source: PeakSource,
+    /// What it was admitted with and measured at, as the store keeps them.
+    pub figures: TaskFigures,
     /// The file holding what the task printed (external commands), if there is one.
     pub log_path: Option<&'a std::path::Path>,
     /// Content hashes for `--resume` (what it was asked, what it read, what it made), when
@@ -45,6 +31,62 @@ pub struct TaskReport<'a> {
     pub hashes: Option<TaskHashes>,
     pub output_path: Option<&'a std::path::Path>,
     pub error: Option<&'a str>,
+}
+
+/// What one task was admitted with and measured at: the worker reports it in its
+/// [`TaskReport`] and the store keeps it as it is in its row (one type from worker to row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskFigures {
+    /// Attempts made (0 for a task that never ran).
+    pub attempts: u32,
+    pub input_bytes: u64,
+    /// The estimate the task was admitted with, and where it came from.
+    pub estimate_bytes: u64,
+    pub estimate_source: EstimateSource,
+    /// What the plugin itself estimated for this task (the estimator calibrates it).
+    pub plugin_estimate_bytes: u64,
+    /// Heap and commands together: the peak admission counted, recorded and learned.
+    pub peak_bytes: u64,
+    /// How `peak_bytes` was measured.
+    pub peak_source: PeakSource,
+    pub output_bytes: u64,
+    /// The size of the file a path output names (0 for an output in memory): what its
+    /// consumers read, which a prediction needs as a real run's input bytes.
+    pub file_bytes: u64,
+    pub wall: Duration,
+    /// When the task started, since the run started (zero for a task that never ran).
+    pub started: Duration,
+}
+
+impl TaskFigures {
+    /// Its wall time in whole ms (truncated), as the store keeps it.
+    pub fn wall_ms(&self) -> u64 {
+        self.wall.as_millis() as u64
+    }
+
+    /// When it started, in whole ms since the run started (its end is `start_ms + wall_ms`).
+    pub fn start_ms(&self) -> u64 {
+        self.started.as_millis() as u64
+    }
+}
+
+impl Default for TaskFigures {
+    /// A task that never ran: every figure zero, its estimate the plugin's.
+    fn default() -> TaskFigures {
+        TaskFigures {
+            attempts: 0,
+            input_bytes: 0,
+            estimate_bytes: 0,
+            estimate_source: EstimateSource::Plugin,
+            plugin_estimate_bytes: 0,
+            peak_bytes: 0,
+            peak_source: PeakSource::Allocator,
+            output_bytes: 0,
+            file_bytes: 0,
+            wall: Duration::ZERO,
+            started: Duration::ZERO,
+        }
+    }
 }
 
 /// A task's content hashes (see [`crate::resume`]).

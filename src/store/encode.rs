@@ -91,12 +91,12 @@ impl Counts {
             TaskStatus::Skipped => self.skipped += 1,
         }
         if !matches!(task.status, TaskStatus::Skipped | TaskStatus::Reused) {
-            if task.peak_bytes > task.estimate_bytes {
+            if task.figures.peak_bytes > task.figures.estimate_bytes {
                 self.underestimates += 1;
             }
-            self.estimate_sum = self.estimate_sum.saturating_add(task.estimate_bytes);
-            self.peak_sum = self.peak_sum.saturating_add(task.peak_bytes);
-            self.recorded_ms = self.recorded_ms.max(task.start_ms.saturating_add(task.wall_ms));
+            self.estimate_sum = self.estimate_sum.saturating_add(task.figures.estimate_bytes);
+            self.peak_sum = self.peak_sum.saturating_add(task.figures.peak_bytes);
+            self.recorded_ms = self.recorded_ms.max(task.figures.start_ms().saturating_add(task.figures.wall_ms()));
         }
     }
 }
@@ -157,10 +157,10 @@ struct BlockDefaults {
 impl BlockDefaults {
     fn of(first: &TaskRecord) -> BlockDefaults {
         BlockDefaults {
-            estimate_bytes: first.estimate_bytes,
-            plugin_estimate_bytes: first.plugin_estimate_bytes,
-            estimate_source: first.estimate_source.as_str(),
-            peak_source: first.peak_source.as_str(),
+            estimate_bytes: first.figures.estimate_bytes,
+            plugin_estimate_bytes: first.figures.plugin_estimate_bytes,
+            estimate_source: first.figures.estimate_source.as_str(),
+            peak_source: first.figures.peak_source.as_str(),
             args_hash: Cell::hash(first.args_hash),
             inputs_hash: Cell::hash(first.inputs_hash),
             output_hash: Cell::hash(first.output_hash),
@@ -200,18 +200,18 @@ fn row_cells<'a>(task: &'a TaskRecord, block: &BlockDefaults) -> [Cell<'a>; ROW_
         task.task_index.map_or(Cell::Null, int),
         task.key.as_deref().map_or(Cell::Null, Cell::Text),
         Cell::Int(task.status.code()),
-        Cell::Int(i64::from(task.attempts)),
-        int(task.input_bytes),
-        unless_default(task.estimate_bytes, block.estimate_bytes),
-        text_unless(task.estimate_source.as_str(), block.estimate_source),
-        unless_default(task.plugin_estimate_bytes, block.plugin_estimate_bytes),
-        int(task.peak_bytes),
-        text_unless(task.peak_source.as_str(), block.peak_source),
-        int(task.output_bytes),
-        int(task.file_bytes),
-        int(task.wall_ms),
+        Cell::Int(i64::from(task.figures.attempts)),
+        int(task.figures.input_bytes),
+        unless_default(task.figures.estimate_bytes, block.estimate_bytes),
+        text_unless(task.figures.estimate_source.as_str(), block.estimate_source),
+        unless_default(task.figures.plugin_estimate_bytes, block.plugin_estimate_bytes),
+        int(task.figures.peak_bytes),
+        text_unless(task.figures.peak_source.as_str(), block.peak_source),
+        int(task.figures.output_bytes),
+        int(task.figures.file_bytes),
+        int(task.figures.wall_ms()),
         Cell::Int(i64::from(task.worker)),
-        int(task.start_ms),
+        int(task.figures.start_ms()),
     ]
 }
 
@@ -404,14 +404,14 @@ mod tests {
 
     use super::*;
     use crate::plan::EstimateSource;
-    use crate::store::TaskStatus;
+    use crate::store::{TaskFigures, TaskStatus};
 
     #[test]
     fn multi_row_inserts_number_their_parameters_in_order() {
         let sql = insert_rows_sql(2);
         let values = sql.split("VALUES ").nth(1).unwrap();
-        let first: Vec<String> = (1..=14).map(|p| format!("?{p}")).collect();
-        let second: Vec<String> = (15..=28).map(|p| format!("?{p}")).collect();
+        let first: Vec<String> = (1..=15).map(|p| format!("?{p}")).collect();
+        let second: Vec<String> = (16..=30).map(|p| format!("?{p}")).collect();
         assert_eq!(values, format!("({}), ({})", first.join(", "), second.join(", ")));
     }
 
@@ -419,8 +419,12 @@ mod tests {
     fn rows_store_only_what_differs_from_their_block() {
         let step: Arc<str> = Arc::from("s");
         let first = TaskRecord {
-            estimate_bytes: 100,
-            plugin_estimate_bytes: 80,
+            figures: TaskFigures {
+                estimate_bytes: 100,
+                plugin_estimate_bytes: 80,
+                attempts: 1,
+                ..TaskFigures::default()
+            },
             args_hash: Some(7),
             ..TaskRecord::new(step.clone(), "noop", TaskStatus::Ok)
         };
@@ -429,8 +433,7 @@ mod tests {
         assert_eq!(cells[5..8], [Cell::Null, Cell::Null, Cell::Null]);
         assert_eq!(block.details(&first), None, "nothing of its own beyond the block's");
         let other = TaskRecord {
-            estimate_bytes: 200,
-            estimate_source: EstimateSource::History,
+            figures: TaskFigures { estimate_bytes: 200, estimate_source: EstimateSource::History, ..first.figures },
             args_hash: None,
             error: Some("boom".into()),
             ..first.clone()

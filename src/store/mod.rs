@@ -40,6 +40,8 @@ use rusqlite::{Connection, params};
 
 use crate::process_identity::ProcessIdentity;
 
+/// A row's figures are the worker's report's, as they are.
+pub use crate::scheduler::TaskFigures;
 pub use connect::PAGE_SIZE;
 pub use model::{
     EventKind, Executor, KeyDim, RunEvent, RunOutcome, RunRow, RunStart, RunStatus, Sample, StepKeys, TaskRecord,
@@ -344,6 +346,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use super::*;
 
@@ -363,13 +366,17 @@ mod tests {
         let step: Arc<str> = Arc::from("s");
         for i in 0..10u64 {
             recorder.record(TaskRecord {
+                figures: TaskFigures {
+                    input_bytes: i,
+                    estimate_bytes: 10,
+                    plugin_estimate_bytes: 10,
+                    peak_bytes: i * 2,
+                    wall: Duration::from_millis(1),
+                    attempts: 1,
+                    ..TaskFigures::default()
+                },
                 task_index: Some(i),
                 key: Some(format!("i={i}")),
-                input_bytes: i,
-                estimate_bytes: 10,
-                plugin_estimate_bytes: 10,
-                peak_bytes: i * 2,
-                wall_ms: 1,
                 ..TaskRecord::new(step.clone(), "noop", TaskStatus::Ok)
             });
         }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::measure::PeakSource;
 use crate::plan::EstimateSource;
+use crate::scheduler::TaskFigures;
 
 /// The state of a run row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -153,23 +153,10 @@ pub struct TaskRecord {
     pub key: Option<String>,
     pub plugin: &'static str,
     pub status: TaskStatus,
-    pub attempts: u32,
-    pub input_bytes: u64,
-    /// The estimate the task was admitted with, and where it came from.
-    pub estimate_bytes: u64,
-    pub estimate_source: EstimateSource,
-    /// What the plugin itself estimated for this task (the estimator calibrates it).
-    pub plugin_estimate_bytes: u64,
-    pub peak_bytes: u64,
-    pub peak_source: PeakSource,
-    pub output_bytes: u64,
-    /// The size of the file a path output names (0 for an output in memory).
-    pub file_bytes: u64,
-    pub wall_ms: u64,
+    /// What it was admitted with and measured at, as the worker reported them.
+    pub figures: TaskFigures,
     /// The worker that ran it, `0..workers`.
     pub worker: u32,
-    /// When it started, in ms since the run started (its end is `start_ms + wall_ms`).
-    pub start_ms: u64,
     /// The file holding what it printed (external commands).
     pub log_path: Option<String>,
     /// Content hashes for `--resume`: of its rendered args, of its inputs' content, of its
@@ -192,18 +179,8 @@ impl TaskRecord {
             key: Some(String::new()),
             plugin,
             status,
-            attempts: u32::from(status != TaskStatus::Skipped),
-            input_bytes: 0,
-            estimate_bytes: 0,
-            estimate_source: EstimateSource::Plugin,
-            plugin_estimate_bytes: 0,
-            peak_bytes: 0,
-            peak_source: PeakSource::Allocator,
-            output_bytes: 0,
-            file_bytes: 0,
-            wall_ms: 0,
+            figures: TaskFigures { attempts: u32::from(status != TaskStatus::Skipped), ..TaskFigures::default() },
             worker: 0,
-            start_ms: 0,
             log_path: None,
             args_hash: None,
             inputs_hash: None,

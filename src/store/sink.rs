@@ -145,18 +145,8 @@ impl StoreSink {
             Outcome::Skipped | Outcome::Dropped => TaskStatus::Skipped,
             Outcome::Reused => TaskStatus::Reused,
         };
-        row.attempts = task.attempts;
-        row.input_bytes = task.input_bytes;
-        row.estimate_bytes = task.estimate;
-        row.estimate_source = task.source;
-        row.plugin_estimate_bytes = task.plugin_estimate;
-        row.peak_bytes = task.peak;
-        row.peak_source = task.peak_source;
-        row.output_bytes = task.output_bytes;
-        row.file_bytes = task.file_bytes;
-        row.wall_ms = task.wall.as_millis() as u64;
+        row.figures = task.figures;
         row.worker = task.worker as u32;
-        row.start_ms = task.started.as_millis() as u64;
         set_path(&mut row.log_path, task.log_path);
         row.args_hash = task.hashes.map(|h| h.args);
         row.inputs_hash = task.hashes.map(|h| h.inputs);
