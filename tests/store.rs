@@ -53,7 +53,6 @@ fn task(steps: &[Arc<str>; 3], i: u64) -> TaskRecord {
             file_bytes: if i.is_multiple_of(13) { i * 5 } else { 0 },
             wall: Duration::from_millis(i % 1000),
             started: Duration::from_millis(i * 2),
-            ..TaskFigures::default()
         },
         task_index: Some(i),
         key: Some(format!("member={},lead={}", i % 18, i / 18)),
