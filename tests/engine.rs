@@ -388,6 +388,15 @@ fn run_flaky_seeing(
     yaml: &str,
     edit: impl FnOnce(&mut Compiled),
 ) -> (RunReport, std::collections::HashMap<String, Json>) {
+    run_flaky_into(yaml, edit, None)
+}
+
+/// [`run_flaky_seeing`], each task reported to `sink` when one is given.
+fn run_flaky_into(
+    yaml: &str,
+    edit: impl FnOnce(&mut Compiled),
+    sink: Option<&dyn TaskSink>,
+) -> (RunReport, std::collections::HashMap<String, Json>) {
     let outputs = Arc::new(Mutex::new(std::collections::HashMap::new()));
     let flaky = Flaky { attempts: Mutex::default(), outputs: outputs.clone() };
     let registry = Registry::new([Arc::new(flaky) as Arc<dyn Plugin>]);
@@ -397,7 +406,7 @@ fn run_flaky_seeing(
     let dir = tempfile::tempdir().unwrap();
     let options = RunOptions::new(2, 1 << 30, dir.path().join("run"));
     let report =
-        scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);
+        scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), sink);
     let outputs = outputs.lock().unwrap().clone();
     (report, outputs)
 }
@@ -431,22 +440,9 @@ fn a_task_with_a_failed_and_a_missing_input_is_skipped_for_the_failure_whichever
              over: [i]\n    inputs: {{a: fails, b: missing}}\n  only_missing:\n    plugin: flaky\n    over: [i]\n    \
              inputs: {{b: missing}}\n"
         );
-        let flaky = Flaky { attempts: Mutex::default(), outputs: Arc::default() };
-        let registry = Registry::new([Arc::new(flaky) as Arc<dyn Plugin>]);
-        let options = CompileOptions { cycle: "C1".into(), set: vec![] };
-        let mut compiled = Compiled::from_text(Path::new("flaky.yaml"), &yaml, &options, &registry).unwrap();
-        compiled.recipe.steps[1].on_missing = runner::testing::recipe::OnMissing::Skip;
-        let dir = tempfile::tempdir().unwrap();
-        let options = RunOptions::new(2, 1 << 30, dir.path().join("run"));
         let sink = SkipReasons::default();
-        let report = scheduler::run(
-            &compiled.recipe,
-            &compiled.graph,
-            &compiled.plan,
-            &options,
-            &Progress::default(),
-            Some(&sink),
-        );
+        let missing_skips = |c: &mut Compiled| c.recipe.steps[1].on_missing = runner::testing::recipe::OnMissing::Skip;
+        let (report, _) = run_flaky_into(&yaml, missing_skips, Some(&sink));
         assert_eq!((report.failures.len(), report.missing.len()), (1, 1), "{:?} {:?}", report.failures, report.missing);
         assert_eq!((report.steps[2].skipped, report.steps[3].skipped), (200, 200));
         let reasons = sink.0.into_inner().unwrap();

@@ -42,6 +42,18 @@ steps:
     inputs: {members: make}
 ";
 
+/// Asserts that `predicted`'s peak reserved is within 10% of `real`'s.
+fn assert_reserved_within_10_percent(predicted: &Json, real: &Json, why: &str) {
+    let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
+    let (p_reserved, r_reserved) = (reserved(predicted), reserved(real));
+    assert!(
+        (p_reserved - r_reserved).abs() <= 0.1 * r_reserved,
+        "predicted peak reserved {:.1} MiB, real {:.1} MiB{why}",
+        p_reserved / MIB,
+        r_reserved / MIB
+    );
+}
+
 fn json(path: &Path) -> Json {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
@@ -83,14 +95,7 @@ fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_
     assert_eq!(predicted["steps"].as_array().unwrap().len(), 2);
     let (p_wall, r_wall) = (predicted["wall_s"].as_f64().unwrap(), real["wall_s"].as_f64().unwrap());
     assert!((p_wall - r_wall).abs() <= 0.2 * r_wall, "predicted wall {p_wall} s, real {r_wall} s");
-    let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
-    let (p_reserved, r_reserved) = (reserved(&predicted), reserved(&real));
-    assert!(
-        (p_reserved - r_reserved).abs() <= 0.1 * r_reserved,
-        "predicted peak reserved {:.1} MiB, real {:.1} MiB",
-        p_reserved / MIB,
-        r_reserved / MIB
-    );
+    assert_reserved_within_10_percent(&predicted, &real, "");
     let page = std::fs::read_to_string(dir.path().join("p.html")).unwrap();
     assert!(page.contains("A prediction, not a run"));
     // Nothing ran: the store holds the three real runs only.
@@ -137,14 +142,7 @@ fn what_only_a_run_measures_is_taken_from_the_cycle_with_the_nearest_vars_not_th
     let predicted = json(&dir.path().join("p.json"));
     assert_eq!(predicted["alike_cycles"], serde_json::json!(["c1"]));
     let real = run("c4", "24MiB", "r4.json");
-    let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
-    let (p_reserved, r_reserved) = (reserved(&predicted), reserved(&real));
-    assert!(
-        (p_reserved - r_reserved).abs() <= 0.1 * r_reserved,
-        "predicted peak reserved {:.1} MiB, real {:.1} MiB (the newest cycle's would be far below)",
-        p_reserved / MIB,
-        r_reserved / MIB
-    );
+    assert_reserved_within_10_percent(&predicted, &real, " (the newest cycle's would be far below)");
 }
 
 #[test]
@@ -179,9 +177,7 @@ fn a_spill_is_predicted_where_the_real_run_spilled() {
     let predicted = json(&dir.path().join("p.json"));
     assert!(predicted["spilled_bytes"].as_u64().unwrap() > 0, "{predicted}");
     // The gather runs alone over the budget with its spilled inputs mapped, in both.
-    let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
-    let (p_reserved, r_reserved) = (reserved(&predicted), reserved(&real));
-    assert!((p_reserved - r_reserved).abs() <= 0.1 * r_reserved, "predicted {predicted}\nreal {real}");
+    assert_reserved_within_10_percent(&predicted, &real, &format!("\npredicted {predicted}\nreal {real}"));
 }
 
 #[test]
