@@ -33,16 +33,16 @@ pub fn nearest(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Option<
     best.map(|(at, _)| at)
 }
 
-/// How far apart two cycles' vars are (0: the same), a top-level number's difference measured
-/// against its var's range in `spans`.
+/// How far apart two cycles' vars are (0: the same): each of `now`'s numbers that has a
+/// range in `spans` is measured against it, anything else by [`value_distance`].
 fn distance(now: &Map<String, Value>, recorded: &Map<String, Value>, spans: &HashMap<&str, f64>) -> f64 {
     let only_recorded = recorded.keys().filter(|k| !now.contains_key(*k)).count() as f64;
     let shared_or_now: f64 = now
         .iter()
-        .map(|(name, a)| match (recorded.get(name), spans.get(name.as_str())) {
-            (None, _) => 1.0,
-            (Some(b), Some(&span)) if a.is_number() && b.is_number() => spanned(a, b, span),
-            (Some(b), _) => value_distance(a, b),
+        .map(|(name, a)| match (recorded.get(name), a.as_f64(), spans.get(name.as_str())) {
+            (None, ..) => 1.0,
+            (Some(b), Some(x), Some(&span)) => b.as_f64().map_or(1.0, |y| spanned(x, y, span)),
+            (Some(b), ..) => value_distance(a, b),
         })
         .sum();
     shared_or_now + only_recorded
@@ -63,18 +63,9 @@ fn spans<'a>(
     spans
 }
 
-fn spanned(a: &Value, b: &Value, span: f64) -> f64 {
-    match (a.as_f64(), b.as_f64()) {
-        (Some(x), Some(y)) if span > 0.0 => ((x - y).abs() / span).min(1.0),
-        (Some(x), Some(y)) => unequal(&x, &y),
-        _ => unequal(a, b),
-    }
-}
-
-fn object_distance(a: &Map<String, Value>, b: &Map<String, Value>) -> f64 {
-    let only_in_b = b.keys().filter(|k| !a.contains_key(*k)).count() as f64;
-    let shared_or_a: f64 = a.iter().map(|(k, va)| b.get(k).map_or(1.0, |vb| value_distance(va, vb))).sum();
-    shared_or_a + only_in_b
+/// `x` and `y` apart as a share of `span` (a span of 0: every value so far was `x`).
+fn spanned(x: f64, y: f64, span: f64) -> f64 {
+    if span > 0.0 { ((x - y).abs() / span).min(1.0) } else { unequal(&x, &y) }
 }
 
 fn value_distance(a: &Value, b: &Value) -> f64 {
@@ -84,9 +75,10 @@ fn value_distance(a: &Value, b: &Value) -> f64 {
             _ => unequal(a, b),
         },
         (Value::Array(x), Value::Array(y)) => list_distance(x, y),
+        // Nested numbers have no kept range: relative to the larger.
         (Value::Object(x), Value::Object(y)) => {
             let members = x.len().max(y.len()).max(1) as f64;
-            (object_distance(x, y) / members).min(1.0)
+            (distance(x, y, &HashMap::new()) / members).min(1.0)
         }
         _ => unequal(a, b),
     }
