@@ -10,25 +10,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use common::{runner, runner_command, stderr, write};
+use common::{alone, beside_others, runner, runner_command, stderr, write};
 
 const MIB: u64 = 1 << 20;
-
-/// The replay that allows no task under its estimate runs with no other test of this file
-/// beside it: on two cores, with another test's commands running beside it, one of its 22
-/// tasks once went a few percent over its estimate; alone it held.
-static ALONE: RwLock<()> = RwLock::new(());
-
-fn alone() -> RwLockWriteGuard<'static, ()> {
-    ALONE.write().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn beside_others() -> RwLockReadGuard<'static, ()> {
-    ALONE.read().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn cgroups_here() -> bool {
     match runner::testing::command::support() {
@@ -543,6 +529,8 @@ fn the_commands_pipeline_s_footprints_follow_the_weather() {
 /// extrapolation margin covers (without it, 1 of its 22 tasks was 8% under).
 #[test]
 fn the_commands_replay_holds_the_estimate_thresholds() {
+    // Alone: with another test's commands beside it on two cores, one of its 22 tasks once went
+    // a few percent over its estimate.
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     copy_commands_pipeline(dir.path());

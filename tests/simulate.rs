@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{runner, stderr, write};
+use common::{alone, beside_others, runner, stderr, write};
 use serde_json::Value as Json;
 
 const MIB: f64 = (1 << 20) as f64;
@@ -69,6 +69,7 @@ fn run_cycle(dir: &Path, recipe: &str, cycle: &str, summary: &str) -> Json {
 
 #[test]
 fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_predicted() {
+    let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.yaml", HOLDING);
     run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
@@ -122,6 +123,7 @@ steps:
 
 #[test]
 fn what_only_a_run_measures_is_taken_from_the_cycle_with_the_nearest_vars_not_the_newest() {
+    let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "f.yaml", FOLLOWING);
     let run = |cycle: &str, out: &str, summary: &str| {
@@ -145,8 +147,60 @@ fn what_only_a_run_measures_is_taken_from_the_cycle_with_the_nearest_vars_not_th
     assert_reserved_within_10_percent(&predicted, &real, " (the newest cycle's would be far below)");
 }
 
+/// Commands whose files' sizes follow a var, read whole by the next step: a consumer's input
+/// bytes are its producer's file, which holds no memory and no plan knows.
+const FILES: &str = r#"recipe: sim-files
+vars:
+  mib: 1
+dims:
+  i: 4
+steps:
+  write:
+    plugin: exec
+    over: [i]
+    args:
+      command: [truncate, -s, "{mib}M", "{output}"]
+      output: "work/{cycle}/f{i}.bin"
+  read:
+    plugin: exec
+    over: [i]
+    inputs: {f: write}
+    args:
+      command: [python3, -c, "import sys; print(len(open(sys.argv[1], 'rb').read()))", "{input.f}"]
+"#;
+
+#[test]
+fn a_command_s_file_is_predicted_at_the_size_it_had_in_the_cycle_with_the_nearest_vars() {
+    // Alone: its Python readers of 96 MiB files slow the runs of the tests beside it, whose
+    // walls are then learned 2–3× longer than they run.
+    let _alone = alone();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", FILES);
+    let run = |cycle: &str, mib: u32, summary: &str| {
+        let set = format!("mib={mib}");
+        let args = ["run", "f.yaml", "--cycle", cycle, "--set", &set, "--workers", "2", "--budget", "1GiB"];
+        let out =
+            runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", summary]).collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json(&dir.path().join(summary))
+    };
+    run("c1", 96, "r1.json");
+    run("c2", 2, "r2.json");
+    run("c3", 2, "r3.json");
+    let args = ["simulate", "f.yaml", "--cycle", "c4", "--set", "mib=96", "--workers", "2", "--budget", "1GiB"];
+    let out = runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", "p.json"]).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let predicted = json(&dir.path().join("p.json"));
+    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c1"]));
+    let real = run("c4", 96, "r4.json");
+    let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
+    assert!(reserved(&real) > 2.0 * 96.0 * MIB, "two readers of 96 MiB files at once: {real}");
+    assert_reserved_within_10_percent(&predicted, &real, " (a reader taken to read nothing would be far below)");
+}
+
 #[test]
 fn without_history_every_task_is_a_guess_and_says_so() {
+    let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.yaml", HOLDING);
     let out = runner(
@@ -162,6 +216,7 @@ fn without_history_every_task_is_a_guess_and_says_so() {
 
 #[test]
 fn a_spill_is_predicted_where_the_real_run_spilled() {
+    let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "g.yaml", GATHER);
     let real = run_cycle(dir.path(), "g.yaml", "c1", "r1.json");
@@ -182,6 +237,7 @@ fn a_spill_is_predicted_where_the_real_run_spilled() {
 
 #[test]
 fn replay_simulate_prints_a_row_per_cycle_and_writes_predicted_and_recorded() {
+    let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.yaml", HOLDING);
     write(dir.path(), "cycles.yaml", "recipe: h.yaml\ncycles:\n  - {id: c1}\n  - {id: c2}\n  - {id: c3}\n");
@@ -215,6 +271,7 @@ fn replay_simulate_prints_a_row_per_cycle_and_writes_predicted_and_recorded() {
 
 #[test]
 fn the_slurm_what_if_reports_node_hours_and_the_peak_per_node() {
+    let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.yaml", HOLDING);
     run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
@@ -245,6 +302,7 @@ fn the_slurm_what_if_reports_node_hours_and_the_peak_per_node() {
 
 #[test]
 fn bad_flags_are_usage_errors_that_say_what_was_expected() {
+    let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.yaml", HOLDING);
     for (args, expected) in [

@@ -6,10 +6,24 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use serde_json::Value as Json;
 
 pub const MIB: u64 = 1 << 20;
+
+/// Tests of one file that must run with no other test of that file beside it (each test binary
+/// has its own): one whose figures the machine's load moves holds [`alone`], and the others
+/// [`beside_others`], which run together.
+static ALONE: RwLock<()> = RwLock::new(());
+
+pub fn alone() -> RwLockWriteGuard<'static, ()> {
+    ALONE.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+pub fn beside_others() -> RwLockReadGuard<'static, ()> {
+    ALONE.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 /// Budget plus the tolerance the SPEC allows: 5% and 64 MiB.
 pub fn allowed(budget: u64) -> u64 {
