@@ -329,6 +329,73 @@ fn interpreters_are_forked_from_one_that_imported() {
     assert_eq!(servers.len(), 3, "{servers:?}");
 }
 
+/// Counts the interpreters alive beside the caller: the forked ones are all children of the
+/// reaper, the caller's parent.
+const SIBLINGS: &str = r#"
+import os, time
+
+def alive():
+    parent, count = os.getppid(), 0
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == parent and fields[0] not in "ZX":
+            count += 1
+    return count
+
+def work(lead):
+    seen = alive()
+    time.sleep(0.3)
+    return seen
+
+def gather(*seen):
+    return [list(seen), alive()]
+
+def save(seen):
+    reaper = open(f"/proc/{os.getppid()}/cmdline").read().split("\0")[1]
+    open("alive.json", "w").write(repr(seen + [alive(), reaper]).replace("'", '"'))
+"#;
+
+#[test]
+fn an_interpreter_no_task_left_can_use_is_stopped_before_the_last_tasks_run() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: tail
+dims: {lead: 4}
+steps:
+  work:
+    plugin: python
+    over: [lead]
+    args: {call: "siblings:work", args: ["{lead}"], pythonpath: [lib]}
+  gather:
+    plugin: python
+    inputs: {seen: work}
+    args: {call: "siblings:gather", args: ["*{input.seen}"], pythonpath: [lib]}
+  save:
+    plugin: python
+    inputs: {seen: gather}
+    args: {call: "siblings:save", pythonpath: [lib]}
+"#,
+    );
+    write(dir.path(), "lib/siblings.py", SIBLINGS);
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let seen = std::fs::read_to_string(dir.path().join("alive.json")).unwrap();
+    let seen: serde_json::Value = serde_json::from_str(&seen).unwrap();
+    // [[alive at each `work` task], alive at the gather, alive at the save]
+    let work: Vec<i64> = seen[0].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    assert_eq!(&work[..2], [2, 2], "two workers, two interpreters while work is left for both: {seen}");
+    assert_eq!(seen[1], 1, "the gather and what follows it run one at a time: the other interpreter is gone: {seen}");
+    assert_eq!(seen[2], 1, "and no new one is started for the last task: {seen}");
+    assert_eq!(seen[3], "__reap-children", "the reaper they were forked from is the runner's own: {seen}");
+}
+
 /// A module whose import takes a second (as IMPROVER's does), logging when it began and when
 /// each call ran.
 const SLOW_IMPORT: &str = r#"

@@ -485,6 +485,19 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
 /// }
 /// ```
 pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
+    // A retired forking service execs this executable as its reaper: before anything else,
+    // so that the process stays small.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == crate::command::service::REAP_ARG) {
+        if let Some(fd) = args.next().and_then(|fd| fd.to_str()?.parse().ok()) {
+            crate::command::service::reap_children(fd);
+        }
+        return ExitCode::SUCCESS;
+    }
+    drop(args);
+    if let Ok(exe) = std::env::current_exe() {
+        crate::command::service::offer_reaper(exe);
+    }
     let registry = Registry::new(runner_std_plugins::all().into_iter().chain(extra));
     let cli = Cli::parse();
     logging::init();

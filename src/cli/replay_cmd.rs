@@ -18,6 +18,7 @@ use super::{EXIT_TASKS_FAILED, EXIT_USAGE, ReplayArgs};
 use crate::plan::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
+use crate::scheduler::RunOptions;
 use crate::store::RunStatus;
 
 #[derive(Debug, Deserialize)]
@@ -111,6 +112,8 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
             refuse_a_second_run(store, &compiled)?;
         }
         let locks = OutputLocks::acquire(&compiled)?;
+        // Interpreters stay warm for the next cycle; only the last one lets them go early.
+        let options = RunOptions { keep_services: position + 1 < file.cycles.len(), ..options.clone() };
         let run = execute(&mut compiled, &options, store.as_ref(), true, None, reuse.as_ref())?;
         drop(locks);
         if let Some(error) = run.store_error {

@@ -198,6 +198,7 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
         spill_dir: resources.spill_dir.clone(),
         memory_limit,
         enforce_memory: resources.enforce_memory,
+        keep_services: false,
     })
 }
 

@@ -57,6 +57,14 @@ pub trait Executor: Sync {
         Ok(())
     }
 
+    /// At most `tasks` of the run's tasks can run at once from now on (a lower figure each time
+    /// it is said; `u64::MAX` as a run starts): an executor may let go of what it keeps for
+    /// more — the local one stops idle services beyond that many. Said from a worker, outside
+    /// the scheduler's lock.
+    fn reach(&self, tasks: u64) {
+        let _ = tasks;
+    }
+
     /// Cancels everything under way (Ctrl-C, an aborted run): what was submitted, and the
     /// commands that run for it.
     fn cancel_all(&self);

@@ -39,6 +39,11 @@ impl Executor for Local {
         Local::run_unit(unit);
     }
 
+    /// Stops the idle services no task left can use ([`crate::command::service::keep_at_most`]).
+    fn reach(&self, tasks: u64) {
+        crate::command::service::keep_at_most(usize::try_from(tasks).unwrap_or(usize::MAX));
+    }
+
     /// Kills the process trees of the commands the run's tasks are running, and refuses new
     /// ones: for when the process is about to exit (Ctrl-C), as [`crate::command::kill_all`]
     /// says — the threads that ran them wait for the exit instead of reporting them.

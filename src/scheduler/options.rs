@@ -23,13 +23,25 @@ pub struct RunOptions {
     /// reservation and a quarter more (a runaway is killed as out of memory, and retried with
     /// a larger reservation if its step has `retries`).
     pub enforce_memory: bool,
+    /// A later run of this process uses the services this one warms up (a replay's next
+    /// cycle): none is let go before then. Otherwise, near the end of the run, idle services
+    /// beyond what the tasks left can use at once are stopped ([`crate::executor::Executor::reach`]).
+    pub keep_services: bool,
 }
 
 impl RunOptions {
     /// `workers` under `budget`, scratch files in `work_dir`, spills in the default folder, no
     /// memory limit enforced.
     pub fn new(workers: usize, budget: u64, work_dir: PathBuf) -> RunOptions {
-        RunOptions { workers, budget, work_dir, spill_dir: None, memory_limit: None, enforce_memory: false }
+        RunOptions {
+            workers,
+            budget,
+            work_dir,
+            spill_dir: None,
+            memory_limit: None,
+            enforce_memory: false,
+            keep_services: false,
+        }
     }
 
     /// The folder holding every run's spill folder.

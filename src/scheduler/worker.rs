@@ -75,6 +75,8 @@ pub(super) struct Worker<'s, 'r> {
     /// Tasks run (and their wall) not yet published to the step's [`StepProgress`]: a batch of
     /// one step's tasks is published at once, not task by task.
     pub(super) unpublished: UnpublishedRuns,
+    /// A fall of the run's reach ([`State::reach`]) to pass on to the executor outside the lock.
+    reach: Option<u64>,
 }
 
 /// See [`Worker::unpublished`].
@@ -156,6 +158,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             garbage: Vec::new(),
             shells: Vec::new(),
             unpublished: UnpublishedRuns::default(),
+            reach: None,
         }
     }
 
@@ -191,6 +194,9 @@ impl<'s, 'r> Worker<'s, 'r> {
         self.take_out_garbage();
         if !more {
             return false;
+        }
+        if let Some(tasks) = self.reach.take() {
+            self.shared.executor.reach(tasks);
         }
         self.report_skipped();
         self.report_reused();
@@ -279,6 +285,9 @@ impl<'s, 'r> Worker<'s, 'r> {
             }
             self.regrow = regrow;
         }
+        if reported && !shared.options.keep_services {
+            state.note_reach(shared.options.workers as u64);
+        }
         if reported {
             self.publish(&state);
             if state.sleepers > 0 {
@@ -287,6 +296,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         }
         let (more, mut state) = if regrown { (true, state) } else { self.claim_next(state) };
         std::mem::swap(&mut state.garbage, &mut self.garbage);
+        self.reach = state.take_reach();
         drop(state);
         more
     }

@@ -24,7 +24,9 @@
 //! - the engine sends `retire\n` once it has what it needs: the process must stop holding its
 //!   warmed-up memory (exec a small program) and from then on write `<pid> <wait status>\n` on fd
 //!   3 for each child that ends, exiting when none is left. It keeps its own process (children
-//!   whose parent dies are killed), so it must not exit before them.
+//!   whose parent dies are killed), so it must not exit before them. When `RUNNER_REAPER` is in
+//!   its environment, that program does exactly this: exec it as `$RUNNER_REAPER
+//!   __reap-children 3` (the runner's own executable, a few MiB resident).
 //!
 //! [`TaskContext::serve`]: crate::TaskContext::serve
 

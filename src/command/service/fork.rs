@@ -33,6 +33,59 @@ use crate::measure::external;
 /// How long a warmed process may take to answer a fork request.
 const FORK_PATIENCE: Duration = Duration::from_secs(30);
 
+/// The first argument that makes the runner's executable the reaper a retired forking service
+/// execs ([`offer_reaper`]).
+pub const REAP_ARG: &str = "__reap-children";
+
+/// The program a retired forking service may exec as its reaper, once [`offer_reaper`] said.
+static REAPER_PROGRAM: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Offers `exe` (this runner's executable, run as `exe __reap-children 3`) to forking services
+/// as their reaper, in `RUNNER_REAPER`: a process of a few MiB instead of, for Python, a bare
+/// interpreter's ten. Only the CLI offers it: a library user's executable would not know the
+/// argument.
+pub fn offer_reaper(exe: std::path::PathBuf) {
+    let _ = REAPER_PROGRAM.set(exe);
+}
+
+/// `RUNNER_REAPER` for a forking service's environment, when a reaper was offered.
+pub(super) fn reaper_env() -> Option<(std::ffi::OsString, std::ffi::OsString)> {
+    REAPER_PROGRAM.get().map(|exe| ("RUNNER_REAPER".into(), exe.clone().into_os_string()))
+}
+
+/// The reaper itself (`runner __reap-children FD`): writes `<pid> <wait status>\n` on `fd`
+/// for each child of this process that ends, and returns once none is left. It allocates
+/// nothing, so it stays as small as the process can be.
+pub fn reap_children(fd: std::os::fd::RawFd) {
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for any child; `status` is a valid out-pointer.
+        let pid = unsafe { libc::waitpid(-1, &mut status, 0) };
+        if pid < 0 {
+            if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return; // ECHILD: none is left
+        }
+        let mut line = [0u8; 32];
+        let mut cursor = io::Cursor::new(&mut line[..]);
+        let _ = writeln!(cursor, "{pid} {status}");
+        let len = usize::try_from(cursor.position()).unwrap_or(0);
+        let mut written = 0;
+        while written < len {
+            // SAFETY: writes initialised bytes of `line` to the descriptor it was given.
+            let n = unsafe { libc::write(fd, line[written..len].as_ptr().cast(), len - written) };
+            if n <= 0 {
+                if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return; // the runner is gone
+            }
+            written += n.unsigned_abs();
+        }
+    }
+}
+
 /// The warmed process, and after it retired the reaper of its children.
 pub(super) struct Reaper {
     pid: i32,

@@ -17,6 +17,9 @@
 //! about). The baseline is counted in the ledger as standing memory
 //! ([`crate::measure::external::standing`]), not charged to tasks.
 //!
+//! **Let go** near the end of a run: idle services beyond what the tasks left can use at once
+//! are stopped, and no new one is started past that ([`keep_at_most`]).
+//!
 //! An allocator that keeps freed memory for reuse (glibc's does) would make a task reusing what
 //! the previous one freed read as needing nothing: a plugin's service returns freed memory to
 //! the kernel after each task (the Python plugin calls `malloc_trim`).
@@ -44,6 +47,7 @@ use super::tree::{self, Tree};
 use super::watch::blocking_pipe;
 use super::{CommandMeasured, TaskCommand, spawn};
 use crate::measure::{PeakSource, external};
+pub use fork::{REAP_ARG, offer_reaper, reap_children};
 use sampler::{RebaseHandle, Sampler};
 pub use warm::prestart;
 
@@ -54,6 +58,8 @@ struct Pool {
     live: Vec<(ServiceSpec, usize)>,
     /// One entry per warm-up running in the background (see [`prestart`]).
     warming: Vec<ServiceSpec>,
+    /// The most services the run's tasks can still use at once ([`keep_at_most`]).
+    keep: usize,
 }
 
 impl Pool {
@@ -68,6 +74,16 @@ impl Pool {
         }
     }
 
+    /// Idle services beyond [`Pool::keep`], out of the pool for the caller to drop outside the
+    /// lock. Only while every service alive is of one spec: with several, which of them the
+    /// tasks left will ask for cannot be told, and stopping the wrong one costs a new start.
+    fn take_beyond_keep(&mut self) -> Vec<Service> {
+        let [(_, live)] = self.live[..] else { return Vec::new() };
+        let beyond = live.saturating_sub(self.keep).min(self.idle.len());
+        let from = self.idle.len() - beyond;
+        self.idle.split_off(from)
+    }
+
     fn count(&mut self, spec: &ServiceSpec, delta: isize) {
         match self.live.iter_mut().find(|(s, _)| s == spec) {
             Some((_, n)) => *n = n.saturating_add_signed(delta),
@@ -78,7 +94,8 @@ impl Pool {
     }
 }
 
-static POOL: Mutex<Pool> = Mutex::new(Pool { idle: Vec::new(), live: Vec::new(), warming: Vec::new() });
+static POOL: Mutex<Pool> =
+    Mutex::new(Pool { idle: Vec::new(), live: Vec::new(), warming: Vec::new(), keep: usize::MAX });
 /// Signalled when a warming spare becomes idle (or fails).
 static LANDED: Condvar = Condvar::new();
 
@@ -253,8 +270,12 @@ fn settle(
         );
     }
     if !ending.spoiled && !leaked {
-        pool().idle.push(service);
+        let mut pool = pool();
+        pool.idle.push(service);
+        let beyond = pool.take_beyond_keep();
+        drop(pool);
         LANDED.notify_all();
+        drop(beyond);
     }
     result
 }
@@ -326,6 +347,21 @@ struct NoRebase;
 
 impl runner_plugin::service::Rebase for NoRebase {
     fn rebase(&mut self) {}
+}
+
+/// At most `services` of the tasks left can run at once (`usize::MAX`: any number): idle
+/// services beyond that many alive are stopped now, those that finish a task later are
+/// stopped instead of kept, and none is started past it ([`prestart`]). Their memory — an
+/// interpreter's imports — is the run's again for its last tasks (often its largest, a gather).
+pub fn keep_at_most(services: usize) {
+    let mut pool = pool();
+    pool.keep = services;
+    let beyond = pool.take_beyond_keep();
+    drop(pool);
+    if !beyond.is_empty() {
+        tracing::debug!("{} idle services stopped: no task left can use them", beyond.len());
+    }
+    drop(beyond);
 }
 
 /// Kills every idle service and waits for each to end (its cgroup removed). Called when the
@@ -436,6 +472,7 @@ fn launch(spec: &ServiceSpec, log_path: &Path, control: Option<OwnedFd>) -> Resu
     let mut env = spec.env.clone();
     if control.is_some() {
         env.push(("RUNNER_FORK_FD".into(), "3".into()));
+        env.extend(fork::reaper_env());
     }
     let spawned = on_spawner(move || spawn(&argv, &env, log, control.as_ref(), procs))
         .map_err(|e| TaskError::msg(format!("cannot start the service `{program}`: {e}")))?;

@@ -24,6 +24,7 @@ pub fn prestart(spec: &ServiceSpec, workers: usize, log_path: &Path, warm: WarmU
         let mut pool = pool();
         let unprepared = take_unprepared(&mut pool, spec, &warm.key);
         let idle = !unprepared.is_empty() || pool.idle.iter().any(|s| s.spec == *spec);
+        let workers = workers.min(pool.keep);
         let places = if idle || pool.warming.contains(spec) || pool.live(spec) >= workers {
             Vec::new()
         } else {
@@ -94,8 +95,10 @@ fn in_background(
         let mut pool = pool();
         pool.stop_warming(&spec);
         pool.idle.append(&mut ready);
+        let beyond = pool.take_beyond_keep();
         drop(pool);
         LANDED.notify_all();
+        drop(beyond);
     });
     if started.is_err() {
         pool().stop_warming(&counted);

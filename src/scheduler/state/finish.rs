@@ -157,6 +157,7 @@ impl<'g> State<'g> {
             first.take().or_else(|| work.pop().map(|next| self.cascaded(next)))
         {
             self.finished += 1;
+            self.steps[task.step].finished += 1;
             self.release_inputs(task);
             match outcome {
                 Outcome::Ok | Outcome::Reused => self.keep_output(task, output, file_bytes, hash),

@@ -3,7 +3,7 @@
 //! step its dependency counters, ready queue and source cursor; the live outputs; the ledger —
 //! and reads it (ready tasks, a task's inputs and their bytes). What changes it lives beside:
 //! [`pick`] (the next task and its admission), [`finish`] (a task's end and its consumers),
-//! [`spill`] (victims and their swap).
+//! [`spill`] (victims and their swap); [`reach`] bounds how many tasks can still run at once.
 //!
 //! Per pending task the only state is one `u32` counter of unfinished inputs, allocated per
 //! step when its first producer finishes. Source tasks (steps without inputs) are a cursor, not
@@ -29,6 +29,7 @@ use crate::resume::Reuse;
 
 mod finish;
 mod pick;
+mod reach;
 mod spill;
 
 use finish::Cascade;
@@ -73,6 +74,8 @@ struct StepState {
     /// Tasks whose own estimate (asked of the plugin at dispatch) did not fit yet, with it.
     deferred: VecDeque<(u64, u64)>,
     is_source: bool,
+    /// Tasks concluded so far, however (run, skipped, reused).
+    finished: u64,
     /// Tasks finished so far and their summed wall time, to tell quick steps.
     timed: u64,
     wall_nanos: u64,
@@ -160,6 +163,13 @@ pub struct State<'g> {
     /// Set when no task can ever start again although some never ran (an engine bug, or a
     /// worker that died): every worker stops instead of waiting forever.
     pub stuck: Option<String>,
+    /// Which steps wait for all of which, once [`State::reach`] is first asked.
+    waits: Option<reach::Waits>,
+    /// Reused by [`State::reach`].
+    chains: Vec<(StepId, u64)>,
+    /// The lowest [`State::reach`] noted, and one not passed on yet.
+    told_reach: u64,
+    new_reach: Option<u64>,
 }
 
 /// What a task reads, in bytes.
@@ -192,6 +202,7 @@ impl<'g> State<'g> {
                 ready: VecDeque::new(),
                 deferred: VecDeque::new(),
                 is_source: s.inputs.is_empty(),
+                finished: 0,
                 timed: 0,
                 wall_nanos: 0,
                 running: 0,
@@ -237,6 +248,10 @@ impl<'g> State<'g> {
             spare: Vec::new(),
             sleepers: 0,
             stuck: None,
+            waits: None,
+            chains: Vec::new(),
+            told_reach: u64::MAX,
+            new_reach: None,
         }
     }
 

@@ -248,6 +248,7 @@ def fork_server(fd):
 
     control = socket.socket(fileno=fd)
     me = os.getpid()
+    reaper = os.environ.pop("RUNNER_REAPER", None)  # the runner's own, a few MiB
     while True:
         message, fds, _, _ = socket.recv_fds(control, 64, 2)
         if message == b"fork\n" and len(fds) == 2:
@@ -267,6 +268,11 @@ def fork_server(fd):
             for each in fds:
                 os.close(each)
             os.set_inheritable(fd, True)
+            if reaper:
+                try:
+                    os.execv(reaper, [reaper, "__reap-children", str(fd)])
+                except OSError:
+                    pass
             os.execv(sys.executable, [sys.executable, "-S", "-I", "-c", REAPER, str(fd)])
         else:  # the runner is gone, or out of step
             os._exit(0)
