@@ -199,6 +199,31 @@ fn a_command_s_file_is_predicted_at_the_size_it_had_in_the_cycle_with_the_neares
 }
 
 #[test]
+fn between_two_recorded_weathers_a_file_is_predicted_at_the_size_between_them() {
+    let _alone = alone();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", FILES);
+    let run = |cycle: &str, mib: u32, summary: &str| {
+        let set = format!("mib={mib}");
+        let args = ["run", "f.yaml", "--cycle", cycle, "--set", &set, "--workers", "2", "--budget", "1GiB"];
+        let out =
+            runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", summary]).collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json(&dir.path().join(summary))
+    };
+    run("c1", 16, "r1.json");
+    run("c2", 96, "r2.json");
+    let args = ["simulate", "f.yaml", "--cycle", "c3", "--set", "mib=56", "--workers", "2", "--budget", "1GiB"];
+    let out = runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", "p.json"]).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let predicted = json(&dir.path().join("p.json"));
+    // 56 is as near 16 as 96: the newer is the nearest, the other across from it.
+    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c2 and c1 (interpolated)"]));
+    let real = run("c3", 56, "r3.json");
+    assert_reserved_within_10_percent(&predicted, &real, " (either recorded cycle's files alone would be 70% off)");
+}
+
+#[test]
 fn without_history_every_task_is_a_guess_and_says_so() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();

@@ -11,6 +11,12 @@
 //! larger, at most 1); a list by how far its lengths differ plus, in proportion to what they
 //! share, how its items differ; an object by its members; anything else, or a var only one of
 //! them has, by 0 (equal) or 1. Ties go to the newest run.
+//!
+//! Between two recorded weathers the figures are interpolated ([`alike`]): when this cycle's
+//! vars differ from the nearest run's in one number only (`wet: 0.30`, the nearest run at
+//! 0.20) and a run with the same other vars lies on the other side of it (0.40), both are
+//! taken, weighted by how near each is along that number. Past the recorded range the nearest
+//! is taken alone: one cycle's field is not a line to extend.
 
 use std::collections::HashMap;
 
@@ -19,7 +25,7 @@ use serde_json::{Map, Value};
 /// The index in `candidates` (run vars as JSON text, oldest first) of the nearest to `now`,
 /// the newest of equals; `None` when there are none. A run without vars (recorded before runs
 /// kept them) is farther than any with them.
-pub fn nearest(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Option<usize> {
+fn nearest(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Option<usize> {
     let parsed: Vec<Option<Map<String, Value>>> =
         candidates.iter().map(|text| text.and_then(|t| serde_json::from_str(t).ok())).collect();
     let spans = spans(now, parsed.iter().flatten());
@@ -31,6 +37,47 @@ pub fn nearest(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Option<
         }
     }
     best.map(|(at, _)| at)
+}
+
+/// The runs (indices in `candidates`, as for [`nearest`]) whose figures make this cycle's, with
+/// their weights (summing to 1): the nearest, and the run across from it along the one number
+/// they differ in when there is one (see the module's doc).
+pub fn alike(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Vec<(usize, f64)> {
+    let Some(nearest) = nearest(now, candidates) else { return Vec::new() };
+    let parse = |at: usize| candidates[at].and_then(|t| serde_json::from_str::<Map<String, Value>>(t).ok());
+    let Some(near) = parse(nearest) else { return vec![(nearest, 1.0)] };
+    let Some((name, x, a)) = one_number_apart(now, &near) else { return vec![(nearest, 1.0)] };
+    // The nearest run on the other side of `x` along `name`, all else as now (the newest of equals).
+    let mut across: Option<(usize, f64)> = None;
+    for at in (0..candidates.len()).filter(|&at| at != nearest) {
+        let Some(vars) = parse(at) else { continue };
+        let Some(b) = vars.get(name).and_then(Value::as_f64) else { continue };
+        let same_else = vars.len() == now.len() && now.iter().all(|(k, v)| k == name || vars.get(k) == Some(v));
+        if same_else && (b - x) * (a - x) < 0.0 && across.is_none_or(|(_, best)| (b - x).abs() <= (best - x).abs()) {
+            across = Some((at, b));
+        }
+    }
+    match across {
+        Some((at, b)) => {
+            let toward_b = (x - a) / (b - a);
+            vec![(nearest, 1.0 - toward_b), (at, toward_b)]
+        }
+        None => vec![(nearest, 1.0)],
+    }
+}
+
+/// The one var `now` and `recorded` differ in, when it is a number in both: its name, `now`'s
+/// value and `recorded`'s.
+fn one_number_apart<'a>(now: &'a Map<String, Value>, recorded: &Map<String, Value>) -> Option<(&'a str, f64, f64)> {
+    if now.len() != recorded.len() {
+        return None;
+    }
+    let mut differing = now.iter().filter(|(k, v)| recorded.get(*k) != Some(v));
+    let (name, value) = differing.next()?;
+    if differing.next().is_some() {
+        return None;
+    }
+    Some((name.as_str(), value.as_f64()?, recorded.get(name)?.as_f64()?))
 }
 
 /// How far apart two cycles' vars are (0: the same): each of `now`'s numbers that has a
@@ -150,6 +197,27 @@ mod tests {
         // One value all along: equal is 0, and a new value is a full step away.
         assert_eq!(among(r#"{"wet": 0.1}"#, r#"{"wet": 0.1}"#, &[r#"{"wet": 0.1}"#]), 0.0);
         assert_eq!(among(r#"{"n": 3}"#, r#"{"n": 4}"#, &[]), 1.0);
+    }
+
+    #[test]
+    fn between_two_recorded_weathers_both_are_taken_by_how_near_each_is() {
+        let runs = [
+            Some(r#"{"wet": 0.05, "model": "ukv"}"#),
+            Some(r#"{"wet": 0.40, "model": "ukv"}"#),
+            Some(r#"{"wet": 0.20, "model": "ukv"}"#),
+            Some(r#"{"wet": 0.35, "model": "glm"}"#),
+        ];
+        let taken = alike(&vars(r#"{"wet": 0.30, "model": "ukv"}"#), &runs);
+        // 0.20 is nearest; across from it, 0.40 (not 0.35: another model).
+        assert_eq!(taken.iter().map(|t| t.0).collect::<Vec<_>>(), [2, 1], "{taken:?}");
+        assert!((taken[0].1 - 0.5).abs() < 1e-9 && (taken[1].1 - 0.5).abs() < 1e-9, "{taken:?}");
+        let taken = alike(&vars(r#"{"wet": 0.35, "model": "ukv"}"#), &runs);
+        assert!((taken[0].1 - 0.75).abs() < 1e-9, "0.35 is three quarters of the way to 0.40: {taken:?}");
+        // Past the recorded range, and a var other than one number apart: the nearest alone.
+        assert_eq!(alike(&vars(r#"{"wet": 0.6, "model": "ukv"}"#), &runs), [(1, 1.0)]);
+        assert_eq!(alike(&vars(r#"{"wet": 0.3, "model": "ecm"}"#), &runs).len(), 1);
+        assert_eq!(alike(&vars(r#"{"wet": 0.2, "model": "ukv"}"#), &runs), [(2, 1.0)], "an equal run is taken alone");
+        assert_eq!(alike(&vars(r#"{"wet": 0.2}"#), &[]), []);
     }
 
     #[test]

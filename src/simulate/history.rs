@@ -5,8 +5,9 @@
 //! history it had. From them: the footprint models ([`crate::plan::Plan::learn`], as `run`
 //! learns them), the duration models, and per step the figures a task's prediction needs that
 //! only a real run measures (its output's size, the estimate a data-following plugin gave at
-//! dispatch), taken from the recorded run whose vars are most like the predicted cycle's
-//! ([`super::alike`]), the newest when there is no telling.
+//! dispatch), taken from the recorded run whose vars are most like the predicted cycle's, or
+//! interpolated between the two recorded runs on either side of it ([`super::alike`]), the
+//! newest when there is no telling.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -127,12 +128,14 @@ pub fn read_step(
     runs.drain(..runs.len().saturating_sub(ALIKE_RUNS.max(HISTORY_RUNS)));
     let mut records = StepRecords::default();
     let alike = match vars {
-        Some(vars) => alike::nearest(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>()),
-        None => runs.len().checked_sub(1),
+        Some(vars) => alike::alike(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>()),
+        None => runs.len().checked_sub(1).map(|newest| (newest, 1.0)).into_iter().collect(),
     };
-    if let Some(alike) = alike {
-        read_alike(store, &runs[alike], step, &mut records)?;
+    let mut taken = Vec::with_capacity(alike.len());
+    for (at, weight) in alike {
+        taken.push((read_alike(store, &runs[at], step)?, weight));
     }
+    blend_alike(taken, &mut records);
     let skip = runs.len().saturating_sub(HISTORY_RUNS);
     let runs = &runs[skip..];
     let mut longest_ms = 0;
@@ -166,8 +169,18 @@ pub fn read_step(
     Ok(records)
 }
 
-/// The figures of `run`'s tasks of `step` that only a real run measures, into `records`.
-fn read_alike(store: &Store, run: &HistoryRun, step: &str, records: &mut StepRecords) -> Result<(), StoreError> {
+/// What one run measured of a step's tasks that only a real run measures.
+struct Alike {
+    by_index: HashMap<u64, Recorded>,
+    output_bytes: Option<u64>,
+    plugin_estimate: Option<u64>,
+    file_bytes: Option<u64>,
+    cycle: String,
+}
+
+/// The figures of `run`'s tasks of `step` that only a real run measures.
+fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, StoreError> {
+    let mut by_index = HashMap::new();
     let mut outputs = Vec::new();
     let mut estimates = Vec::new();
     let mut files = Vec::new();
@@ -178,7 +191,7 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str, records: &mut StepRec
         let plugin_estimate = task.plugin_estimate_bytes.unwrap_or(0);
         if let Some(index) = task.task_index {
             let recorded = Recorded { plugin_estimate, output_bytes: task.output_bytes, file_bytes: task.file_bytes };
-            records.alike_by_index.insert(index, recorded);
+            by_index.insert(index, recorded);
         }
         outputs.push(task.output_bytes);
         files.push(task.file_bytes);
@@ -186,11 +199,46 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str, records: &mut StepRec
             estimates.push(plugin_estimate);
         }
     })?;
-    records.alike_output_bytes = median(&mut outputs);
-    records.alike_plugin_estimate = median(&mut estimates);
-    records.alike_file_bytes = median(&mut files);
-    records.alike_cycle = Some(run.cycle.clone());
-    Ok(())
+    Ok(Alike {
+        by_index,
+        output_bytes: median(&mut outputs),
+        plugin_estimate: median(&mut estimates),
+        file_bytes: median(&mut files),
+        cycle: run.cycle.clone(),
+    })
+}
+
+/// The alike runs' figures, weighted ([`alike::alike`]: one run, or two to interpolate
+/// between), into `records`. A task only the first run recorded keeps its figures.
+fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
+    let mut taken = taken.into_iter();
+    let Some((mut first, weight)) = taken.next() else { return };
+    let mut cycles = first.cycle.clone();
+    if let Some((second, other)) = taken.next() {
+        let mix = |a: u64, b: u64| (a as f64 * weight + b as f64 * other).round() as u64;
+        let mix_median = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => Some(mix(a, b)),
+            (a, b) => a.or(b),
+        };
+        for (index, recorded) in &mut first.by_index {
+            if let Some(across) = second.by_index.get(index) {
+                *recorded = Recorded {
+                    plugin_estimate: mix(recorded.plugin_estimate, across.plugin_estimate),
+                    output_bytes: mix(recorded.output_bytes, across.output_bytes),
+                    file_bytes: mix(recorded.file_bytes, across.file_bytes),
+                };
+            }
+        }
+        first.output_bytes = mix_median(first.output_bytes, second.output_bytes);
+        first.plugin_estimate = mix_median(first.plugin_estimate, second.plugin_estimate);
+        first.file_bytes = mix_median(first.file_bytes, second.file_bytes);
+        cycles = format!("{cycles} and {} (interpolated)", second.cycle);
+    }
+    records.alike_by_index = first.by_index;
+    records.alike_output_bytes = first.output_bytes;
+    records.alike_plugin_estimate = first.plugin_estimate;
+    records.alike_file_bytes = first.file_bytes;
+    records.alike_cycle = Some(cycles);
 }
 
 /// The lower median, `None` for none.
