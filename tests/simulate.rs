@@ -169,6 +169,17 @@ steps:
       command: [python3, -c, "import sys; print(len(open(sys.argv[1], 'rb').read()))", "{input.f}"]
 "#;
 
+/// `runner run` (`verb` "run") or `runner simulate` of [`FILES`] for `cycle` with files of
+/// `mib` MiB, recorded in (or predicted from) `h.db`; its summary.
+fn files_cycle(dir: &Path, verb: &str, cycle: &str, mib: u32) -> Json {
+    let set = format!("mib={mib}");
+    let summary = format!("{verb}-{cycle}.json");
+    let args = [verb, "f.yaml", "--cycle", cycle, "--set", &set, "--workers", "2", "--budget", "1GiB", "--db", "h.db"];
+    let out = runner(dir, &args.into_iter().chain(["--summary", &summary]).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    json(&dir.join(summary))
+}
+
 #[test]
 fn a_command_s_file_is_predicted_at_the_size_it_had_in_the_cycle_with_the_nearest_vars() {
     // Alone: its Python readers of 96 MiB files slow the runs of the tests beside it, whose
@@ -176,23 +187,12 @@ fn a_command_s_file_is_predicted_at_the_size_it_had_in_the_cycle_with_the_neares
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "f.yaml", FILES);
-    let run = |cycle: &str, mib: u32, summary: &str| {
-        let set = format!("mib={mib}");
-        let args = ["run", "f.yaml", "--cycle", cycle, "--set", &set, "--workers", "2", "--budget", "1GiB"];
-        let out =
-            runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", summary]).collect::<Vec<_>>());
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        json(&dir.path().join(summary))
-    };
-    run("c1", 96, "r1.json");
-    run("c2", 2, "r2.json");
-    run("c3", 2, "r3.json");
-    let args = ["simulate", "f.yaml", "--cycle", "c4", "--set", "mib=96", "--workers", "2", "--budget", "1GiB"];
-    let out = runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", "p.json"]).collect::<Vec<_>>());
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let predicted = json(&dir.path().join("p.json"));
+    for (cycle, mib) in [("c1", 96), ("c2", 2), ("c3", 2)] {
+        files_cycle(dir.path(), "run", cycle, mib);
+    }
+    let predicted = files_cycle(dir.path(), "simulate", "c4", 96);
     assert_eq!(predicted["alike_cycles"], serde_json::json!(["c1"]));
-    let real = run("c4", 96, "r4.json");
+    let real = files_cycle(dir.path(), "run", "c4", 96);
     let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
     assert!(reserved(&real) > 2.0 * 96.0 * MIB, "two readers of 96 MiB files at once: {real}");
     assert_reserved_within_10_percent(&predicted, &real, " (a reader taken to read nothing would be far below)");
@@ -203,23 +203,12 @@ fn between_two_recorded_weathers_a_file_is_predicted_at_the_size_between_them() 
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "f.yaml", FILES);
-    let run = |cycle: &str, mib: u32, summary: &str| {
-        let set = format!("mib={mib}");
-        let args = ["run", "f.yaml", "--cycle", cycle, "--set", &set, "--workers", "2", "--budget", "1GiB"];
-        let out =
-            runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", summary]).collect::<Vec<_>>());
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        json(&dir.path().join(summary))
-    };
-    run("c1", 16, "r1.json");
-    run("c2", 96, "r2.json");
-    let args = ["simulate", "f.yaml", "--cycle", "c3", "--set", "mib=56", "--workers", "2", "--budget", "1GiB"];
-    let out = runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", "p.json"]).collect::<Vec<_>>());
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let predicted = json(&dir.path().join("p.json"));
+    files_cycle(dir.path(), "run", "c1", 16);
+    files_cycle(dir.path(), "run", "c2", 96);
+    let predicted = files_cycle(dir.path(), "simulate", "c3", 56);
     // 56 is as near 16 as 96: the newer is the nearest, the other across from it.
     assert_eq!(predicted["alike_cycles"], serde_json::json!(["c2 and c1 (interpolated)"]));
-    let real = run("c3", 56, "r3.json");
+    let real = files_cycle(dir.path(), "run", "c3", 56);
     assert_reserved_within_10_percent(&predicted, &real, " (either recorded cycle's files alone would be 70% off)");
 }
 
