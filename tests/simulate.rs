@@ -121,29 +121,42 @@ steps:
     args: {bytes: 1MiB, hold_ms: 20}
 ";
 
+/// `runner VERB f.yaml --cycle CYCLE --set SET --workers 2 --budget BUDGET` recorded in (or
+/// predicted from) `h.db`, which must succeed: its stderr and its summary.
+fn with_var(dir: &Path, verb: &str, cycle: &str, set: &str, budget: &str) -> (String, Json) {
+    let summary = format!("{verb}-{cycle}.json");
+    let args = [verb, "f.yaml", "--cycle", cycle, "--set", set, "--workers", "2", "--budget", budget, "--db", "h.db"];
+    let out = runner(dir, &args.into_iter().chain(["--summary", &summary]).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    (stderr(&out), json(&dir.join(summary)))
+}
+
+/// [`with_var`] for [`FILES`]: files of `mib` MiB.
+fn files_cycle(dir: &Path, verb: &str, cycle: &str, mib: u32) -> Json {
+    with_var(dir, verb, cycle, &format!("mib={mib}"), "1GiB").1
+}
+
+/// [`FILES`]' `cycle` predicted, its figures taken from the `alike` cycles, then run: both
+/// summaries.
+fn predicted_then_run(dir: &Path, cycle: &str, mib: u32, alike: &str) -> (Json, Json) {
+    let predicted = files_cycle(dir, "simulate", cycle, mib);
+    assert_eq!(predicted["alike_cycles"], serde_json::json!([alike]));
+    (predicted, files_cycle(dir, "run", cycle, mib))
+}
+
 #[test]
 fn what_only_a_run_measures_is_taken_from_the_cycle_with_the_nearest_vars_not_the_newest() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "f.yaml", FOLLOWING);
-    let run = |cycle: &str, out: &str, summary: &str| {
-        let set = format!("out={out}");
-        let args = ["run", "f.yaml", "--cycle", cycle, "--set", &set, "--workers", "2", "--budget", "256MiB"];
-        let out =
-            runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", summary]).collect::<Vec<_>>());
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        json(&dir.path().join(summary))
-    };
-    run("c1", "24MiB", "r1.json");
-    run("c2", "1MiB", "r2.json");
-    run("c3", "1MiB", "r3.json");
-    let args = ["simulate", "f.yaml", "--cycle", "c4", "--set", "out=24MiB", "--workers", "2", "--budget", "256MiB"];
-    let out = runner(dir.path(), &args.into_iter().chain(["--db", "h.db", "--summary", "p.json"]).collect::<Vec<_>>());
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stderr(&out).contains("for the cycle with the nearest vars: c1"), "{}", stderr(&out));
-    let predicted = json(&dir.path().join("p.json"));
+    let cycle = |verb: &str, cycle: &str, out: &str| with_var(dir.path(), verb, cycle, &format!("out={out}"), "256MiB");
+    cycle("run", "c1", "24MiB");
+    cycle("run", "c2", "1MiB");
+    cycle("run", "c3", "1MiB");
+    let (said, predicted) = cycle("simulate", "c4", "24MiB");
+    assert!(said.contains("for the cycle with the nearest vars: c1"), "{said}");
     assert_eq!(predicted["alike_cycles"], serde_json::json!(["c1"]));
-    let real = run("c4", "24MiB", "r4.json");
+    let (_, real) = cycle("run", "c4", "24MiB");
     assert_reserved_within_10_percent(&predicted, &real, " (the newest cycle's would be far below)");
 }
 
@@ -169,17 +182,6 @@ steps:
       command: [python3, -c, "import sys; print(len(open(sys.argv[1], 'rb').read()))", "{input.f}"]
 "#;
 
-/// `runner run` (`verb` "run") or `runner simulate` of [`FILES`] for `cycle` with files of
-/// `mib` MiB, recorded in (or predicted from) `h.db`; its summary.
-fn files_cycle(dir: &Path, verb: &str, cycle: &str, mib: u32) -> Json {
-    let set = format!("mib={mib}");
-    let summary = format!("{verb}-{cycle}.json");
-    let args = [verb, "f.yaml", "--cycle", cycle, "--set", &set, "--workers", "2", "--budget", "1GiB", "--db", "h.db"];
-    let out = runner(dir, &args.into_iter().chain(["--summary", &summary]).collect::<Vec<_>>());
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    json(&dir.join(summary))
-}
-
 #[test]
 fn a_command_s_file_is_predicted_at_the_size_it_had_in_the_cycle_with_the_nearest_vars() {
     // Alone: its Python readers of 96 MiB files slow the runs of the tests beside it, whose
@@ -190,9 +192,7 @@ fn a_command_s_file_is_predicted_at_the_size_it_had_in_the_cycle_with_the_neares
     for (cycle, mib) in [("c1", 96), ("c2", 2), ("c3", 2)] {
         files_cycle(dir.path(), "run", cycle, mib);
     }
-    let predicted = files_cycle(dir.path(), "simulate", "c4", 96);
-    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c1"]));
-    let real = files_cycle(dir.path(), "run", "c4", 96);
+    let (predicted, real) = predicted_then_run(dir.path(), "c4", 96, "c1");
     let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
     assert!(reserved(&real) > 2.0 * 96.0 * MIB, "two readers of 96 MiB files at once: {real}");
     assert_reserved_within_10_percent(&predicted, &real, " (a reader taken to read nothing would be far below)");
@@ -205,10 +205,8 @@ fn between_two_recorded_weathers_a_file_is_predicted_at_the_size_between_them() 
     write(dir.path(), "f.yaml", FILES);
     files_cycle(dir.path(), "run", "c1", 16);
     files_cycle(dir.path(), "run", "c2", 96);
-    let predicted = files_cycle(dir.path(), "simulate", "c3", 56);
     // 56 is as near 16 as 96: the newer is the nearest, the other across from it.
-    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c2 and c1 (interpolated)"]));
-    let real = files_cycle(dir.path(), "run", "c3", 56);
+    let (predicted, real) = predicted_then_run(dir.path(), "c3", 56, "c2 and c1 (interpolated)");
     assert_reserved_within_10_percent(&predicted, &real, " (either recorded cycle's files alone would be 70% off)");
 }
 
