@@ -25,7 +25,7 @@ pub struct RunOptions {
     pub enforce_memory: bool,
     /// A later run of this process uses the services this one warms up (a replay's next
     /// cycle): none is let go before then. Otherwise, near the end of the run, idle services
-    /// beyond what the tasks left can use at once are stopped ([`crate::executor::Executor::reach`]).
+    /// beyond what the tasks left can use at once are stopped (`Executor::reach`).
     pub keep_services: bool,
 }
 
