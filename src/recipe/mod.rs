@@ -160,10 +160,14 @@ pub struct InputSpec {
 }
 
 impl Recipe {
-    /// The vars as one JSON object, in recipe order (as the store records them).
+    /// The vars as one JSON object, in recipe order.
+    pub fn vars_map(&self) -> serde_json::Map<String, serde_json::Value> {
+        self.vars.iter().cloned().collect()
+    }
+
+    /// [`Recipe::vars_map`] as text, as the store records it.
     pub fn vars_json(&self) -> String {
-        let object: serde_json::Map<String, serde_json::Value> = self.vars.iter().cloned().collect();
-        serde_json::Value::Object(object).to_string()
+        serde_json::Value::Object(self.vars_map()).to_string()
     }
 
     pub fn step_id(&self, name: &str) -> Option<StepId> {

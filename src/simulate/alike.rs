@@ -22,38 +22,22 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-/// The index in `candidates` (run vars as JSON text, oldest first) of the nearest to `now`,
-/// the newest of equals; `None` when there are none. A run without vars (recorded before runs
-/// kept them) is farther than any with them.
-fn nearest(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Option<usize> {
-    let parsed: Vec<Option<Map<String, Value>>> =
-        candidates.iter().map(|text| text.and_then(|t| serde_json::from_str(t).ok())).collect();
-    let spans = spans(now, parsed.iter().flatten());
-    let mut best: Option<(usize, f64)> = None;
-    for (at, vars) in parsed.iter().enumerate() {
-        let distance = vars.as_ref().map_or(f64::INFINITY, |vars| distance(now, vars, &spans));
-        if best.is_none_or(|(_, nearest)| distance <= nearest) {
-            best = Some((at, distance));
-        }
-    }
-    best.map(|(at, _)| at)
-}
-
-/// The runs (indices in `candidates`, as for [`nearest`]) whose figures make this cycle's, with
-/// their weights (summing to 1): the nearest, and the run across from it along the one number
-/// they differ in when there is one (see the module's doc).
+/// The runs (indices in `candidates`: run vars as JSON text, oldest first) whose figures make
+/// this cycle's, with their weights (summing to 1): the nearest, and the run across from it
+/// along the one number they differ in when there is one (see the module's doc). None when
+/// there are no candidates.
 pub fn alike(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Vec<(usize, f64)> {
-    let Some(nearest) = nearest(now, candidates) else { return Vec::new() };
-    let parse = |at: usize| candidates[at].and_then(|t| serde_json::from_str::<Map<String, Value>>(t).ok());
-    let Some(near) = parse(nearest) else { return vec![(nearest, 1.0)] };
-    let Some((name, x, a)) = one_number_apart(now, &near) else { return vec![(nearest, 1.0)] };
+    let parsed = parse(candidates);
+    let Some(nearest) = nearest(now, &parsed) else { return Vec::new() };
+    let Some((name, x, a)) = parsed[nearest].as_ref().and_then(|near| one_number_apart(now, near)) else {
+        return vec![(nearest, 1.0)];
+    };
     // The nearest run on the other side of `x` along `name`, all else as now (the newest of equals).
     let mut across: Option<(usize, f64)> = None;
-    for at in (0..candidates.len()).filter(|&at| at != nearest) {
-        let Some(vars) = parse(at) else { continue };
-        let Some(b) = vars.get(name).and_then(Value::as_f64) else { continue };
-        let same_else = vars.len() == now.len() && now.iter().all(|(k, v)| k == name || vars.get(k) == Some(v));
-        if same_else && (b - x) * (a - x) < 0.0 && across.is_none_or(|(_, best)| (b - x).abs() <= (best - x).abs()) {
+    for (at, vars) in parsed.iter().enumerate() {
+        let Some((other, _, b)) = vars.as_ref().and_then(|vars| one_number_apart(now, vars)) else { continue };
+        if other == name && (b - x) * (a - x) < 0.0 && across.is_none_or(|(_, best)| (b - x).abs() <= (best - x).abs())
+        {
             across = Some((at, b));
         }
     }
@@ -64,6 +48,26 @@ pub fn alike(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Vec<(usiz
         }
         None => vec![(nearest, 1.0)],
     }
+}
+
+/// Each candidate's vars, `None` for a run without them (recorded before runs kept them) or
+/// with text that is not a JSON object.
+fn parse(candidates: &[Option<&str>]) -> Vec<Option<Map<String, Value>>> {
+    candidates.iter().map(|text| text.and_then(|t| serde_json::from_str(t).ok())).collect()
+}
+
+/// The index in `parsed` of the run nearest to `now`, the newest of equals; `None` when there
+/// are none. A run without vars is farther than any with them.
+fn nearest(now: &Map<String, Value>, parsed: &[Option<Map<String, Value>>]) -> Option<usize> {
+    let spans = spans(now, parsed.iter().flatten());
+    let mut best: Option<(usize, f64)> = None;
+    for (at, vars) in parsed.iter().enumerate() {
+        let distance = vars.as_ref().map_or(f64::INFINITY, |vars| distance(now, vars, &spans));
+        if best.is_none_or(|(_, nearest)| distance <= nearest) {
+            best = Some((at, distance));
+        }
+    }
+    best.map(|(at, _)| at)
 }
 
 /// The one var `now` and `recorded` differ in, when it is a number in both: its name, `now`'s
@@ -178,7 +182,7 @@ mod tests {
             Some(r#"{"wet": 0.55, "thresholds": [0.5, 1.0, 2.0, 4.0, 8.0, 16.0]}"#),
             None,
         ];
-        assert_eq!(nearest(&now, &runs), Some(2));
+        assert_eq!(nearest(&now, &parse(&runs)), Some(2));
         assert_eq!(
             among(r#"{"wet": 0.55, "thresholds": [0.5, 4.0]}"#, r#"{"wet": 0.55, "thresholds": [0.5, 4.0]}"#, &[]),
             0.0
@@ -191,7 +195,7 @@ mod tests {
         let now = vars(r#"{"wet": 0.20}"#);
         let runs =
             [Some(r#"{"wet": 0.05}"#), Some(r#"{"wet": 0.40}"#), Some(r#"{"wet": 0.60}"#), Some(r#"{"wet": 0.02}"#)];
-        assert_eq!(nearest(&now, &runs), Some(0));
+        assert_eq!(nearest(&now, &parse(&runs)), Some(0));
         let far = among(r#"{"wet": 0.02}"#, r#"{"wet": 0.60}"#, &[r#"{"wet": 0.3}"#]);
         assert_eq!(far, 1.0);
         // One value all along: equal is 0, and a new value is a full step away.
@@ -231,10 +235,10 @@ mod tests {
     #[test]
     fn runs_without_vars_are_taken_only_when_there_is_nothing_else() {
         let now = vars(r#"{"wet": 0.1}"#);
-        assert_eq!(nearest(&now, &[None, Some(r#"{"other": 1}"#), None]), Some(1));
-        assert_eq!(nearest(&now, &[None, Some("not json")]), Some(1));
-        assert_eq!(nearest(&now, &[None, None]), Some(1));
-        assert_eq!(nearest(&now, &[]), None);
+        assert_eq!(nearest(&now, &parse(&[None, Some(r#"{"other": 1}"#), None])), Some(1));
+        assert_eq!(nearest(&now, &parse(&[None, Some("not json")])), Some(1));
+        assert_eq!(nearest(&now, &parse(&[None, None])), Some(1));
+        assert_eq!(nearest(&now, &parse(&[])), None);
     }
 
     #[test]

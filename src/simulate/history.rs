@@ -59,7 +59,7 @@ impl History {
     /// The history of `compiled`'s steps in `store`, from runs before `before_run` when given.
     pub fn read(store: &Store, compiled: &Compiled, before_run: Option<i64>) -> Result<History, StoreError> {
         let recipe = &compiled.recipe;
-        let vars: serde_json::Map<String, serde_json::Value> = recipe.vars.iter().cloned().collect();
+        let vars = recipe.vars_map();
         let steps = recipe
             .steps
             .iter()

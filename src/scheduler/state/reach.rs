@@ -163,6 +163,18 @@ mod tests {
     }
 
     #[test]
+    fn a_fan_out_after_a_gather_keeps_the_reach_while_the_gather_runs() {
+        let c = compiled(
+            "  work: {plugin: noop, over: [lead]}\n  all: {plugin: noop, inputs: {x: work}}\n  again: {plugin: noop, over: [lead], inputs: {x: all}}\n",
+        );
+        let seen = reach_before_each_task(&c);
+        let gather = seen.iter().position(|(step, _)| step == "all").unwrap();
+        // One task at a time runs the gather, but four may follow it: nothing to let go.
+        assert_eq!(seen[gather].1, 4, "{seen:?}");
+        assert_eq!(seen.last().unwrap().1, 1, "the last task alone: {seen:?}");
+    }
+
+    #[test]
     fn a_step_of_one_task_is_waited_for_by_every_reader() {
         let c = compiled("  one: {plugin: noop}\n  fan: {plugin: noop, over: [lead], inputs: {x: one}}\n");
         let seen = reach_before_each_task(&c);
