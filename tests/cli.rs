@@ -362,6 +362,21 @@ fn help_teaches_by_example() {
     assert!(stderr(&out_of_range).contains("1..=1024"), "{}", stderr(&out_of_range));
     let replay_help = String::from_utf8_lossy(&runner(Path::new("."), &["replay", "--help"]).stdout).into_owned();
     assert!(replay_help.contains("`0.02` for 2%") && replay_help.contains("--warmup <N>"), "{replay_help}");
+    // Each command's line in the overview says what that command does, and no two say the same.
+    let overview = String::from_utf8_lossy(&runner(Path::new("."), &["--help"]).stdout).into_owned();
+    let summary = |command: &str| {
+        let line = overview.lines().find(|l| l.trim_start().starts_with(&format!("{command} ")));
+        line.map(|l| l.trim_start()[command.len()..].trim().to_owned()).unwrap_or_default()
+    };
+    let commands = ["run", "plan", "history", "report", "replay", "simulate", "prune", "plugins"];
+    let summaries: Vec<String> = commands.iter().map(|c| summary(c)).collect();
+    for (command, text) in commands.iter().zip(&summaries) {
+        assert!(!text.is_empty(), "`{command}` has no summary in:\n{overview}");
+    }
+    assert!(summary("simulate").starts_with("Predict"), "{overview}");
+    assert!(summary("prune").starts_with("Delete old runs"), "{overview}");
+    let distinct: std::collections::HashSet<&String> = summaries.iter().collect();
+    assert_eq!(distinct.len(), summaries.len(), "{overview}");
 }
 
 #[test]

@@ -127,7 +127,8 @@ enum Command {
         its budget (peak RSS > budget + 5% + 64 MiB) or a threshold was crossed; 2 invalid input; \
         3 the feedback store, a file that cannot be written or the machine failed.")]
     Replay(ReplayArgs),
-    /// Delete old runs from the feedback store (with their tasks and samples) and shrink it.
+    /// Predict a run of a recipe from its history on a virtual clock (wall, peak reserved, spill,
+    /// critical path, node-hours); runs nothing.
     #[command(after_help = "Examples:\n  \
         runner simulate recipes/quickstart.yaml --workers 4 --budget 2GiB\n  \
         runner simulate recipes/cycles/precip.yaml --cycle 2026-11-02T00Z --set wet=0.5 --workers 2 --budget 96MiB \
@@ -145,6 +146,7 @@ enum Command {
         Exit codes: 0 predicted (whatever the prediction says); 2 invalid recipe or command line; 3 the store \
         or an output file failed.")]
     Simulate(SimulateArgs),
+    /// Delete old runs from the feedback store (with their tasks and samples) and shrink it.
     #[command(after_help = "Examples:\n  \
         runner prune --keep 48\n  \
         runner prune --before 2026-11-01 --db /data/runner.db\n  \
