@@ -134,6 +134,40 @@ fn a_closed_stdout_ends_every_printing_command_quietly() {
 }
 
 #[test]
+fn a_closed_stderr_or_stdout_loses_no_work_and_keeps_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("tiny.yaml"), TINY).unwrap();
+    let failing = "recipe: failing\nsteps:\n  a:\n    plugin: exec\n    args: {command: [sh, -c, 'exit 3']}\n";
+    std::fs::write(d.join("failing.yaml"), failing).unwrap();
+    std::fs::write(d.join("cycles.yaml"), "recipe: tiny.yaml\ncycles:\n  - {id: C1}\n  - {id: C2}\n").unwrap();
+    let closed = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        writer
+    };
+    // (`runner … 2>&1 | head -1` once head has gone: both streams are a pipe without a reader.)
+    let ended = |args: &[&str]| {
+        let writer = closed();
+        runner_command(d, args).stdout(writer.try_clone().unwrap()).stderr(writer).status().unwrap().code()
+    };
+    assert_eq!(ended(&["run", "tiny.yaml", "--db", "r.db", "--cycle", "C1", "--summary", "run.json"]), Some(0));
+    assert!(d.join("run.json").exists(), "the summary is written");
+    assert_eq!(
+        ended(&["run", "failing.yaml", "--db", "r.db", "--cycle", "C1"]),
+        Some(1),
+        "a failed task still says so"
+    );
+    assert_eq!(ended(&["replay", "cycles.yaml", "--db", "p.db", "--summary", "replay.json"]), Some(0));
+    let cycles = common::query(&d.join("p.db"), "SELECT cycle FROM runs ORDER BY run_id");
+    assert_eq!(cycles, [["C1"], ["C2"]], "every cycle ran");
+    assert!(d.join("replay.json").exists());
+    let simulate = ["simulate", "tiny.yaml", "--db", "r.db", "--budget", "1GiB", "--summary", "sim.json"];
+    assert_eq!(ended(&simulate), Some(0));
+    assert!(d.join("sim.json").exists(), "the prediction's summary is written");
+}
+
+#[test]
 fn store_errors_say_what_is_wrong_and_exit_3() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -43,7 +43,7 @@ pub fn install() {
             for dir in SCRATCH.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                 let _ = std::fs::remove_dir_all(dir);
             }
-            eprintln!("\ninterrupted: stopped, {commands} command(s) killed, {spill_folders} spill folder(s) removed");
+            say!("\ninterrupted: stopped, {commands} command(s) killed, {spill_folders} spill folder(s) removed");
             std::process::exit(128 + signal);
         }
     });

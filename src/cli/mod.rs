@@ -3,6 +3,25 @@
 //! here they become messages and exit codes (0 ok, 1 task failures, 2 invalid recipe or usage,
 //! 3 the store, a file or the machine failed).
 
+/// `eprintln!` that never panics: a line for a reader who has gone is dropped, and the command
+/// goes on to record, write its files and exit as it would have (`runner run … 2>&1 | head -1`).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `println!` that never panics, for the commands with work left after a line (run, replay,
+/// simulate, prune): the line is dropped, the work is not. Listings stop when their reader goes
+/// (see `broken_pipe`).
+macro_rules! show {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod broken_pipe;
 mod failures;
 mod history_cmd;
@@ -523,7 +542,7 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
     match code {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
-            eprintln!("error: {error:#}");
+            say!("error: {error:#}");
             let usage = error.chain().any(|cause| cause.is::<UsageError>());
             ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RUNTIME })
         }
@@ -537,9 +556,9 @@ fn compile(registry: &Registry, args: &RecipeArgs) -> Option<Compiled> {
         Ok(compiled) => Some(compiled),
         Err(error) => {
             let count = error.diagnostics.len();
-            eprintln!("{error}");
+            say!("{error}");
             if count > 1 {
-                eprintln!("{count} problems in {}", error.path().display());
+                say!("{count} problems in {}", error.path().display());
             }
             None
         }

@@ -17,12 +17,12 @@ pub fn prune(args: PruneArgs) -> anyhow::Result<u8> {
     // Logs and kept values are written relative to the directory runs start in, as is the store by default.
     let prune = Prune { keep: args.keep, before, recipe: args.recipe.clone(), files_in: Some(".".into()) };
     let pruned = store.prune(&prune, |bytes| {
-        eprintln!("reclaiming the space of the deleted rows (rebuilding {}, {})…", db.display(), format_size(bytes));
+        say!("reclaiming the space of the deleted rows (rebuilding {}, {})…", db.display(), format_size(bytes));
     })?;
     if pruned.runs == 0 {
-        println!("nothing to prune in {} ({})", db.display(), format_size(pruned.bytes_after));
+        show!("nothing to prune in {} ({})", db.display(), format_size(pruned.bytes_after));
     } else {
-        println!(
+        show!(
             "pruned {} run{} ({} task rows) from {}: {} → {}",
             pruned.runs,
             if pruned.runs == 1 { "" } else { "s" },
@@ -33,7 +33,7 @@ pub fn prune(args: PruneArgs) -> anyhow::Result<u8> {
         );
     }
     if pruned.folders > 0 {
-        println!(
+        show!(
             "removed {} folder{} of logs and kept values of cycles no run is left of ({})",
             pruned.folders,
             if pruned.folders == 1 { "" } else { "s" },

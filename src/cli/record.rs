@@ -114,7 +114,7 @@ pub fn mark_interrupted_on_signal(recorder: &RunRecorder) -> Option<InterruptGua
                 ..RunOutcome::new(RunStatus::Interrupted)
             };
             if !handle.interrupt(outcome, INTERRUPT_WAIT) {
-                eprintln!("run {} could not be marked interrupted in the store in time", handle.run_id());
+                say!("run {} could not be marked interrupted in the store in time", handle.run_id());
             }
         })
     })

@@ -81,9 +81,16 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     }
     let options = run_options(&args.resources)?;
     let store = Some(record::open_for_recording(&db)?);
-    println!(
+    show!(
         "{:<20} {:>6} {:>8} {:>10} {:>10} {:>7} {:>7} {:>9}",
-        "cycle", "tasks", "wall", "peak RSS", "budget", "under", "slack", "spilled"
+        "cycle",
+        "tasks",
+        "wall",
+        "peak RSS",
+        "budget",
+        "under",
+        "slack",
+        "spilled"
     );
     let mut cycles = Vec::new();
     // This replay's runs, for --report: the last run of each cycle, made by this process.
@@ -97,7 +104,7 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
         if picking_up && let Some(store) = &store {
             match store.last_run_of(&compiled.recipe.name, &cycle.id)? {
                 Some(row) if row.status == RunStatus::Ok => {
-                    println!("{:<20} done in run {}: skipped (--resume)", cycle.id, row.run_id);
+                    show!("{:<20} done in run {}: skipped (--resume)", cycle.id, row.run_id);
                     continue;
                 }
                 _ => {
@@ -140,7 +147,7 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     }
     let problems = judge(&cycles, &args);
     for problem in &problems {
-        eprintln!("replay: {problem}");
+        say!("replay: {problem}");
     }
     Ok(if problems.is_empty() { 0 } else { EXIT_TASKS_FAILED })
 }
@@ -154,14 +161,14 @@ fn compile_every_cycle(file: &CyclesFile, recipe_path: &Path, registry: &Registr
     let mut ok = true;
     for (position, cycle) in file.cycles.iter().enumerate() {
         if !seen.insert(cycle.id.as_str()) {
-            eprintln!("cycle {} (number {}): the id is listed twice; expected each cycle once", cycle.id, position + 1);
+            say!("cycle {} (number {}): the id is listed twice; expected each cycle once", cycle.id, position + 1);
             ok = false;
             continue;
         }
         match Compiled::from_file(recipe_path, &cycle.options(), registry) {
             Ok(one) => compiled.push(one),
             Err(error) => {
-                eprintln!("cycle {}: {error}", cycle.id);
+                say!("cycle {}: {error}", cycle.id);
                 ok = false;
             }
         }
@@ -174,11 +181,11 @@ fn read_cycles(path: &Path) -> Option<CyclesFile> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
         Err(e) => {
-            eprintln!("{}: cannot read the cycles file: {e}", path.display());
+            say!("{}: cannot read the cycles file: {e}", path.display());
             return None;
         }
     };
-    parse_cycles(&text).map_err(|problem| eprintln!("{}{problem}", path.display())).ok()
+    parse_cycles(&text).map_err(|problem| say!("{}{problem}", path.display())).ok()
 }
 
 /// A cycles file's text read, or what is wrong with it, to follow the file's name (`:LINE:COL: ...`).
@@ -226,7 +233,7 @@ fn cycle_summary(run: RunSummary, position: usize) -> CycleSummary {
 }
 
 fn print_row(c: &CycleSummary) {
-    println!(
+    show!(
         "{:<20} {:>6} {:>7.2}s {:>10} {:>10} {:>6.1}% {:>7} {:>9}{}",
         c.run.cycle,
         c.run.tasks_total,

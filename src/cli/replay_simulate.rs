@@ -61,15 +61,24 @@ pub fn replay(
             db.display()
         );
     };
-    println!(
+    show!(
         "{:<20} {:>7} {:>9} {:>9} {:>7} {:>11} {:>11} {:>7} {:>10} {:>10}",
-        "cycle", "run", "wall", "recorded", "error", "reserved", "recorded", "error", "spilled", "recorded"
+        "cycle",
+        "run",
+        "wall",
+        "recorded",
+        "error",
+        "reserved",
+        "recorded",
+        "error",
+        "spilled",
+        "recorded"
     );
     let mut entries = Vec::new();
     let mut predicted_any = false;
     for (id, mut compiled) in cycle_ids.iter().zip(compiled) {
         let Some(row) = store.last_run_of(&compiled.recipe.name, id)? else {
-            println!("{id:<20} not recorded in {}: nothing to compare", db.display());
+            show!("{id:<20} not recorded in {}: nothing to compare", db.display());
             continue;
         };
         let history = History::read(&store, &compiled, Some(row.run_id))?;
@@ -124,7 +133,7 @@ fn entry(summary: PredictedSummary, row: &RunRow) -> CycleEntry {
 
 fn print_row(entry: &CycleEntry) {
     let percent = |e: Option<f64>| e.map_or("-".to_string(), |e| format!("{:+.0}%", e * 100.0));
-    println!(
+    show!(
         "{:<20} {:>7} {:>8.2}s {:>8.2}s {:>7} {:>11} {:>11} {:>7} {:>10} {:>10}{}",
         entry.run.cycle,
         entry.run_id,

@@ -61,11 +61,11 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     if let Some(path) = &args.summary
         && let Err(error) = summary.write(path)
     {
-        eprintln!("error: {error:#}");
+        say!("error: {error:#}");
         code = EXIT_RUNTIME;
     }
     if let Some(error) = store_error {
-        eprintln!("error: {error:#}");
+        say!("error: {error:#}");
         code = EXIT_RUNTIME;
     }
     Ok(code)
@@ -76,7 +76,7 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
 pub fn plan_resume(store: &Store, compiled: &Compiled) -> anyhow::Result<Option<Reuse>> {
     let recipe = &compiled.recipe;
     let Some(previous) = store.last_run_of(&recipe.name, &recipe.cycle)? else {
-        eprintln!("--resume: no earlier run of {} for cycle {}: running everything", recipe.name, recipe.cycle);
+        say!("--resume: no earlier run of {} for cycle {}: running everything", recipe.name, recipe.cycle);
         return Ok(None);
     };
     if previous.status == RunStatus::Running {
@@ -92,12 +92,12 @@ pub fn plan_resume(store: &Store, compiled: &Compiled) -> anyhow::Result<Option<
         let removed = crate::resume::remove_temp_files_of(previous.pid, &tasks);
         if removed > 0 {
             let files = if removed == 1 { "file" } else { "files" };
-            eprintln!("--resume: removed {removed} half-written temporary {files} run {} left", previous.run_id);
+            say!("--resume: removed {removed} half-written temporary {files} run {} left", previous.run_id);
         }
     }
     let finished = tasks.iter().filter(|t| matches!(t.status, TaskStatus::Ok | TaskStatus::Reused)).count();
     let reuse = Reuse::plan(compiled, previous.run_id, tasks);
-    eprintln!(
+    say!(
         "--resume: run {} ({}) of cycle {} recorded {finished} finished tasks: {} of {} tasks taken over",
         previous.run_id,
         previous.status,
@@ -173,7 +173,7 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
     let budget = crate::budget::choose(resources.budget)
         .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?;
     for warning in &budget.warnings {
-        eprintln!("warning: {warning}");
+        say!("warning: {warning}");
     }
     let budget = budget.bytes;
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());

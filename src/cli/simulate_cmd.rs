@@ -42,7 +42,7 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
     if let Some(path) = &args.report {
         super::simulate_report::write(&compiled, &prediction, path)
             .with_context(|| format!("writing the predicted run's page to {}", path.display()))?;
-        eprintln!("  report (a prediction): {}", path.display());
+        say!("  report (a prediction): {}", path.display());
     }
     Ok(0)
 }
@@ -188,7 +188,7 @@ impl PredictedSummary {
         } else {
             format!("of {} budget", format_size(run.budget_bytes))
         };
-        eprintln!(
+        say!(
             "{} {}: predicted {outcome} — {} tasks ({} ok, {} failed, {} skipped) in {:.2} s on {} workers · peak \
              reserved {} {budget} · peak memory {} · spilled {} in {} buffers · {} oversized · {} over their estimate",
             run.recipe,
@@ -207,18 +207,15 @@ impl PredictedSummary {
             run.underestimates,
         );
         if let Some(error) = &run.internal_error {
-            eprintln!("  {error} ({} tasks not run)", run.tasks_not_run);
+            say!("  {error} ({} tasks not run)", run.tasks_not_run);
         }
-        eprintln!(
-            "  {:<20} {:>8} {:>10} {:>12} {:>12}  time per task",
-            "step", "tasks", "wall", "estimate p50", "peak p50"
-        );
+        say!("  {:<20} {:>8} {:>10} {:>12} {:>12}  time per task", "step", "tasks", "wall", "estimate p50", "peak p50");
         for (id, step) in run.steps.iter().enumerate() {
             let learned = match prediction.durations.get(id).and_then(Option::as_ref) {
                 Some(model) => model.to_string(),
                 None => format!("no history: its estimate at {}/s (a guess)", format_size(self.guess_speed_bytes)),
             };
-            eprintln!(
+            say!(
                 "  {:<20} {:>8} {:>9.2}s {:>12} {:>12}  {learned}",
                 step.step,
                 step.tasks,
@@ -227,19 +224,19 @@ impl PredictedSummary {
                 format_size(step.peak_p50),
             );
         }
-        eprintln!(
+        say!(
             "  critical path: {} — {:.2} s (no schedule finishes sooner)",
             self.critical_path.steps.join(" → "),
             self.critical_path.wall_s
         );
         if !self.alike_cycles.is_empty() {
-            eprintln!(
+            say!(
                 "  output sizes and data-following estimates as recorded for the cycle with the nearest vars: {}",
                 self.alike_cycles.join(", ")
             );
         }
         if self.guesses > 0 {
-            eprintln!(
+            say!(
                 "  {} of {} tasks are guesses: their steps have no recorded times, each was taken to run for its \
                  memory estimate at {}/s (--guess-speed)",
                 self.guesses,
@@ -249,7 +246,7 @@ impl PredictedSummary {
         }
         if let Some(cluster) = &self.cluster {
             let peak = cluster.peak_per_node_bytes.iter().copied().max().unwrap_or(0);
-            eprintln!(
+            say!(
                 "  cluster: {} jobs on {} nodes of {} and {} CPUs · {:.3} node-hours for the wall, {:.3} used by jobs · \
                  peak per node {} (highest)",
                 cluster.jobs,
@@ -262,7 +259,7 @@ impl PredictedSummary {
             );
             let shown: Vec<String> = cluster.peak_per_node_bytes.iter().take(16).map(|&b| format_size(b)).collect();
             let more = if cluster.peak_per_node_bytes.len() > 16 { ", …" } else { "" };
-            eprintln!("  peak per node: {}{more}", shown.join(", "));
+            say!("  peak per node: {}{more}", shown.join(", "));
         }
     }
 }

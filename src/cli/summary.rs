@@ -219,7 +219,7 @@ impl RunSummary {
         if self.oversized > 0 {
             estimates.push_str(&format!(" · {} oversized (ran alone, estimate above the budget)", self.oversized));
         }
-        eprintln!(
+        say!(
             "{} {}: {} — {} tasks ({} ok, {reused}{} failed, {} skipped) in {:.2} s · peak RSS {}{} · {}{estimates}",
             self.recipe,
             self.cycle,
@@ -234,34 +234,34 @@ impl RunSummary {
             self.reserved_line(),
         );
         if let Some(error) = &self.internal_error {
-            eprintln!("  {error} ({} tasks not run)", self.tasks_not_run);
+            say!("  {error} ({} tasks not run)", self.tasks_not_run);
         }
         if self.spilled_bytes > 0 {
-            eprintln!("  spilled {} in {} buffers", format_size(self.spilled_bytes), self.spill_count);
+            say!("  spilled {} in {} buffers", format_size(self.spilled_bytes), self.spill_count);
         }
         if let Some(error) = &self.spill_error {
-            eprintln!("  spilling stopped: {error}");
+            say!("  spilling stopped: {error}");
         }
         // Groups of tasks that failed alike, so 40 identical errors take one line.
         const SHOWN: usize = 20;
         let groups = failures::group(&self.failures);
         for group in groups.iter().take(SHOWN) {
-            eprintln!("  {}", group.line());
+            say!("  {}", group.line());
         }
         let hidden: usize = groups.iter().skip(SHOWN).map(|g| g.keys.len()).sum();
         if hidden > 0 {
-            eprintln!(
+            say!(
                 "  ... and {hidden} more failed tasks in {} more groups (the --summary JSON lists every failure)",
                 groups.len() - SHOWN
             );
         }
         let gaps = failures::group(&self.missing);
         for group in gaps.iter().take(SHOWN) {
-            eprintln!("  {}", group.line_as("missing"));
+            say!("  {}", group.line_as("missing"));
         }
         let hidden: usize = gaps.iter().skip(SHOWN).map(|g| g.keys.len()).sum();
         if hidden > 0 {
-            eprintln!("  ... and {hidden} more missing inputs (the --summary JSON lists every one)");
+            say!("  ... and {hidden} more missing inputs (the --summary JSON lists every one)");
         }
     }
 }
