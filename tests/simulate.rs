@@ -210,6 +210,39 @@ fn between_two_recorded_weathers_a_file_is_predicted_at_the_size_between_them() 
     assert_reserved_within_10_percent(&predicted, &real, " (either recorded cycle's files alone would be 70% off)");
 }
 
+/// Tasks of one step in four sizes, all held by the gather: the plan's sample task (the
+/// smallest) speaks for none of the others.
+const SIZES: &str = "recipe: sim-sizes
+dims:
+  size: [1, 2, 4, 16]
+steps:
+  make:
+    plugin: alloc
+    over: [size]
+    args: {bytes: \"{size}MiB\", hold_ms: 20, output_bytes: \"{size}MiB\"}
+  all:
+    plugin: noop
+    inputs: {parts: make}
+";
+
+#[test]
+fn without_history_tasks_of_other_sizes_are_predicted_at_their_own_size() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "s.yaml", SIZES);
+    let args = |verb: &'static str, summary: &'static str| {
+        [verb, "s.yaml", "--cycle", "c1", "--workers", "2", "--budget", "256MiB", "--db", "h.db", "--summary", summary]
+    };
+    let out = runner(dir.path(), &args("simulate", "p.json"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = runner(dir.path(), &args("run", "r.json"));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let (predicted, real) = (json(&dir.path().join("p.json")), json(&dir.path().join("r.json")));
+    // The gather holds 1 + 2 + 4 + 16 MiB; the smallest task's figures for all would be 4 MiB.
+    assert!(real["peak_reserved_bytes"].as_f64().unwrap() >= 23.0 * MIB, "{real}");
+    assert_reserved_within_10_percent(&predicted, &real, " (each task at the sample task's size would be 4 MiB)");
+}
+
 #[test]
 fn without_history_every_task_is_a_guess_and_says_so() {
     let _shared = beside_others();

@@ -59,7 +59,34 @@ impl ArgTemplate {
     }
 }
 
+impl ArgTemplate {
+    /// Adds the names this template's strings refer to (each once) to `names`.
+    fn collect_names<'a>(&'a self, names: &mut Vec<&'a str>) {
+        match self {
+            ArgTemplate::Json(_) => {}
+            ArgTemplate::Text(template) => {
+                for name in template.names() {
+                    if !names.contains(&name) {
+                        names.push(name);
+                    }
+                }
+            }
+            ArgTemplate::List(items) => items.iter().for_each(|item| item.collect_names(names)),
+            ArgTemplate::Object(entries) => entries.iter().for_each(|(_, value)| value.collect_names(names)),
+        }
+    }
+}
+
 impl StepArgs {
+    /// The dims the per-task args are filled from, each once (none for fixed args).
+    pub fn per_task_names(&self) -> Vec<&str> {
+        let mut names = Vec::new();
+        if let StepArgs::PerTask { templated, .. } = self {
+            templated.iter().for_each(|(_, template)| template.collect_names(&mut names));
+        }
+        names
+    }
+
     /// The args of the task whose dim values `lookup` gives; borrowed when they are the same
     /// for every task, so such steps pay nothing per task.
     pub fn for_task(&self, lookup: &dyn Fn(&str) -> Option<DimValue>) -> std::borrow::Cow<'_, Args> {

@@ -350,7 +350,7 @@ impl Loop<'_> {
         let as_planned = self.predictor.as_planned(step, plan.steps[step].input_bytes, picked.input_bytes);
         // A task not as planned: the worker asks its plugin again, and one that needs more than
         // it reserved goes back to be re-admitted (or deferred).
-        let picked = match self.predictor.recorded_estimate(step, picked.task.index) {
+        let picked = match self.predictor.own_estimate(step, picked.task.index) {
             Some(plugin_estimate) if !as_planned && plugin_estimate > picked.plugin_estimate => {
                 match state.reestimate(plan, picked, plugin_estimate) {
                     Some(regrown) => regrown,

@@ -12,6 +12,7 @@ pub mod durations;
 pub mod engine;
 pub mod history;
 pub mod predict;
+pub(crate) mod variants;
 
 use crate::plan::Compiled;
 pub use cluster::{Cluster, ClusterShape};

@@ -11,6 +11,7 @@ use crate::plan::Compiled;
 
 use super::durations::DurationModel;
 use super::history::{History, Recorded};
+use super::variants::Variants;
 
 /// A step's predictions.
 #[derive(Debug, Clone)]
@@ -27,6 +28,8 @@ struct StepPrediction {
     by_index: HashMap<u64, Recorded>,
     /// Args rendered per task: the plan's figures are one sample task's, not each task's.
     per_task_args: bool,
+    /// Its plugin estimates from the data at dispatch, not from metadata.
+    follows_data: bool,
     /// How this cycle's plan differs from the alike run's for the same (first) task, in its
     /// plugin estimate and output bytes: a recorded figure of another task is scaled by it (a
     /// cycle with 6 thresholds instead of 2 triples each threshold task's).
@@ -50,6 +53,8 @@ pub struct TaskPrediction {
 #[derive(Debug, Clone)]
 pub struct Predictor {
     steps: Vec<StepPrediction>,
+    /// What the plugins say of each kind of task where the plan's sample task may not speak for all.
+    variants: Variants,
     guess_speed: u64,
 }
 
@@ -86,9 +91,10 @@ impl Predictor {
                 recorded_file_bytes: records.alike_file_bytes.unwrap_or(0),
                 by_index: records.alike_by_index.clone(),
                 per_task_args: step.args.is_per_task(),
+                follows_data: step.plugin.estimate_follows_data(),
             })
             .collect();
-        Predictor { steps, guess_speed: guess_speed.max(1) }
+        Predictor { steps, variants: Variants::new(compiled), guess_speed: guess_speed.max(1) }
     }
 
     /// What a plugin that estimates at dispatch from its inputs (which a simulation does not
@@ -107,11 +113,17 @@ impl Predictor {
         !self.steps[step].per_task_args && input_bytes == plan_input_bytes
     }
 
-    /// What the plugin estimated for task `index` of `step` in the alike run, when recorded
-    /// (the worker asks the plugin again for a task not as planned; the simulation has no
-    /// inputs to show it, so it takes that answer).
-    pub fn recorded_estimate(&self, step: usize, index: u64) -> Option<u64> {
+    /// What the plugin says again of task `index` of `step` when the task is not as planned
+    /// (the worker asks it after the claim): for a plugin estimating from metadata, what it says
+    /// of this kind of task ([`Variants`]); else, when recorded, what it estimated for the task
+    /// in the alike run (the simulation has no inputs to show it).
+    pub fn own_estimate(&self, step: usize, index: u64) -> Option<u64> {
         let prediction = &self.steps[step];
+        if !prediction.follows_data
+            && let Some(variant) = self.variants.of(step, index)
+        {
+            return Some(variant.plugin_estimate).filter(|&e| e > 0);
+        }
         let recorded = prediction.by_index.get(&index).map(|r| r.plugin_estimate).filter(|&e| e > 0)?;
         Some((recorded as f64 * prediction.estimate_scale) as u64)
     }
@@ -119,8 +131,9 @@ impl Predictor {
     /// Task `index` of `step`, whose plugin estimates `plugin_estimate`, reading `input_bytes`:
     /// `peak` is what its step's footprint model expects without its margin (`None`: no
     /// model, the task holds what it reserved, `reserved`). `as_planned`: the plan's output
-    /// shape holds for it (else the alike run's output size of the same task, or of the
-    /// step's median task). A path output's file is the alike run's size for the task.
+    /// shape holds for it (else the shape its plugin gives this kind of task, else the alike
+    /// run's output size of the same task, or of the step's median task). A path output's file
+    /// is the alike run's size for the task.
     #[expect(clippy::too_many_arguments, reason = "one task's figures, each named")]
     pub fn task(
         &self,
@@ -133,8 +146,11 @@ impl Predictor {
         reserved: u64,
     ) -> TaskPrediction {
         let prediction = &self.steps[step];
+        let known = || self.variants.of(step, index).and_then(|variant| variant.output.bytes());
         let output_bytes = if as_planned {
             prediction.output_bytes
+        } else if let Some(bytes) = known() {
+            bytes
         } else {
             let recorded = prediction.by_index.get(&index).map(|r| r.output_bytes).or(prediction.recorded_output_bytes);
             recorded.map_or(prediction.output_bytes, |bytes| (bytes as f64 * prediction.output_scale) as u64)
