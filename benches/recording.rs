@@ -156,7 +156,7 @@ fn history(c: &mut Criterion) {
         record_run(&store, &steps, &format!("c{run}"), HISTORY_TASKS * 6 / 5);
     }
     let registry = Registry::new(runner_std_plugins::all());
-    let options = CompileOptions { cycle: "bench".into(), set: vec![] };
+    let options = CompileOptions { cycle: "bench".into(), ..CompileOptions::default() };
     let mut compiled =
         Compiled::from_text(Path::new("bench.yaml"), HISTORY_RECIPE, &options, &registry).expect("a valid recipe");
 

@@ -14,7 +14,7 @@ use runner::testing::scheduler::{self, Progress, RunOptions};
 
 fn compile(yaml: &str) -> Compiled {
     let registry = Registry::new(runner_std_plugins::all());
-    let options = CompileOptions { cycle: "bench".into(), set: vec![] };
+    let options = CompileOptions { cycle: "bench".into(), ..CompileOptions::default() };
     Compiled::from_text(Path::new("bench.yaml"), yaml, &options, &registry).expect("a valid recipe")
 }
 

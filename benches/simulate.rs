@@ -18,7 +18,7 @@ fn compile(files: u64) -> Compiled {
         "recipe: many\ndims:\n  file: {files}\n  chunk: {{group: file, size: 5}}\nsteps:\n  cache:\n    plugin: noop\n    over: [file]\n  write:\n    plugin: noop\n    over: [chunk]\n    inputs: {{files: cache}}\n  finalise:\n    plugin: noop\n    inputs: {{chunks: write}}\n"
     );
     let registry = Registry::new(runner_std_plugins::all());
-    let options = CompileOptions { cycle: "bench".into(), set: vec![] };
+    let options = CompileOptions { cycle: "bench".into(), ..CompileOptions::default() };
     Compiled::from_text(Path::new("bench.yaml"), &yaml, &options, &registry).expect("a valid recipe")
 }
 

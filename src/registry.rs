@@ -37,4 +37,9 @@ impl Registry {
     pub fn names(&self) -> Vec<&'static str> {
         self.sorted().iter().map(|p| p.name()).collect()
     }
+
+    /// The plugins a recipe may have a top-level section for ([`Plugin::section_keys`]).
+    pub fn section_names(&self) -> Vec<&'static str> {
+        self.sorted().iter().filter(|p| !p.section_keys().is_empty()).map(|p| p.name()).collect()
+    }
 }

@@ -67,7 +67,7 @@ impl Plugin for Probe {
 
 fn run(yaml: &str) -> (Compiled, RunReport) {
     let registry = Registry::new([Arc::new(Probe) as Arc<dyn Plugin>]);
-    let options = CompileOptions { cycle: "C".into(), set: vec![] };
+    let options = CompileOptions { cycle: "C".into(), ..CompileOptions::default() };
     let compiled =
         Compiled::from_text(Path::new("t.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"));
     let dir = tempfile::tempdir().unwrap();

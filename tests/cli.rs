@@ -416,3 +416,35 @@ fn a_task_larger_than_the_machine_is_refused_before_anything_runs() {
         "nothing ran"
     );
 }
+
+#[test]
+fn the_python_section_and_python_flag_choose_the_interpreter_of_python_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let step = "steps:\n  a: {plugin: python, args: {call: \"builtins:abs\", args: [-3]}}\n";
+    let section = format!("recipe: sec\npython: {{interpreter: /no/such/python}}\n{step}");
+    write(dir.path(), "section.yaml", &section);
+    // The section's interpreter is every python step's; one that is not there is refused
+    // before anything runs, at the line that names it.
+    let out = runner(dir.path(), &["run", "section.yaml", "--db", "s.db"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("section.yaml:2:23"), "{}", stderr(&out));
+    assert!(stderr(&out).contains("the Python interpreter `/no/such/python` is not there"), "{}", stderr(&out));
+    // --python wins over the section.
+    let out = runner(dir.path(), &["run", "section.yaml", "--db", "s.db", "--python", "python3"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // A step's own `python:` wins over both.
+    let own = section.replace("args: [-3]}", "args: [-3], python: /no/such/other}");
+    write(dir.path(), "own.yaml", &own);
+    let out = runner(dir.path(), &["plan", "own.yaml", "--python", "python3"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("`/no/such/other` is not there"), "{}", stderr(&out));
+    // A misspelt setting is named with what the section takes.
+    write(dir.path(), "typo.yaml", &format!("recipe: sec\npython: {{interpretr: python3}}\n{step}"));
+    let out = runner(dir.path(), &["plan", "typo.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("unknown key `interpretr` in `python`") && stderr(&out).contains("(did you mean `interpreter`?)"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -51,7 +51,7 @@ impl Plugin for Flag {
 
 fn compile(yaml: &str) -> Compiled {
     let registry = Registry::new(runner_std_plugins::all().into_iter().chain([Arc::new(Flag) as Arc<dyn Plugin>]));
-    let options = CompileOptions { cycle: "test".into(), set: vec![] };
+    let options = CompileOptions { cycle: "test".into(), ..CompileOptions::default() };
     Compiled::from_text(Path::new("test.yaml"), yaml, &options, &registry).expect("a valid recipe")
 }
 

@@ -78,7 +78,7 @@ impl Outcome {
 fn run(yaml: &str, workers: usize) -> Outcome {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let registry = Registry::new([Arc::new(Echo { seen: seen.clone() }) as Arc<dyn Plugin>]);
-    let options = CompileOptions { cycle: "C1".into(), set: vec![] };
+    let options = CompileOptions { cycle: "C1".into(), ..CompileOptions::default() };
     let compiled =
         Compiled::from_text(Path::new("test.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"));
     let work_dir = tempfile::tempdir().unwrap();
@@ -296,7 +296,7 @@ impl Plugin for Broken {
 #[test]
 fn a_plugin_panicking_at_plan_time_is_a_located_recipe_error() {
     let registry = Registry::new([Arc::new(Broken) as Arc<dyn Plugin>]);
-    let options = CompileOptions { cycle: "C1".into(), set: vec![] };
+    let options = CompileOptions { cycle: "C1".into(), ..CompileOptions::default() };
     let yaml = "recipe: broken\nsteps:\n  a:\n    plugin: broken\n    args: {where: output}\n  b:\n    plugin: broken\n    args: {where: estimate}\n";
     let error = Compiled::from_text(Path::new("broken.yaml"), yaml, &options, &registry).unwrap_err();
     let text = error.to_string();
@@ -400,7 +400,7 @@ fn run_flaky_into(
     let outputs = Arc::new(Mutex::new(std::collections::HashMap::new()));
     let flaky = Flaky { attempts: Mutex::default(), outputs: outputs.clone() };
     let registry = Registry::new([Arc::new(flaky) as Arc<dyn Plugin>]);
-    let options = CompileOptions { cycle: "C1".into(), set: vec![] };
+    let options = CompileOptions { cycle: "C1".into(), ..CompileOptions::default() };
     let mut compiled = Compiled::from_text(Path::new("flaky.yaml"), yaml, &options, &registry).unwrap();
     edit(&mut compiled);
     let dir = tempfile::tempdir().unwrap();

@@ -59,7 +59,7 @@ impl TaskSink for Recorder {
 
 fn compile(yaml: &str) -> Compiled {
     let registry = Registry::new(runner_std_plugins::all());
-    let options = CompileOptions { cycle: "test".into(), set: vec![] };
+    let options = CompileOptions { cycle: "test".into(), ..CompileOptions::default() };
     Compiled::from_text(Path::new("test.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"))
 }
 

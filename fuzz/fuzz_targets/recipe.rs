@@ -20,7 +20,7 @@ fuzz_target!(|data: &[u8]| {
     if text.contains("/dev") || text.contains("/proc") || text.contains("/sys") {
         return;
     }
-    let options = CompileOptions { cycle: "2026-11-30T02Z".into(), set: vec![("wet".into(), "0.5".into())] };
+    let options = CompileOptions { cycle: "2026-11-30T02Z".into(), set: vec![("wet".into(), "0.5".into())], ..Default::default() };
     match Compiled::from_text(Path::new("recipes/fuzzed.yaml"), text, &options, &REGISTRY) {
         Ok(compiled) => {
             // Per-task args of the first and last task of every step, as the scheduler renders them.

@@ -307,6 +307,8 @@ struct ReplayArgs {
     db: Option<PathBuf>,
     #[command(flatten)]
     resources: ResourceArgs,
+    #[command(flatten)]
+    python: PythonArg,
     /// Write `{cycles: [...]}`: each cycle's run summary plus underestimate_rate and slack.
     #[arg(long, value_name = "FILE.json")]
     summary: Option<PathBuf>,
@@ -410,6 +412,26 @@ struct RecipeArgs {
     /// Override a var of the recipe: `--set wet=0.4` (repeatable; the value is read as YAML).
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_key_value)]
     set: Vec<(String, String)>,
+    #[command(flatten)]
+    python: PythonArg,
+}
+
+/// The interpreter of python steps, from the command line.
+#[derive(Args, Debug, Clone, Default)]
+struct PythonArg {
+    /// The interpreter python steps run in, e.g. a venv's `venv/bin/python` [default: the
+    /// recipe's `python: {interpreter: ...}`, else $RUNNER_PYTHON, else python3 on the PATH]. A
+    /// step's own `python:` arg still wins.
+    #[arg(long = "python", value_name = "PATH")]
+    interpreter: Option<PathBuf>,
+}
+
+impl PythonArg {
+    /// As the settings of the python plugin's section that win over the recipe's.
+    fn sections(&self) -> Vec<(String, String, serde_json::Value)> {
+        let path = |p: &PathBuf| serde_json::Value::String(p.to_string_lossy().into_owned());
+        self.interpreter.iter().map(|p| ("python".into(), "interpreter".into(), path(p))).collect()
+    }
 }
 
 /// The machine a run may use.
@@ -551,7 +573,11 @@ pub fn main_with(extra: impl IntoIterator<Item = Arc<dyn Plugin>>) -> ExitCode {
 
 /// Loads, validates and plans a recipe; on failure prints every problem and returns `None`.
 fn compile(registry: &Registry, args: &RecipeArgs) -> Option<Compiled> {
-    let options = CompileOptions { cycle: args.cycle.clone().unwrap_or_else(current_cycle), set: args.set.clone() };
+    let options = CompileOptions {
+        cycle: args.cycle.clone().unwrap_or_else(current_cycle),
+        set: args.set.clone(),
+        sections: args.python.sections(),
+    };
     match Compiled::from_file(&args.recipe, &options, registry) {
         Ok(compiled) => Some(compiled),
         Err(error) => {

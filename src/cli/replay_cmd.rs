@@ -54,7 +54,8 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     let Some(file) = read_cycles(&args.cycles) else { return Ok(EXIT_USAGE) };
     let recipe_path = args.cycles.parent().unwrap_or(Path::new(".")).join(&file.recipe);
     let db = args.db.clone().unwrap_or_else(record::default_db);
-    let Some(compiled) = compile_every_cycle(&file, &recipe_path, registry) else { return Ok(EXIT_USAGE) };
+    let sections = args.python.sections();
+    let Some(compiled) = compile_every_cycle(&file, &recipe_path, registry, &sections) else { return Ok(EXIT_USAGE) };
     let mut guard = OutputGuard::default();
     guard.protect_store(&db).protect_always(&args.cycles, "the cycles file");
     for one in &compiled {
@@ -155,7 +156,12 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
 /// Compiles the recipe for every cycle before the first runs, so that a bad cycle (its id, its
 /// vars) or a repeated id fails the replay at once, not after the cycles before it ran. Prints
 /// every problem and returns `None` when there is any.
-fn compile_every_cycle(file: &CyclesFile, recipe_path: &Path, registry: &Registry) -> Option<Vec<Compiled>> {
+fn compile_every_cycle(
+    file: &CyclesFile,
+    recipe_path: &Path,
+    registry: &Registry,
+    sections: &[(String, String, serde_json::Value)],
+) -> Option<Vec<Compiled>> {
     let mut seen = std::collections::HashSet::new();
     let mut compiled = Vec::with_capacity(file.cycles.len());
     let mut ok = true;
@@ -165,7 +171,8 @@ fn compile_every_cycle(file: &CyclesFile, recipe_path: &Path, registry: &Registr
             ok = false;
             continue;
         }
-        match Compiled::from_file(recipe_path, &cycle.options(), registry) {
+        let options = CompileOptions { sections: sections.to_vec(), ..cycle.options() };
+        match Compiled::from_file(recipe_path, &options, registry) {
             Ok(one) => compiled.push(one),
             Err(error) => {
                 say!("cycle {}: {error}", cycle.id);
@@ -219,6 +226,7 @@ impl Cycle {
         CompileOptions {
             cycle: self.id.clone(),
             set: self.vars.iter().map(|(k, v)| (k.clone(), v.to_string())).collect(),
+            sections: Vec::new(),
         }
     }
 }

@@ -321,7 +321,7 @@ mod tests {
     #[test]
     fn a_task_s_peak_is_its_heap_and_its_command_together() {
         let registry = Registry::new([Arc::new(HoldsWhileItsCommandRuns) as Arc<dyn runner_plugin::Plugin>]);
-        let options = CompileOptions { cycle: "c".into(), set: vec![] };
+        let options = CompileOptions { cycle: "c".into(), ..CompileOptions::default() };
         let text = "recipe: r\nsteps:\n  s:\n    plugin: holds_while_its_command_runs\n";
         let compiled = Compiled::from_text(Path::new("r.yaml"), text, &options, &registry).unwrap();
         let dir = tempfile::tempdir().unwrap();

@@ -241,6 +241,10 @@ impl Compiler<'_> {
         if !ok {
             return None;
         }
+        let given = |arg: &str| fixed.contains_key(arg) || templated.iter().any(|(name, _)| name == arg);
+        let mut from_section = Map::new();
+        self.fill_from_section(plugin.name(), given, &mut from_section, &mut locations, step_loc);
+        fixed.extend(from_section);
         let args = if templated.is_empty() {
             StepArgs::Fixed(Args::new(fixed))
         } else {

@@ -63,6 +63,8 @@ pub(super) struct Compiler<'a> {
     pub(super) value_lens: HashMap<DimId, usize>,
     /// Lookup tables by (var, dim), built on first use (`{radii[lead]}`).
     pub(super) lookup_tables: HashMap<(usize, DimId), Result<super::lookup::TableUse, String>>,
+    /// Each plugin's section settings, the command line's laid over the recipe's.
+    pub(super) sections: HashMap<&'static str, Vec<super::sections::Setting>>,
 }
 
 impl<'a> Compiler<'a> {
@@ -90,6 +92,7 @@ impl<'a> Compiler<'a> {
             list_positions: HashMap::new(),
             value_lens: HashMap::new(),
             lookup_tables: HashMap::new(),
+            sections: HashMap::new(),
         }
     }
 }
@@ -151,6 +154,7 @@ impl Compiler<'_> {
             Field::Absent => {}
         }
         self.apply_overrides();
+        self.compile_sections(raw.sections);
         match raw.dims {
             Field::Given(dims) => self.compile_dims(dims),
             Field::Broken => self.dims_unreadable = true,

@@ -19,6 +19,7 @@ mod output_paths;
 mod plugin_check;
 mod raw;
 mod raw_dims;
+mod sections;
 mod step_keys;
 mod suggest;
 pub mod template;
@@ -59,6 +60,9 @@ pub struct CompileOptions {
     pub cycle: String,
     /// `--set KEY=VALUE` overrides of `vars`.
     pub set: Vec<(String, String)>,
+    /// Settings of a plugin's section that win over the recipe's (`--python PATH` is the
+    /// `python` section's `interpreter`): (plugin, key, value).
+    pub sections: Vec<(String, String, serde_json::Value)>,
 }
 
 /// A validated recipe.
@@ -233,7 +237,7 @@ pub fn parse(path: &Path, text: String, options: &CompileOptions, registry: &Reg
             return Err(fail(diagnostics));
         }
     };
-    let raw = Reader::new(&mut diagnostics).recipe(&tree);
+    let raw = Reader::new(&mut diagnostics).recipe(&tree, &registry.section_names());
     let base_dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     let mut compiler = Compiler::new(registry, options, base_dir, diagnostics);
     let compiled = raw.and_then(|raw| compiler.compile(raw));

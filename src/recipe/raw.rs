@@ -118,6 +118,9 @@ pub struct RawRecipe<'t> {
     pub vars: Field<Vec<(Located<String>, &'t Item)>>,
     pub steps: Field<Located<Vec<RawStep<'t>>>>,
     pub allow_outside: Field<Located<bool>>,
+    /// Sections named after a plugin (`python: {interpreter: ...}`): settings for every step of
+    /// it, by key.
+    pub sections: Vec<(&'static str, Vec<(Located<String>, &'t Item)>)>,
 }
 
 /// One step as written.
@@ -178,8 +181,9 @@ impl<'d> Reader<'d> {
         self.diagnostics.push(diagnostic);
     }
 
-    /// Reads the whole recipe; `None` when its top level is not a mapping.
-    pub fn recipe<'t>(&mut self, root: &'t Item) -> Option<RawRecipe<'t>> {
+    /// Reads the whole recipe; `None` when its top level is not a mapping. `sections`: the
+    /// plugins' names, each a top-level key the recipe may have for that plugin's settings.
+    pub fn recipe<'t>(&mut self, root: &'t Item, sections: &[&'static str]) -> Option<RawRecipe<'t>> {
         if !matches!(root.node, Node::Map(_)) {
             self.report(
                 Diagnostic::new(root.loc, format!("the recipe is {}", root.node.kind()))
@@ -187,7 +191,15 @@ impl<'d> Reader<'d> {
             );
             return None;
         }
-        let keys = self.keys(root, "at the top level of the recipe", RECIPE_KEYS)?;
+        let known: Vec<&'static str> = RECIPE_KEYS.iter().chain(sections).copied().collect();
+        let keys = self.keys(root, "at the top level of the recipe", &known)?;
+        let sections = sections
+            .iter()
+            .filter_map(|&name| match keys.get(name) {
+                Field::Given(item) => Some((name, self.entries(item, &format!("`{name}`"), "setting")?)),
+                Field::Absent | Field::Broken => None,
+            })
+            .collect();
         Some(RawRecipe {
             loc: root.loc,
             recipe: keys.get("recipe").and_then(|i| self.name(i, "`recipe`")),
@@ -200,6 +212,7 @@ impl<'d> Reader<'d> {
                 Field::Absent => Field::Absent,
                 Field::Broken => Field::Broken,
             },
+            sections,
         })
     }
 
@@ -379,7 +392,7 @@ impl<'d> Reader<'d> {
         &mut self,
         item: &'t Item,
         context: &str,
-        known: &'static [&'static str],
+        known: &[&'static str],
     ) -> Option<Keys<'t>> {
         let entries = match &item.node {
             Node::Map(entries) => entries.as_slice(),

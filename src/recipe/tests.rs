@@ -16,7 +16,7 @@ fn standard() -> Registry {
 }
 
 fn options(cycle: &str) -> CompileOptions {
-    CompileOptions { cycle: cycle.to_string(), set: Vec::new() }
+    CompileOptions { cycle: cycle.to_string(), ..CompileOptions::default() }
 }
 
 fn compile(text: &str) -> Result<Recipe, RecipeError> {

@@ -245,7 +245,7 @@ mod tests {
 
     fn compiled(text: &str) -> Compiled {
         let registry = Registry::new(runner_std_plugins::all());
-        let options = CompileOptions { cycle: "c".into(), set: vec![] };
+        let options = CompileOptions { cycle: "c".into(), ..CompileOptions::default() };
         Compiled::from_text(Path::new("r.yaml"), text, &options, &registry).unwrap()
     }
 

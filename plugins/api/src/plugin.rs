@@ -20,6 +20,14 @@ pub trait Plugin: Send + Sync + 'static {
     /// one, before anything runs.
     fn args(&self) -> &'static [ArgSpec];
 
+    /// What a top-level section of the recipe named after this plugin may hold, each key with
+    /// the arg it sets for every step of the plugin that does not set it itself (the `python`
+    /// plugin's `python: {interpreter: venv/bin/python, pythonpath: [lib]}`). None by default:
+    /// a recipe then has no section for the plugin.
+    fn section_keys(&self) -> Vec<(&'static str, &'static str)> {
+        Vec::new()
+    }
+
     /// Checks argument values when the recipe is compiled. Arguments that hold templates over
     /// dims are checked with each dim's first value filled in.
     fn check(&self, args: &Args) -> Result<(), ArgError> {

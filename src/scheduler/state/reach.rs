@@ -117,7 +117,7 @@ mod tests {
     fn compiled(steps: &str) -> Compiled {
         let text = format!("recipe: r\ndims: {{lead: 4}}\nsteps:\n{steps}");
         let registry = Registry::new(runner_std_plugins::all());
-        let options = CompileOptions { cycle: "c".into(), set: vec![] };
+        let options = CompileOptions { cycle: "c".into(), ..CompileOptions::default() };
         Compiled::from_text(Path::new("r.yaml"), &text, &options, &registry).unwrap()
     }
 

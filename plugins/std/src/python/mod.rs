@@ -43,7 +43,6 @@ use runner_plugin::{
     TaskContext, TaskError, Value, ValueMeta,
 };
 
-pub use protocol::OBJECT_ATTR;
 use protocol::Outgoing;
 
 /// The interpreter's side of the conversation.
@@ -88,6 +87,12 @@ impl Plugin for Python {
     }
 
     fn args(&self) -> &'static [ArgSpec] {
+    /// `python: {interpreter: venv/bin/python, pythonpath: [lib]}` at the top of a recipe.
+    fn section_keys(&self) -> Vec<(&'static str, &'static str)> {
+        let same = |arg: &'static str| (arg, arg);
+        vec![("interpreter", "python"), same("pythonpath"), same("env"), same("fork"), same("max_resident")]
+    }
+
         ARGS
     }
 
@@ -96,7 +101,7 @@ impl Plugin for Python {
         if call.output.is_none() && call.items().any(|(_, item)| mentions_output(item)) {
             return Err(ArgError::new("args", "`{output}` is used but the step has no `output` arg"));
         }
-        Ok(())
+        check_interpreter(&call.python)
     }
 
     fn output(&self, args: &Args, inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
@@ -433,6 +438,29 @@ impl<'a> Reference<'a> {
 
 /// `package.module:name.attr`: a dotted module path, a colon, a dotted attribute path.
 fn check_target(target: &str) -> Result<(), ArgError> {
+/// Refuses, before anything runs, an interpreter that is not there: a path that is no file, or
+/// a bare name no folder of `PATH` holds.
+fn check_interpreter(python: &std::ffi::OsStr) -> Result<(), ArgError> {
+    let path = std::path::Path::new(python);
+    let found = if python.as_encoded_bytes().contains(&b'/') {
+        path.is_file()
+    } else {
+        std::env::var_os("PATH").is_some_and(|dirs| std::env::split_paths(&dirs).any(|dir| dir.join(path).is_file()))
+    };
+    if found {
+        return Ok(());
+    }
+    let whence = if python.as_encoded_bytes().contains(&b'/') { "no such file" } else { "not on the PATH" };
+    Err(ArgError::new(
+        "python",
+        format!(
+            "the Python interpreter `{}` is not there ({whence}); expected a Python's path such as venv/bin/python, \
+             given by the step's `python:`, the recipe's `python: {{interpreter: ...}}`, --python or $RUNNER_PYTHON",
+            path.display()
+        ),
+    ))
+}
+
     let dotted = |text: &str| !text.is_empty() && text.split('.').all(is_identifier);
     match target.split_once(':') {
         Some((module, name)) if dotted(module) && dotted(name) => Ok(()),
