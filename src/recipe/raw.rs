@@ -388,12 +388,7 @@ impl<'d> Reader<'d> {
 
     /// The entries of a mapping whose keys must be among `known`; reports unknown and
     /// repeated keys. `None` when `item` is not a mapping.
-    pub(super) fn keys<'t>(
-        &mut self,
-        item: &'t Item,
-        context: &str,
-        known: &[&'static str],
-    ) -> Option<Keys<'t>> {
+    pub(super) fn keys<'t>(&mut self, item: &'t Item, context: &str, known: &[&'static str]) -> Option<Keys<'t>> {
         let entries = match &item.node {
             Node::Map(entries) => entries.as_slice(),
             Node::Null => &[],
