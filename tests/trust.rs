@@ -168,6 +168,40 @@ fn a_closed_stderr_or_stdout_loses_no_work_and_keeps_the_exit_code() {
 }
 
 #[test]
+fn an_output_path_that_is_a_symlink_a_fifo_or_a_device_is_written_into_never_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(d.join("tiny.yaml"), TINY).unwrap();
+    // A symlink: its target gets the summary, the link stays.
+    std::fs::create_dir(d.join("real")).unwrap();
+    std::fs::write(d.join("real/s.json"), "{}").unwrap();
+    std::os::unix::fs::symlink("real/s.json", d.join("link.json")).unwrap();
+    let out = runner_in(d, &["run", "tiny.yaml", "--db", "r.db", "--cycle", "C1", "--summary", "link.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(std::fs::symlink_metadata(d.join("link.json")).unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(d.join("real/s.json")).unwrap().contains("\"cycle\": \"C1\""));
+    // A FIFO: read by whoever opened it (checking the path never waits on it), still a FIFO.
+    let fifo = d.join("summary.fifo");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let out = runner_in(d, &["run", "tiny.yaml", "--db", "r.db", "--cycle", "C2", "--summary", "summary.fifo"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(reader.join().unwrap().contains("\"cycle\": \"C2\""));
+    use std::os::unix::fs::FileTypeExt as _;
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    // A full device: a one-line error and exit 3, no panic.
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let out = runner_command(d, &["plugins"]).stdout(full).output().unwrap();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{text}");
+    assert!(text.contains("cannot write to stdout: No space left on device") && !text.contains("panicked"), "{text}");
+}
+
+#[test]
 fn store_errors_say_what_is_wrong_and_exit_3() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();

@@ -106,10 +106,11 @@ const QUOTED_START: usize = 24;
 fn foreign_start(path: &Path, kind: OutputKind) -> Option<String> {
     use std::io::Read as _;
     let mut head = [0u8; 256];
-    let mut file = std::fs::File::open(path).ok()?;
-    if !file.metadata().ok()?.is_file() {
+    // Not opened unless it is a regular file: opening a FIFO to read waits for a writer.
+    if !std::fs::metadata(path).ok()?.is_file() {
         return None;
     }
+    let mut file = std::fs::File::open(path).ok()?;
     let read = file.read(&mut head).ok()?;
     let text = head[..read].trim_ascii_start();
     let signature = kind.signature();
@@ -237,8 +238,11 @@ pub fn check_writable(path: &Path) -> anyhow::Result<()> {
     use anyhow::Context as _;
     let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    if path.is_dir() {
-        anyhow::bail!("{} is a directory", path.display());
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => anyhow::bail!("{} is a directory", path.display()),
+        // `/dev/null`, `/dev/stdout`, a FIFO or a pipe: written into as it is, nothing created.
+        Ok(meta) if !meta.is_file() => return Ok(()),
+        _ => {}
     }
     runner_plugin::files::probe_folder(dir).with_context(|| format!("creating a file in {}", dir.display()))
 }

@@ -69,9 +69,24 @@ pub fn place(written: &Path, path: &Path) -> Result<(), String> {
 ///
 /// No fsync: the rename guards against failed and killed runs, not against power loss, which
 /// would cost a sync per file for nothing a run needs.
+///
+/// What is at `path` is honoured: a symlink is written through (its target is replaced, not
+/// the link), and what is not a regular file (`/dev/null`, `/dev/stdout`, a FIFO, a pipe such
+/// as `>(jq .)`) is written into as it is, never replaced by a file.
 pub fn write_atomically(path: &Path, write: impl FnOnce(&mut File) -> io::Result<()>) -> Result<(), String> {
     let fail = |what: String| format!("writing {}: {what}", path.display());
     refuse_protected(path).map_err(fail)?;
+    let resolved;
+    let path = match std::fs::metadata(path) {
+        Ok(meta) if !meta.is_file() && !meta.is_dir() => {
+            let mut file = std::fs::OpenOptions::new().write(true).open(path).map_err(|e| fail(e.to_string()))?;
+            return write(&mut file).map_err(|e| fail(e.to_string()));
+        }
+        _ => {
+            resolved = through_symlinks(path);
+            resolved.as_path()
+        }
+    };
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(|e| fail(format!("cannot create directory {}: {e}", dir.display())))?;
     let temp = temp_path(path).ok_or_else(|| fail("the path does not name a file".into()))?;
@@ -84,6 +99,20 @@ pub fn write_atomically(path: &Path, write: impl FnOnce(&mut File) -> io::Result
         let _ = std::fs::remove_file(&temp);
         fail(e.to_string())
     })
+}
+
+/// Where a write to `path` lands: the file a symlink (or a chain of them) at `path` names, even
+/// one that does not exist yet; `path` itself when it is no symlink.
+fn through_symlinks(path: &Path) -> PathBuf {
+    let mut at = path.to_path_buf();
+    // A bound on the chain, as the kernel's: a loop is left to the write to report.
+    for _ in 0..40 {
+        match std::fs::read_link(&at) {
+            Ok(target) => at = at.parent().map_or(target.clone(), |dir| dir.join(&target)),
+            Err(_) => break,
+        }
+    }
+    at
 }
 
 /// [`write_atomically`] of `bytes`.
