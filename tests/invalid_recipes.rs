@@ -87,7 +87,7 @@ const CASES: &[(&str, u32, u32, &[&str])] = &[
     ("arg_for_plugin_without_args.yaml", 5, 12, &["unknown arg `bytes` in step `a`", "expected no args: plugin `noop` takes none"]),
     ("missing_required_arg.yaml", 3, 3, &["step `field` lacks required arg `nx` of plugin `synth`", "expected `nx`: columns of the field"]),
     ("nbhood_negative_radius.yaml", 9, 20, &["plugin `nbhood` rejects the args of step `smooth`", "`radius` must be a positive whole number, got -1"]),
-    ("nbhood_unknown_shape.yaml", 9, 30, &["plugin `nbhood` rejects the args of step `smooth`", "`shape` must be \"square\" or \"circle\", got \"hexagon\""]),
+    ("nbhood_unknown_shape.yaml", 9, 30, &["plugin `nbhood` rejects the args of step `smooth`", "`shape` must be \"square\" or \"circular\" (IMPROVER's names; \"circle\" too), got \"hexagon\""]),
     ("threshold_fuzzy_factor_too_big.yaml", 13, 50, &["plugin `threshold` rejects the args of step `exceed`", "`fuzzy_factor` must be between 0 and 1", "got 1.5"]),
     ("synth_wet_fraction_too_big.yaml", 5, 42, &["plugin `synth` rejects the args of step `field`", "`wet_fraction` must be between 0 and 1, got 2"]),
     // Inputs a plugin rejects when the plan is made.

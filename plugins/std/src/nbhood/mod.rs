@@ -43,7 +43,7 @@ use window_sums::{Content, Grid, SliceWork, Window, neighbourhood_mean, table_by
 
 const ARGS: &[ArgSpec] = &[
     ArgSpec::required("radius", "half-width of the window in cells, a positive whole number"),
-    ArgSpec::optional("shape", "square", "window shape: square or circle"),
+    ArgSpec::optional("shape", "square", "window shape: square, or circular (IMPROVER's name; circle too)"),
 ];
 
 /// Far beyond any useful neighbourhood; it keeps the window tables small.
@@ -71,11 +71,14 @@ impl Settings {
         }
         let shape = match args.str_or("shape", "square")?.as_str() {
             "square" => WindowShape::Square,
-            "circle" => WindowShape::Circle,
+            "circular" | "circle" => WindowShape::Circle,
             _ => {
                 return Err(ArgError::new(
                     "shape",
-                    format!("`shape` must be \"square\" or \"circle\", got {}", shown(args.get("shape"))),
+                    format!(
+                        "`shape` must be \"square\" or \"circular\" (IMPROVER's names; \"circle\" too), got {}",
+                        shown(args.get("shape"))
+                    ),
                 ));
             }
         };
@@ -268,6 +271,19 @@ mod tests {
     }
 
     const SHAPES: [WindowShape; 2] = [WindowShape::Square, WindowShape::Circle];
+
+    #[test]
+    fn improver_s_shape_names_are_taken() {
+        let shape = |name: &str| {
+            Settings::from_args(&Args::new(json!({"radius": 2, "shape": name}).as_object().unwrap().clone()))
+                .map(|s| s.shape)
+        };
+        assert!(matches!(shape("square"), Ok(WindowShape::Square)));
+        assert!(matches!(shape("circular"), Ok(WindowShape::Circle)));
+        assert!(matches!(shape("circle"), Ok(WindowShape::Circle)));
+        let refused = shape("hexagon").err().unwrap().message;
+        assert!(refused.contains("\"square\" or \"circular\""), "{refused}");
+    }
 
     #[test]
     fn matches_brute_force_on_random_fields_with_leading_axes() {
