@@ -362,6 +362,20 @@ fn prune_keeps_the_last_runs_and_shrinks_the_file() {
     assert!(text(&out.stdout).starts_with("nothing to prune"), "{}", text(&out.stdout));
     let out = runner(dir.path(), &["prune"]);
     assert_eq!(out.status.code(), Some(2), "--keep or --before is required");
+    let out = runner(dir.path(), &["prune", "--keep", "0"]);
+    assert_eq!(out.status.code(), Some(2), "--keep 0 would delete every run");
+    let out = runner(dir.path(), &["prune", "--before", "yesterday"]);
+    assert_eq!(out.status.code(), Some(2), "a bad date is a usage error: {}", text(&out.stderr));
+    // Both: only runs older than the date go, and at least the last N stay.
+    let out = runner(dir.path(), &["run", recipe.to_str().unwrap(), "--cycle", "c5"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = runner(dir.path(), &["prune", "--keep", "2", "--before", "2999-01-01"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("nothing to prune"), "the last 2 stay: {}", text(&out.stdout));
+    let out = runner(dir.path(), &["prune", "--keep", "1", "--before", "2999-01-01"]);
+    assert!(text(&out.stdout).starts_with("pruned 1 run "), "{}", text(&out.stdout));
+    let cycles: String = conn.query_row("SELECT group_concat(cycle) FROM runs", [], |r| r.get(0)).unwrap();
+    assert_eq!(cycles, "c5");
 }
 
 #[test]

@@ -236,9 +236,10 @@ struct PruneArgs {
     /// The feedback store [default: runner.db in the working directory; env RUNNER_DB].
     #[arg(long, value_name = "PATH")]
     db: Option<PathBuf>,
-    /// Keep the last N runs of each recipe, delete the older ones.
-    #[arg(long, value_name = "N")]
-    keep: Option<usize>,
+    /// Keep the last N runs of each recipe (at least 1), delete the older ones; with --before,
+    /// delete only runs older than DATE, keeping at least the last N.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    keep: Option<u32>,
     /// Delete the runs started before this date (`2026-11-01`, UTC) or time (RFC 3339).
     #[arg(long, value_name = "DATE")]
     before: Option<String>,

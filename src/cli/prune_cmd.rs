@@ -12,10 +12,11 @@ pub fn prune(args: PruneArgs) -> anyhow::Result<u8> {
     if !db.exists() {
         anyhow::bail!("no feedback store at {} (pass --db PATH)", db.display());
     }
-    let before = args.before.as_deref().map(parse_before).transpose()?;
+    let before = args.before.as_deref().map(parse_before).transpose().map_err(|e| super::UsageError(e.to_string()))?;
     let store = record::open_for_recording(&db)?;
     // Logs and kept values are written relative to the directory runs start in, as is the store by default.
-    let prune = Prune { keep: args.keep, before, recipe: args.recipe.clone(), files_in: Some(".".into()) };
+    let prune =
+        Prune { keep: args.keep.map(|n| n as usize), before, recipe: args.recipe.clone(), files_in: Some(".".into()) };
     let pruned = store.prune(&prune, |bytes| {
         say!("reclaiming the space of the deleted rows (rebuilding {}, {})…", db.display(), format_size(bytes));
     })?;

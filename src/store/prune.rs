@@ -10,7 +10,8 @@ use rusqlite::params;
 
 use super::{RunStatus, Store, StoreError, status_now};
 
-/// Which runs to delete. Both limits may be given: a run goes if either says so.
+/// Which runs to delete. Both limits may be given: a run then goes when it is older than
+/// `before` and not among the last `keep` (at least `keep` runs of each recipe stay).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Prune {
     /// Keep only the last N runs of each recipe.
@@ -63,7 +64,11 @@ impl Store {
             }
             let too_many = prune.keep.is_some_and(|keep| newer as u64 > keep as u64);
             let too_old = prune.before.as_deref().is_some_and(|before| started_at.as_str() < before);
-            if too_many || too_old {
+            let goes = match (prune.keep, &prune.before) {
+                (Some(_), Some(_)) => too_many && too_old,
+                _ => too_many || too_old,
+            };
+            if goes {
                 chosen.push(run_id);
             }
         }
