@@ -443,8 +443,19 @@ fn the_python_section_and_python_flag_choose_the_interpreter_of_python_steps() {
     let out = runner(dir.path(), &["plan", "typo.yaml"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("unknown key `interpretr` in `python`") && stderr(&out).contains("(did you mean `interpreter`?)"),
+        stderr(&out).contains("unknown key `interpretr` in `python`")
+            && stderr(&out).contains("(did you mean `interpreter`?)"),
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn a_spill_folder_that_cannot_be_used_fails_the_run_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "afile", "not a folder");
+    let out = runner(dir.path(), &["run", &recipe("quickstart.yaml"), "--db", "s.db", "--spill-dir", "afile"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("the spill folder afile cannot be used: File exists"), "{}", stderr(&out));
+    assert!(!dir.path().join("out").exists(), "nothing ran");
 }

@@ -123,12 +123,22 @@ pub fn refuse_a_second_run(store: &Store, compiled: &Compiled) -> anyhow::Result
     }
 }
 
+/// A `--spill-dir` that cannot take files fails the run before anything runs (exit 3): found
+/// at the first spill, it would leave the run going on over its budget.
+fn check_spill_dir(resources: &ResourceArgs) -> anyhow::Result<()> {
+    let Some(dir) = &resources.spill_dir else { return Ok(()) };
+    let unusable = |e: std::io::Error| anyhow!("the spill folder {} cannot be used: {e}", dir.display());
+    std::fs::create_dir_all(dir).map_err(unusable)?;
+    runner_plugin::files::probe_folder(dir).map_err(unusable)
+}
+
 /// Jobs in flight at once with `--executor slurm` unless `--workers` says.
 const SLURM_JOBS_IN_FLIGHT: usize = 64;
 
 /// Options for a run whose tasks are jobs: `--workers` bounds the jobs in flight, and unless
 /// `--budget` says otherwise no budget of this machine's binds them (each job has its `--mem`).
 fn remote_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
+    check_spill_dir(resources)?;
     let workers = resources.workers.map_or(SLURM_JOBS_IN_FLIGHT, usize::from);
     let budget = resources.budget.unwrap_or(super::summary::NO_LOCAL_BUDGET);
     let work_dir = work_dir();
@@ -170,6 +180,7 @@ fn sanitize_name(name: &str) -> String {
 
 /// Budget and workers from the command line, with their defaults.
 pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
+    check_spill_dir(resources)?;
     let budget = crate::budget::choose(resources.budget)
         .map_err(|e| anyhow!("cannot choose a default budget ({e}); pass --budget"))?;
     for warning in &budget.warnings {
