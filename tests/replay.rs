@@ -93,3 +93,19 @@ fn tasks_of_two_sizes_in_one_step_are_each_estimated_from_their_own_basis() {
         .unwrap();
     assert!(large > 3 * small, "large {large}, small {small}");
 }
+
+#[test]
+fn a_warm_up_that_leaves_no_cycle_to_judge_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let cycles = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/cycles/mixed.yaml");
+    let out = common::runner_command(dir.path(), &[])
+        .arg("replay")
+        .arg(&cycles)
+        .args(["--db", "w.db", "--warmup", "16", "--max-median-slack", "0.0001"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("--warmup 16 leaves none of the 16 cycles") && text.contains("below 16"), "{text}");
+    assert!(!dir.path().join("out").exists(), "no cycle ran");
+}

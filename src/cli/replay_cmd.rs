@@ -52,6 +52,18 @@ struct CycleSummary {
 
 pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     let Some(file) = read_cycles(&args.cycles) else { return Ok(EXIT_USAGE) };
+    let thresholds = args.max_underestimate_rate.is_some() || args.max_median_slack.is_some();
+    if thresholds && !args.simulate && args.warmup >= file.cycles.len() {
+        return Err(super::UsageError(format!(
+            "--warmup {} leaves none of the {} cycles of {} to judge against the thresholds; expected a warm-up \
+             below {}",
+            args.warmup,
+            file.cycles.len(),
+            args.cycles.display(),
+            file.cycles.len()
+        ))
+        .into());
+    }
     let recipe_path = args.cycles.parent().unwrap_or(Path::new(".")).join(&file.recipe);
     let db = args.db.clone().unwrap_or_else(record::default_db);
     let sections = args.python.sections();
