@@ -526,7 +526,7 @@ fn report_errors_name_what_is_missing() {
     std::fs::write(dir.path().join("n.yaml"), "recipe: tiny\nsteps:\n  x:\n    plugin: noop\n").unwrap();
     ok(&runner(dir.path(), &["run", "n.yaml", "--db", "n.db"]));
     let out = runner(dir.path(), &["report", "--db", "n.db", "--run", "7", "-o", "x.html"]);
-    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(out.status.code(), Some(2), "a run the store does not have is a wrong argument");
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("no run 7 in n.db"),
         "{}",
@@ -535,6 +535,9 @@ fn report_errors_name_what_is_missing() {
     let out = runner(dir.path(), &["report", "--db", "n.db", "--recipe", "tiy", "-o", "x.html"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no runs of recipe `tiy` in n.db; did you mean `tiny`? (recipes: tiny)"), "{stderr}");
+    assert_eq!(out.status.code(), Some(2));
+    let out = runner(dir.path(), &["history", "--db", "n.db", "--failed", "--run", "7"]);
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
     let out = runner(dir.path(), &["report", "--db", "n.db", "--last", "3", "-o", "x.html"]);
     assert_eq!(out.status.code(), Some(2), "--last needs --recipe");
     let out = runner(dir.path(), &["report", "--db", "n.db", "--run", "1", "--recipe", "tiny", "-o", "x.html"]);

@@ -160,7 +160,9 @@ fn suggestion(name: &str, known: &[String], what: &str) -> String {
 /// `--failed`: the failed tasks of `--run`, or of the last run (of `--recipe`) that has any.
 fn failed(store: &Store, db: &Path, args: &HistoryArgs, filter: RunFilter) -> anyhow::Result<u8> {
     let run = match args.run {
-        Some(run_id) => store.run(run_id)?.ok_or_else(|| anyhow::anyhow!("no run {run_id} in {}", db.display()))?,
+        Some(run_id) => {
+            store.run(run_id)?.ok_or_else(|| super::UsageError(format!("no run {run_id} in {}", db.display())))?
+        }
         None => {
             let recent = store.runs(args.recipe.as_deref(), usize::MAX)?;
             let shown = |r: &crate::store::RunRow| filter.interrupted || r.status != RunStatus::Interrupted;

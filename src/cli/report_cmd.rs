@@ -35,6 +35,9 @@ pub fn report(args: ReportArgs) -> anyhow::Result<u8> {
         }
         None => {
             let run_id = match args.run {
+                Some(run_id) if store.run(run_id)?.is_none() => {
+                    return Err(super::UsageError(format!("no run {run_id} in {}", db.display())).into());
+                }
                 Some(run_id) => run_id,
                 None => store
                     .runs(None, 1)?
@@ -71,7 +74,9 @@ fn check_recipe(store: &Store, db: &Path, recipe: &str) -> anyhow::Result<()> {
         return Ok(());
     }
     if known.is_empty() {
-        anyhow::bail!("no runs of recipe `{recipe}` in {} (it has no runs)", db.display());
+        return Err(
+            super::UsageError(format!("no runs of recipe `{recipe}` in {} (it has no runs)", db.display())).into()
+        );
     }
     let closest = known
         .iter()
@@ -83,5 +88,7 @@ fn check_recipe(store: &Store, db: &Path, recipe: &str) -> anyhow::Result<()> {
     const LISTED: usize = 12;
     let listed: Vec<&str> = known.iter().take(LISTED).map(String::as_str).collect();
     let more = if known.len() > LISTED { format!(", … ({} in all)", known.len()) } else { String::new() };
-    anyhow::bail!("no runs of recipe `{recipe}` in {}{closest} (recipes: {}{more})", db.display(), listed.join(", "))
+    let message =
+        format!("no runs of recipe `{recipe}` in {}{closest} (recipes: {}{more})", db.display(), listed.join(", "));
+    Err(super::UsageError(message).into())
 }
