@@ -366,3 +366,28 @@ fn bad_flags_are_usage_errors_that_say_what_was_expected() {
     let out = runner(dir.path(), &["replay", "h.yaml", "--guess-speed", "1GiB"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+#[test]
+fn history_durations_shows_each_step_s_time_model_as_text_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
+    let out = runner(dir.path(), &["history", "--durations", "--db", "h.db"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("sim-holding") && text.contains("from 8 tasks of 1 run"), "{text}");
+    let out = runner(dir.path(), &["history", "--durations", "--db", "h.db", "--format", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let rows: Json = serde_json::from_slice(&out.stdout).expect("JSON, not the table");
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in rows {
+        assert_eq!(row["recipe"], "sim-holding");
+        let model = &row["model"];
+        assert_eq!(model["tasks"], 8, "{row}");
+        // Each task holds its memory for 40-60 ms: the typical time says so.
+        let typical = model["typical_s"].as_f64().unwrap();
+        assert!((0.035..1.0).contains(&typical), "{row}");
+        assert!(model["basis"].is_string() && model["error"].is_number(), "{row}");
+    }
+}

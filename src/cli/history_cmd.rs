@@ -20,7 +20,8 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<u8> {
     };
     check_names(&store, &db, args.recipe.as_deref(), args.step.as_deref())?;
     if args.durations {
-        super::history_durations::print(&store, args.recipe.as_deref(), args.step.as_deref())?;
+        let json = args.format == OutputFormat::Json;
+        super::history_durations::print(&store, args.recipe.as_deref(), args.step.as_deref(), json)?;
         return Ok(0);
     }
     let filter = RunFilter { running: true, interrupted: args.interrupted };

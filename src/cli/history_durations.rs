@@ -5,20 +5,35 @@ use crate::simulate::durations::DurationModel;
 use crate::simulate::history::read_step;
 use crate::store::Store;
 
-/// Prints the duration model of every step of `recipe` (or of every recipe), or of `step`.
-pub fn print(store: &Store, recipe: Option<&str>, step: Option<&str>) -> anyhow::Result<()> {
+/// Prints the duration model of every step of `recipe` (or of every recipe), or of `step`: a
+/// table, or with `json` a list of `{recipe, step, model}` (`model` null without recorded times).
+pub fn print(store: &Store, recipe: Option<&str>, step: Option<&str>, json: bool) -> anyhow::Result<()> {
     let recipes = match recipe {
         Some(recipe) => vec![recipe.to_string()],
         None => store.recipes()?,
     };
-    println!("{:<24} {:<20} time per task (what `runner simulate` predicts with)", "recipe", "step");
+    let mut rows = Vec::new();
     for recipe in &recipes {
         for name in store.steps(Some(recipe))?.iter().filter(|s| step.is_none_or(|wanted| wanted == s.as_str())) {
             let records = read_step(store, recipe, name, None, None)?;
-            let model = DurationModel::learn(&records.timings)
-                .map_or_else(|| "no recorded times (simulated tasks are guesses)".to_string(), |m| m.to_string());
-            println!("{recipe:<24} {name:<20} {model}");
+            rows.push((recipe.clone(), name.clone(), DurationModel::learn(&records.timings)));
         }
+    }
+    if json {
+        let rows: Vec<_> = rows
+            .iter()
+            .map(|(recipe, step, model)| {
+                serde_json::json!({"recipe": recipe, "step": step, "model": model.as_ref().map(DurationModel::to_json)})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!("{:<24} {:<20} time per task (what `runner simulate` predicts with)", "recipe", "step");
+    for (recipe, name, model) in rows {
+        let model =
+            model.map_or_else(|| "no recorded times (simulated tasks are guesses)".to_string(), |m| m.to_string());
+        println!("{recipe:<24} {name:<20} {model}");
     }
     Ok(())
 }

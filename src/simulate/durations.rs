@@ -102,6 +102,27 @@ impl DurationModel {
 }
 
 /// "× 2.1 ms per MiB of input bytes, ±12%, 4 runs": what `runner history --durations` shows.
+impl DurationModel {
+    /// The model as `runner history --durations --format json` shows it: the basis, seconds per
+    /// unit of it (per byte, or per task for a constant), the typical task's seconds, the error
+    /// and what it was learned from.
+    pub fn to_json(&self) -> serde_json::Value {
+        let basis = match self.basis {
+            Basis::Constant => "constant",
+            Basis::InputBytes => "input_bytes",
+            Basis::PluginEstimate => "plugin_estimate",
+        };
+        serde_json::json!({
+            "basis": basis,
+            "seconds_per_unit": self.rate,
+            "typical_s": self.mean,
+            "error": self.error,
+            "tasks": self.tasks,
+            "runs": self.runs,
+        })
+    }
+}
+
 impl fmt::Display for DurationModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let error = (self.error * 100.0).round();
