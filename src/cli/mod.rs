@@ -200,7 +200,7 @@ enum ExecutorKind {
     /// Worker threads of this process.
     #[default]
     Local,
-    /// Jobs on a Slurm cluster (`sbatch`), values passed as files in `--shared-dir`.
+    /// Jobs on a Slurm cluster (`sbatch`); a run passes values between them as files in `--shared-dir`.
     Slurm,
 }
 
@@ -221,8 +221,8 @@ struct ExecutorArgs {
     /// With `--executor slurm`: the account to charge (sbatch --account).
     #[arg(long, value_name = "NAME")]
     account: Option<String>,
-    /// With `--executor slurm`: CPUs each job asks for (sbatch --cpus-per-task) [default: 1].
-    #[arg(long, value_name = "N", default_value_t = 1)]
+    /// With `--executor slurm`: CPUs each job asks for (sbatch --cpus-per-task).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     cpus_per_task: u32,
     /// With `--executor slurm`: another sbatch option, passed as it is (repeatable), e.g.
     /// `--slurm-arg=--qos=short`.
@@ -271,7 +271,8 @@ struct HistoryArgs {
     /// The run whose failed tasks --failed lists (its id, as the table shows it).
     #[arg(long, value_name = "ID")]
     run: Option<i64>,
-    /// Also show runs stopped by Ctrl-C or SIGTERM (left out by default, as they are from learning).
+    /// Also show runs stopped by Ctrl-C or SIGTERM (left out by default, as they are left out of
+    /// learning).
     #[arg(long)]
     interrupted: bool,
     /// Output format: `text` (a table) or `json` (the rows, for scripts).
@@ -338,7 +339,7 @@ struct ReplayArgs {
     simulate: bool,
     /// With --simulate: a task of a step without recorded times runs for its memory estimate at
     /// this many bytes a second (a guess).
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = runner_plugin::size::parse_size, requires = "simulate")]
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_speed, requires = "simulate")]
     guess_speed: u64,
 }
 
@@ -364,10 +365,10 @@ struct SimulateArgs {
     report: Option<PathBuf>,
     /// A task of a step without recorded times runs for its memory estimate at this many bytes
     /// a second (a guess: a task touching its memory once).
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = runner_plugin::size::parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_speed)]
     guess_speed: u64,
     /// How fast a spill is taken to be written, per second.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = runner_plugin::size::parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_speed)]
     spill_bandwidth: u64,
     /// Have the ledger read every running task at each admission, as a local run's does: the
     /// same prediction, slower; for measuring what that costs as workers grow.
@@ -511,6 +512,14 @@ enum PlanFormat {
     Text,
     Json,
     Dot,
+}
+
+/// A speed in bytes a second, as a size (`100MiB`): more than 0, or every task would take forever.
+fn parse_speed(text: &str) -> Result<u64, String> {
+    match runner_plugin::size::parse_size(text)? {
+        0 => Err(format!("expected a speed above 0 bytes a second, such as `100MiB`, got `{text}`")),
+        bytes => Ok(bytes),
+    }
 }
 
 fn parse_key_value(text: &str) -> Result<(String, String), String> {
