@@ -258,12 +258,11 @@ fn runner_on_terminal(dir: &Path, args: &[&str], no_color: Option<&str>) -> Stri
     reader.join().unwrap()
 }
 
-/// A recipe of one task and a spill dir that is a file: the run warns that it cannot clean the
-/// spill dir and goes on.
+/// A recipe of one task and more workers than any machine here has CPUs: the run warns that
+/// the extra workers cannot run faster and goes on.
 fn warning_run(dir: &Path) -> Vec<String> {
     write(dir, "one.yaml", "recipe: one\nsteps:\n  a:\n    plugin: noop\n");
-    write(dir, "afile", "");
-    ["run", "one.yaml", "--no-record", "--spill-dir", "afile"].map(String::from).to_vec()
+    ["run", "one.yaml", "--no-record", "--workers", "1024"].map(String::from).to_vec()
 }
 
 #[test]
@@ -275,7 +274,7 @@ fn warnings_in_a_log_file_have_no_colour_and_no_module_paths() {
     let status = common::runner_command(dir.path(), &args).stderr(log).status().unwrap();
     let text = std::fs::read_to_string(dir.path().join("log.txt")).unwrap();
     assert!(status.success(), "{text}");
-    assert!(text.contains("warning: cannot clean up old spill folders: cannot list the spill folder afile"), "{text}");
+    assert!(text.contains("warning: --workers 1024 is more than the"), "{text}");
     assert!(!text.contains("\x1b["), "colour codes in a file: {text:?}");
     assert!(!text.contains("runner::") && !text.contains("WARN"), "internal prefixes: {text:?}");
 }
@@ -286,10 +285,10 @@ fn warnings_on_a_terminal_are_coloured_unless_no_color_is_set() {
     let args = warning_run(dir.path());
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let coloured = runner_on_terminal(dir.path(), &args, None);
-    assert!(coloured.contains("\x1b[1;33mwarning:\x1b[0m cannot clean up old spill folders"), "{coloured:?}");
+    assert!(coloured.contains("\x1b[1;33mwarning:\x1b[0m --workers 1024 is more than"), "{coloured:?}");
     for no_color in ["1", "true"] {
         let plain = runner_on_terminal(dir.path(), &args, Some(no_color));
-        assert!(plain.contains("warning: cannot clean up old spill folders"), "{plain:?}");
+        assert!(plain.contains("warning: --workers 1024 is more than"), "{plain:?}");
         assert!(!plain.contains("\x1b[1;33m") && !plain.contains("runner::"), "NO_COLOR={no_color}: {plain:?}");
     }
 }
