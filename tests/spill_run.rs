@@ -147,32 +147,22 @@ fn a_killed_runs_spill_folder_is_removed_by_the_next_run() {
 }
 
 #[test]
-fn an_unusable_spill_dir_is_named_and_the_run_goes_on() {
+fn an_unusable_spill_dir_is_named_and_fails_the_run_before_it_starts() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("g.yaml"), gather_recipe(6, "")).unwrap();
-    // A spill dir under a regular file cannot be created, even by root.
+    // A spill dir under a regular file cannot be created, even by root. Found only at the first
+    // spill, the run would go on without spilling: it is found before anything runs.
     std::fs::write(dir.path().join("afile"), "").unwrap();
     let out = common::runner_command(Path::new("."), &[])
-        .args([
-            "run",
-            "g.yaml",
-            "--budget",
-            "300MiB",
-            "--no-record",
-            "--summary",
-            "s.json",
-            "--spill-dir",
-            "afile/spill",
-        ])
+        .args(["run", "g.yaml", "--budget", "300MiB", "--no-record", "--summary", "s.json"])
+        .args(["--spill-dir", "afile/spill"])
         .current_dir(dir.path())
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("afile/spill") && stderr.contains("without spilling"), "{stderr}");
-    let summary: Json = serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
-    assert_eq!(summary["spilled_bytes"], 0);
-    assert!(summary["spill_error"].as_str().unwrap().contains("afile/spill"));
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("the spill folder afile/spill cannot be used"), "{stderr}");
+    assert!(!dir.path().join("s.json").exists(), "nothing ran");
 }
 
 #[test]
