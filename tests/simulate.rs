@@ -343,6 +343,23 @@ fn the_slurm_what_if_reports_node_hours_and_the_peak_per_node() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("predicted FAILED"), "{}", stderr(&out));
+    // ... and says why, on screen and in the summary.
+    assert!(
+        stderr(&out).contains("more than a node has (32.0 MiB and 1 CPUs): Slurm would refuse it"),
+        "{}",
+        stderr(&out)
+    );
+    let out = runner(
+        dir.path(),
+        &["simulate", "h.yaml", "--executor", "slurm", "--nodes", "2", "--node-memory", "32MiB", "--db", "h.db"]
+            .into_iter()
+            .chain(["--summary", "small.json"])
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let failures = json(&dir.path().join("small.json"))["failures"].as_array().unwrap().clone();
+    assert_eq!(failures.len(), 8, "every task of the first step: {failures:?}");
+    assert!(failures[0]["error"].as_str().unwrap().contains("Slurm would refuse it"), "{failures:?}");
 }
 
 #[test]

@@ -184,7 +184,7 @@ impl PredictedSummary {
         let run = &self.run;
         let outcome = if run.tasks_failed == 0 && run.internal_error.is_none() { "ok" } else { "FAILED" };
         let budget = if run.budget_bytes >= NO_LOCAL_BUDGET {
-            "no local budget".to_string()
+            "· no local budget".to_string()
         } else {
             format!("of {} budget", format_size(run.budget_bytes))
         };
@@ -209,6 +209,7 @@ impl PredictedSummary {
         if let Some(error) = &run.internal_error {
             say!("  {error} ({} tasks not run)", run.tasks_not_run);
         }
+        run.print_failures();
         say!("  {:<20} {:>8} {:>10} {:>12} {:>12}  time per task", "step", "tasks", "wall", "estimate p50", "peak p50");
         for (id, step) in run.steps.iter().enumerate() {
             let learned = match prediction.durations.get(id).and_then(Option::as_ref) {

@@ -242,7 +242,12 @@ impl RunSummary {
         if let Some(error) = &self.spill_error {
             say!("  spilling stopped: {error}");
         }
-        // Groups of tasks that failed alike, so 40 identical errors take one line.
+        self.print_failures();
+    }
+
+    /// The failed tasks, grouped by identical error (40 alike take one line), then the missing
+    /// inputs.
+    pub fn print_failures(&self) {
         const SHOWN: usize = 20;
         let groups = failures::group(&self.failures);
         for group in groups.iter().take(SHOWN) {

@@ -15,15 +15,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runner_plugin::Value;
+use runner_plugin::size::format_size;
 
 use crate::executor::slurm::tasks_per_job;
 use crate::memory::{Admission, Meter, TaskSlot};
 use crate::plan::Compiled;
 use crate::plan::EstimateSource;
 use crate::scheduler::stats::StepStats;
-use crate::scheduler::{Garbage, MAX_BATCH, Outcome, Pick, Picked, RunReport, SpillJob, SpillRecord, State, TaskRef};
+use crate::scheduler::{
+    Failure, Garbage, MAX_BATCH, Outcome, Pick, Picked, RunReport, SpillJob, SpillRecord, State, TaskRef,
+};
 
-use super::cluster::{Cluster, Job};
+use super::cluster::{Cluster, ClusterShape, Job};
 use super::predict::{Predictor, TaskPrediction};
 
 /// How to simulate.
@@ -150,6 +153,8 @@ struct Loop<'a> {
     shells: Vec<Arc<Value>>,
     cluster: Option<Cluster>,
     failed: Vec<(Picked, TaskPrediction)>,
+    /// Why tasks failed, as a run lists them (a job no node could hold).
+    failures: Vec<Failure>,
 }
 
 /// Simulates `compiled` (whose plan has learned from the history `predictor` was made from).
@@ -200,11 +205,12 @@ pub fn simulate(
         shells: Vec::new(),
         cluster,
         failed: Vec::new(),
+        failures: Vec::new(),
     };
     sim.run(&mut state);
     let report = RunReport {
         steps: std::mem::take(&mut sim.stats),
-        failures: Vec::new(),
+        failures: std::mem::take(&mut sim.failures),
         wall: Duration::from_nanos(sim.now),
         peak_reserved: state.ledger.peak_used(),
         spilled_bytes: state.spilled,
@@ -429,6 +435,7 @@ impl Loop<'_> {
             let job = cluster.job(reserved);
             if !cluster.can_ever_place(job) {
                 // Slurm refuses a job no node can hold: its tasks fail, at once.
+                self.note_unplaceable(worker, job, cluster.shape());
                 self.failed.append(&mut self.workers[worker as usize].claimed);
                 self.schedule(self.now, worker, Event::Ran);
                 continue;
@@ -444,6 +451,30 @@ impl Loop<'_> {
             }
         }
         self.cluster = Some(cluster);
+    }
+
+    /// The failures of the tasks `worker` holds, whose `job` no node of `shape` could hold.
+    fn note_unplaceable(&mut self, worker: u32, job: Job, shape: &ClusterShape) {
+        let (recipe, graph) = (&self.compiled.recipe, &self.compiled.graph);
+        let error = format!(
+            "its job needs --mem={} and {} CPUs, more than a node has ({} and {} CPUs): Slurm would refuse it",
+            format_size(job.mem),
+            job.cpus,
+            format_size(shape.node_memory),
+            shape.node_cpus
+        );
+        let (mut key, mut pairs) = (String::new(), Vec::new());
+        for (picked, _) in &self.workers[worker as usize].claimed {
+            let task = picked.task;
+            graph.describe_task(recipe, task.step, task.index, &mut key, &mut pairs);
+            self.failures.push(Failure {
+                step: recipe.steps[task.step].name.clone(),
+                key: key.clone(),
+                error: error.clone(),
+                step_id: task.step,
+                index: task.index,
+            });
+        }
     }
 
     /// What `Worker::report_and_claim` does with a finished unit: its inputs let go, each task
