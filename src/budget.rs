@@ -137,7 +137,7 @@ impl Registry {
     /// records it. Returns the budget and the sum.
     pub fn claim(&self, decide: impl FnOnce(u64) -> u64) -> io::Result<(u64, u64)> {
         create_shared_dir(&self.dir)?;
-        let lock = fs::OpenOptions::new().create(true).truncate(false).write(true).open(self.dir.join(".lock"))?;
+        let lock = open_lock(&self.dir.join(".lock"))?;
         // SAFETY: flock on a file descriptor we own; the lock goes when `lock` is closed.
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX) } != 0 {
             return Err(io::Error::last_os_error());
@@ -203,6 +203,22 @@ fn rss_of(pid: u32) -> u64 {
     // SAFETY: sysconf only reads a system constant.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages.saturating_mul(u64::try_from(page).unwrap_or(4096))
+}
+
+/// The registry's lock file, shared by every user's runs: made writable by all (a lock taken by
+/// the first user's run must not keep out the next user's), and opened read-only when another
+/// user's file is not writable here (`flock` needs no write access).
+fn open_lock(path: &Path) -> io::Result<fs::File> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    match fs::OpenOptions::new().create(true).truncate(false).write(true).mode(0o666).open(path) {
+        Ok(file) => {
+            // The umask took bits off the mode: give them back (only the owner may).
+            let _ = file.set_permissions(fs::Permissions::from_mode(0o666));
+            Ok(file)
+        }
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => fs::File::open(path),
+        Err(e) => Err(e),
+    }
 }
 
 /// The registry directory, writable by every user (sticky, as /tmp), so that runs of several

@@ -80,3 +80,34 @@ fn a_run_sees_the_budget_of_another_live_run() {
     assert!(after >= default + (first as f64 * 0.3) as u64, "default {after} after the other run ended: {err}");
     assert_eq!(registered(), 0, "every run here has ended: no registration is live");
 }
+
+#[test]
+fn another_user_s_runs_share_the_registry_the_first_user_made() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running as another user needs root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt as _;
+    // A folder every user may enter (a tempdir is the owner's only).
+    let dir = tempfile::Builder::new().prefix("runner-budget-users").tempdir_in("/tmp").unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let budgets = dir.path().join("budgets");
+    quick_run(dir.path(), &budgets, &[]);
+    let lock = std::fs::metadata(budgets.join(".lock")).unwrap();
+    assert_eq!(lock.permissions().mode() & 0o777, 0o666, "the lock is every user's");
+    let args = ["run", "quick.yaml", "--no-record", "--summary", "nobody.json"];
+    let out = common::runner_command_through(
+        "setpriv",
+        &["--reuid=65534", "--regid=65534", "--clear-groups"],
+        dir.path(),
+        &args,
+    )
+    .env("RUNNER_BUDGETS_DIR", &budgets)
+    .env("TMPDIR", "/tmp")
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(!err.contains("cannot see other runs' budgets"), "{err}");
+}
