@@ -308,6 +308,12 @@ fn the_run_page_of_a_real_run_draws_every_task_and_series_and_fetches_nothing() 
     assert_eq!((summary["tasks_ok"].as_u64(), summary["tasks_failed"].as_u64()), (Some(13), Some(4)));
     let printed = ok(&runner(dir.path(), &["report", "--db", "r.db", "-o", "out/run.html"]));
     assert!(printed.starts_with("wrote out/run.html (run 1: report-test "), "{printed}");
+    let total = summary["tasks_total"].as_u64().unwrap();
+    let skipped = summary["tasks_skipped"].as_u64().unwrap();
+    assert!(
+        printed.contains(&format!(", {total} tasks, 4 failed, {skipped} skipped;")),
+        "as the summary counts: {printed}"
+    );
 
     let conn = Connection::open(dir.path().join("r.db")).unwrap();
     let spills: i64 = conn.query_row("SELECT count(*) FROM events WHERE kind = 'spill'", [], |r| r.get(0)).unwrap();

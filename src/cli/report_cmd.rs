@@ -46,7 +46,17 @@ pub fn report(args: ReportArgs) -> anyhow::Result<u8> {
                     .ok_or_else(|| ReportError::NoRuns { path: db.clone() })?,
             };
             let page = RunPage::load(&store, run_id, &limits)?;
-            let what = format!("run {run_id}: {} {}, {} tasks", page.run.recipe, page.run.cycle, page.timeline.tasks());
+            let run = &page.run;
+            let tasks = run.tasks_total.unwrap_or(page.timeline.tasks() as u64);
+            let what = match (run.tasks_failed.unwrap_or(0), run.tasks_skipped.unwrap_or(0)) {
+                (0, 0) => format!("run {run_id}: {} {}, {tasks} tasks", run.recipe, run.cycle),
+                (failed, skipped) => {
+                    format!(
+                        "run {run_id}: {} {}, {tasks} tasks, {failed} failed, {skipped} skipped",
+                        run.recipe, run.cycle
+                    )
+                }
+            };
             (page.to_html(), what)
         }
     };
