@@ -102,7 +102,8 @@ enum Command {
         independent work still runs); 2 invalid recipe or command line (also an output that would \
         replace the store or the recipe, or outputs another live run is writing); 3 the feedback \
         store, a file that cannot be written or the machine failed (e.g. `--db` names a folder, or \
-        a folder without write permission).")]
+        a folder without write permission); 130 interrupted by Ctrl-C (143 by SIGTERM): running tasks are \
+        killed, the run is recorded as interrupted and `--resume` takes it up, no --summary is written.")]
     Run(RunArgs),
     /// Validate a recipe and show its steps, task counts and estimates; runs nothing.
     #[command(after_help = "Examples:\n  \
