@@ -159,6 +159,7 @@ fn slurm_executor(compiled: &Compiled, args: &RunArgs) -> anyhow::Result<Arc<Slu
         recipe: if recipe.is_absolute() { recipe.clone() } else { cwd.join(recipe) },
         cycle: compiled.recipe.cycle.clone(),
         set: args.recipe.set.clone(),
+        python: args.recipe.python.interpreter.clone(),
         workdir: cwd,
     };
     let options = SlurmOptions {

@@ -35,6 +35,8 @@ pub struct Invocation {
     pub recipe: PathBuf,
     pub cycle: String,
     pub set: Vec<(String, String)>,
+    /// `--python`: the interpreter of python steps, as the run was given it.
+    pub python: Option<PathBuf>,
     /// The directory the jobs run in (the runner's own: paths in recipes are relative to it).
     pub workdir: PathBuf,
 }
@@ -402,6 +404,10 @@ impl SlurmExecutor {
         for (key, value) in &i.set {
             words.push("--set".into());
             words.push(format!("{key}={value}"));
+        }
+        if let Some(python) = &i.python {
+            words.push("--python".into());
+            words.push(python.display().to_string());
         }
         let mut line: Vec<String> = words.iter().map(|w| shell_quote(w)).collect();
         line.push("--unit".into());
