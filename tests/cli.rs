@@ -458,3 +458,16 @@ fn a_spill_folder_that_cannot_be_used_fails_the_run_before_anything_runs() {
     assert!(stderr(&out).contains("the spill folder afile cannot be used: File exists"), "{}", stderr(&out));
     assert!(!dir.path().join("out").exists(), "nothing ran");
 }
+
+#[test]
+fn slurm_that_cannot_be_reached_fails_the_run_once_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = ["run", &recipe("quickstart.yaml"), "--db", "s.db", "--executor", "slurm"];
+    // No folder of PATH holds Slurm's commands.
+    let out = common::runner_command_with_env(dir.path(), &args, [("PATH", dir.path())]).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(text.contains("--executor slurm: cannot reach the cluster: cannot run `scontrol show config`"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.contains("scontrol")).count(), 1, "said once: {text}");
+    assert!(!dir.path().join("out").exists(), "nothing ran");
+}

@@ -169,7 +169,10 @@ fn slurm_executor(compiled: &Compiled, args: &RunArgs) -> anyhow::Result<Arc<Slu
         cpus_per_task: args.executor.cpus_per_task,
         recipe: compiled.recipe.name.clone(),
     };
-    let executor = SlurmExecutor::new(Slurm::new(), run_dir.clone(), invocation, options)
+    // Asked once before anything runs: without a cluster to talk to, every job would fail alike.
+    let slurm = Slurm::new();
+    slurm.config().map_err(|e| anyhow!("--executor slurm: cannot reach the cluster: {e}"))?;
+    let executor = SlurmExecutor::new(slurm, run_dir.clone(), invocation, options)
         .with_context(|| format!("creating the run's folder {} in the shared dir", run_dir.display()))?;
     Ok(Arc::new(executor))
 }
