@@ -217,9 +217,14 @@ fn parse_cycles(text: &str) -> Result<CyclesFile, String> {
         Err(e) => {
             let at = e.location().map(|l| format!(":{}:{}", l.line(), l.column())).unwrap_or_default();
             let message = e.without_snippet().to_string();
+            let first = message.lines().next().unwrap_or("invalid YAML");
+            // The place is said once, in front: the parser's own "at line 3, column 6" goes.
+            let first = match e.location() {
+                Some(l) => first.trim_end_matches(&format!(" at line {}, column {}", l.line(), l.column())),
+                None => first,
+            };
             Err(format!(
-                "{at}: {}\n  expected `recipe: PATH` and `cycles: [{{id: ID, vars: {{NAME: VALUE}}}}, ...]`",
-                message.lines().next().unwrap_or("invalid YAML")
+                "{at}: {first}\n  expected `recipe: PATH` and `cycles: [{{id: ID, vars: {{NAME: VALUE}}}}, ...]`"
             ))
         }
     }
@@ -325,5 +330,8 @@ mod tests {
         assert!(empty.starts_with(": no cycles; expected `cycles:`"), "{empty}");
         let unknown = cycle_options("recipe: r.yaml\ncycles:\n  - {id: C1, when: now}\n").unwrap_err();
         assert!(unknown.starts_with(":3:") && unknown.contains("\n  expected `recipe: PATH`"), "{unknown}");
+        let no_id = cycle_options("recipe: r.yaml\ncycles:\n  - {vars: {a: 1}}\n").unwrap_err();
+        assert!(no_id.starts_with(":3:") && no_id.contains("missing field `id`"), "{no_id}");
+        assert!(!no_id.contains(" at line "), "the place is said once: {no_id}");
     }
 }
