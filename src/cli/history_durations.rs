@@ -23,7 +23,7 @@ pub fn print(store: &Store, recipe: Option<&str>, step: Option<&str>, json: bool
         let rows: Vec<_> = rows
             .iter()
             .map(|(recipe, step, model)| {
-                serde_json::json!({"recipe": recipe, "step": step, "model": model.as_ref().map(DurationModel::to_json)})
+                serde_json::json!({"recipe": recipe, "step": step, "model": model.map(DurationModel::to_json)})
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&rows)?);

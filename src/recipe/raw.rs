@@ -120,8 +120,11 @@ pub struct RawRecipe<'t> {
     pub allow_outside: Field<Located<bool>>,
     /// Sections named after a plugin (`python: {interpreter: ...}`): settings for every step of
     /// it, by key.
-    pub sections: Vec<(&'static str, Vec<(Located<String>, &'t Item)>)>,
+    pub sections: Vec<RawSection<'t>>,
 }
+
+/// A plugin's section as written: the plugin's name and the section's entries.
+pub type RawSection<'t> = (&'static str, Vec<(Located<String>, &'t Item)>);
 
 /// One step as written.
 #[derive(Debug)]

@@ -8,9 +8,8 @@ use serde_json::{Map, Value as Json};
 
 use super::compiler::Compiler;
 use super::diagnostic::{Diagnostic, Loc};
-use super::raw::{Located, to_json};
+use super::raw::{RawSection, to_json};
 use super::suggest::suggestion;
-use super::yaml::Item;
 
 /// One setting of a section: the arg it sets, its value and where it was written (the step's
 /// place for one from the command line).
@@ -23,7 +22,7 @@ pub(super) struct Setting {
 
 impl Compiler<'_> {
     /// Reads each plugin's section, then lays the command line's settings over them.
-    pub(super) fn compile_sections(&mut self, sections: Vec<(&'static str, Vec<(Located<String>, &Item)>)>) {
+    pub(super) fn compile_sections(&mut self, sections: Vec<RawSection<'_>>) {
         for (plugin, entries) in sections {
             for (key, item) in entries {
                 let Some(arg) = self.section_arg(plugin, &key.value, key.loc) else { continue };

@@ -106,7 +106,7 @@ impl DurationModel {
     /// The model as `runner history --durations --format json` shows it: the basis, seconds per
     /// unit of it (per byte, or per task for a constant), the typical task's seconds, the error
     /// and what it was learned from.
-    pub fn to_json(&self) -> serde_json::Value {
+    pub fn to_json(self) -> serde_json::Value {
         let basis = match self.basis {
             Basis::Constant => "constant",
             Basis::InputBytes => "input_bytes",
