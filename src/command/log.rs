@@ -3,9 +3,13 @@
 //! by default): the first half of the limit as written, then the last half — kept in a ring
 //! inside the file, so the runner holds none of it in memory — and, where bytes were dropped
 //! in between, a line saying how many.
+//!
+//! A service writes its task's output into the log itself (its stdout and stderr point at the
+//! file): [`HandedLog`] bounds that from outside, to the same limit and with the same line.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::fd::AsRawFd as _;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -93,7 +97,14 @@ impl Log {
         }
         let file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path)?;
         let end = file.metadata()?.len();
-        Ok(Log { file, path: path.to_path_buf(), end, limit, output: 0, ring_start: None })
+        let mut log = Log { file, path: path.to_path_buf(), end, limit, output: 0, ring_start: None };
+        let mut last = [0u8];
+        if end > 0 && log.file.read_exact_at(&mut last, end - 1).is_ok() && last[0] != b'\n' {
+            // What came before stopped mid-line (a process killed while it wrote): the runner's
+            // next line starts one of its own.
+            log.line("");
+        }
+        Ok(log)
     }
 
     /// A line of the runner's (a header, a footer), after what is there.
@@ -105,11 +116,11 @@ impl Log {
     }
 
     fn head(&self) -> u64 {
-        self.limit / 2
+        halves(self.limit).0
     }
 
     fn ring(&self) -> u64 {
-        (self.limit - self.head()).max(1)
+        halves(self.limit).1
     }
 
     /// Some of the command's output.
@@ -149,13 +160,7 @@ impl Log {
         let Some(start) = self.ring_start.filter(|_| dropped > 0) else { return };
         let ring = self.ring();
         let split = (self.output - self.head()) % ring;
-        let note = format!(
-            "\n--- runner: {dropped} bytes ({}) of output dropped here: the log keeps the first and last {} of a \
-             command's output (--log-limit {}) ---\n",
-            format_size(dropped),
-            format_size(self.limit / 2),
-            format_size(self.limit),
-        );
+        let note = dropped_note(dropped, self.limit);
         match self.reorder(start, split, ring, &note) {
             Ok((file, end)) => (self.file, self.end) = (file, end),
             Err(e) => tracing::warn!("cannot put the end of the log {} in order: {e}", self.path.display()),
@@ -193,6 +198,160 @@ impl Log {
             return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the log is shorter than written"));
         }
         Ok(())
+    }
+}
+
+/// The runner's line that opens an attempt in a log:
+/// `--- runner: WHAT (started 2026-12-01T09:00:00.000Z) ---`.
+pub(super) fn header_line(what: &str) -> String {
+    format!("--- runner: {what} (started {}) ---", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ"))
+}
+
+/// How a log's `limit` splits: the bytes of output kept from its start, and from its end.
+fn halves(limit: u64) -> (u64, u64) {
+    let head = limit / 2;
+    (head, (limit - head).max(1))
+}
+
+/// The line that stands where `dropped` bytes of output were left out of a log.
+fn dropped_note(dropped: u64, limit: u64) -> String {
+    format!(
+        "\n--- runner: {dropped} bytes ({}) of output dropped here: the log keeps the first and last {} of a \
+         command's output (--log-limit {}) ---\n",
+        format_size(dropped),
+        format_size(halves(limit).0),
+        format_size(limit),
+    )
+}
+
+/// Holes are punched in whole blocks of this size (the file systems' usual block).
+const BLOCK: u64 = 4096;
+
+/// A task's log that a process writes into itself — a service, whose stdout and stderr point at
+/// the file (opened `O_APPEND`) while it serves the task — bounded from outside to the same
+/// limit as a [`Log`]: while the task runs, the runner calls [`HandedLog::bound`] now and then,
+/// which frees the middle of this attempt's output past the limit (`fallocate` punching holes,
+/// the file's length kept, so the writer's appends go on where they were); once the writer is
+/// quiet, [`HandedLog::end_output`] keeps the first and last halves with [`Log`]'s line between
+/// them. The runner's own lines (a header, a footer) are [`Log::line`]s.
+pub(super) struct HandedLog {
+    log: Log,
+    /// Where this attempt's output starts: after its header.
+    start: u64,
+    /// Up to where the middle's blocks are freed; `u64::MAX` once the file system said it
+    /// cannot punch holes.
+    freed: AtomicU64,
+}
+
+impl HandedLog {
+    /// Opens (creating it and its folders) the log at `path` and writes the [`header_line`] of
+    /// `what` after what is there; the output that follows is this attempt's.
+    pub fn open(path: &Path, limit: u64, what: &str) -> io::Result<HandedLog> {
+        let mut log = Log::open(path, limit)?;
+        log.line(&header_line(what));
+        let start = log.end;
+        Ok(HandedLog { log, start, freed: AtomicU64::new(0) })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.log.path
+    }
+
+    pub fn file(&self) -> &File {
+        &self.log.file
+    }
+
+    /// Where this attempt's output starts in the file.
+    pub fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Frees what the writer has written past the limit so far, but for the last half of the
+    /// limit: at most the blocks between the first half and the last, rounded inward. Cheap
+    /// (one `fstat`) while there is nothing to free; called from one thread at a time.
+    pub fn bound(&self) {
+        let freed = self.freed.load(Ordering::Relaxed);
+        if freed == u64::MAX {
+            return;
+        }
+        let Ok(size) = self.log.file.metadata().map(|m| m.len()) else { return };
+        if size.saturating_sub(self.start) <= self.log.limit {
+            return;
+        }
+        let (head, tail) = halves(self.log.limit);
+        let from = (self.start + head).next_multiple_of(BLOCK).max(freed);
+        let to = (size - tail) / BLOCK * BLOCK;
+        if to <= from {
+            return;
+        }
+        // SAFETY: fallocate on an fd we own; the range is within the file.
+        let punched = unsafe {
+            libc::fallocate(
+                self.log.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                from as libc::off_t,
+                (to - from) as libc::off_t,
+            )
+        };
+        if punched == 0 {
+            self.freed.store(to, Ordering::Relaxed);
+        } else {
+            // EOPNOTSUPP where the file system has no holes (and any other refusal): the log
+            // is bounded by `end_output` alone then, once the task is over, its disk use
+            // meanwhile not.
+            let error = io::Error::last_os_error();
+            tracing::debug!("cannot free the middle of the log {} as it grows: {error}", self.log.path.display());
+            self.freed.store(u64::MAX, Ordering::Relaxed);
+        }
+    }
+
+    /// Once the writer is quiet (the task is over): this attempt's output past the limit is cut
+    /// to its first and last halves, with a line saying what was dropped between them, in
+    /// place — the file stays the one the writer's descriptors name. Lines written after it
+    /// follow the output.
+    pub fn end_output(&mut self) {
+        let Ok(size) = self.log.file.metadata().map(|m| m.len()) else { return };
+        let (head, tail) = halves(self.log.limit);
+        let dropped = size.saturating_sub(self.start).saturating_sub(head + tail);
+        if dropped == 0 {
+            return;
+        }
+        let note = dropped_note(dropped, self.log.limit);
+        let cut = self.start + head;
+        let tail_from = size - tail;
+        if tail_from < cut + note.len() as u64 {
+            // Fewer bytes over the limit than the line would take (nothing was freed then):
+            // kept whole.
+            return;
+        }
+        if let Err(e) = self.keep_ends(cut, &note, tail_from, size) {
+            tracing::warn!("cannot cut the log {} to its limit: {e}", self.log.path.display());
+        }
+    }
+
+    /// `note` at `cut`, then the bytes from `tail_from` to `size` moved down after it, and the
+    /// file ends there. Safe in place: the bytes move towards the start.
+    fn keep_ends(&self, cut: u64, note: &str, tail_from: u64, size: u64) -> io::Result<()> {
+        let file = &self.log.file;
+        file.write_all_at(note.as_bytes(), cut)?;
+        let mut buffer = [0u8; 16 << 10];
+        let (mut from, mut to) = (tail_from, cut + note.len() as u64);
+        while from < size {
+            let n = (size - from).min(buffer.len() as u64) as usize;
+            file.read_exact_at(&mut buffer[..n], from)?;
+            file.write_all_at(&buffer[..n], to)?;
+            from += n as u64;
+            to += n as u64;
+        }
+        file.set_len(to)
+    }
+
+    /// A line of the runner's (a footer), after what is there — the writer's bytes included.
+    pub fn line(&mut self, text: &str) {
+        if let Ok(meta) = self.log.file.metadata() {
+            self.log.end = meta.len();
+        }
+        self.log.line(text);
     }
 }
 
@@ -252,5 +411,45 @@ mod tests {
         let text = std::fs::read_to_string(&small).unwrap();
         assert_eq!(text.lines().count(), 1000);
         assert!(!text.contains("dropped"));
+    }
+
+    #[test]
+    fn a_log_written_by_another_process_is_bounded_while_it_grows_and_cut_when_it_ends() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("service.log");
+        std::fs::write(&path, "an earlier run, cut short").unwrap();
+        let limit = 16 << 10;
+        let mut log = HandedLog::open(&path, limit, "a test").unwrap();
+        // The writer: a descriptor of its own, appending, as a service's stdout.
+        let mut writer = OpenOptions::new().append(true).open(&path).unwrap();
+        let mut most_on_disk = 0;
+        for i in 0..100_000u32 {
+            writer.write_all(format!("line {i:06}\n").as_bytes()).unwrap();
+            if i % 1000 == 999 {
+                log.bound();
+                most_on_disk = most_on_disk.max(std::fs::metadata(&path).unwrap().blocks() * 512);
+            }
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() > 1_000_000);
+        if log.freed.load(Ordering::Relaxed) != u64::MAX {
+            // The limit, what one call's interval wrote (12 KiB), the blocks cut in two, and
+            // room for a file system's preallocation: far from the megabyte written.
+            assert!(most_on_disk <= 256 << 10, "{most_on_disk} bytes on disk");
+        }
+        log.end_output();
+        log.line("--- footer ---");
+        writer.write_all(b"idle\n").unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (earlier, rest) = text.split_once('\n').unwrap();
+        assert_eq!(earlier, "an earlier run, cut short", "a line of its own after the earlier run's");
+        let (header, rest) = rest.split_once('\n').unwrap();
+        assert!(header.starts_with("--- runner: a test (started ") && header.ends_with("Z) ---"), "{header}");
+        assert!(rest.starts_with("line 000000\n"), "{}", &rest[..40]);
+        assert!(text.ends_with("line 099999\n--- footer ---\nidle\n"), "{text}");
+        assert!(text.contains("of output dropped here") && !text.contains('\0'), "{text}");
+        let kept = text.lines().filter(|l| l.starts_with("line ")).count();
+        assert!((1300..=1400).contains(&kept), "{kept} lines kept");
+        assert!(text.len() < (limit as usize) + 300, "{}", text.len());
     }
 }

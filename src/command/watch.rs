@@ -398,15 +398,18 @@ pub(super) struct Tail {
 }
 
 impl Tail {
-    /// The end of the file at `path` (empty when it cannot be read).
-    pub(super) fn of_file(path: &std::path::Path) -> Tail {
-        use std::io::{Read as _, Seek as _};
+    /// The end of what `file` holds from `from` on (empty when it cannot be read).
+    pub(super) fn of_file(file: &File, from: u64) -> Tail {
+        use std::os::unix::fs::FileExt as _;
         let mut tail = Tail::default();
-        let Ok(mut file) = File::open(path) else { return tail };
         let len = file.metadata().map_or(0, |m| m.len());
-        let from = len.saturating_sub(TAIL_BYTES as u64);
-        if file.seek(io::SeekFrom::Start(from)).and_then(|_| file.read_to_end(&mut tail.bytes)).is_ok() {
-            tail.cut = from > 0;
+        let start = len.saturating_sub(TAIL_BYTES as u64).max(from);
+        if start >= len {
+            return tail;
+        }
+        tail.bytes.resize((len - start) as usize, 0);
+        if file.read_exact_at(&mut tail.bytes, start).is_ok() {
+            tail.cut = start > from;
         } else {
             tail.bytes.clear();
         }

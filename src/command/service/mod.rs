@@ -33,15 +33,16 @@ use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
-use runner_plugin::command::{display_argv, failure_text};
-use runner_plugin::size::format_size;
+use runner_plugin::command::display_argv;
 use runner_plugin::{CommandExit, FailureKind, ServiceIo, ServiceSpec, TaskError, Value};
 
 mod fork;
 mod sampler;
+mod settle;
 mod warm;
 
 use super::cgroup::{self, TaskCgroup};
+use super::log::{HandedLog, log_limit};
 use super::registry::{self, Registration};
 use super::tree::{self, Tree};
 use super::watch::blocking_pipe;
@@ -49,6 +50,7 @@ use super::{CommandMeasured, TaskCommand, spawn};
 use crate::measure::{PeakSource, external};
 pub use fork::{REAP_ARG, offer_reaper, reap_children};
 use sampler::{RebaseHandle, Sampler};
+use settle::{Ending, Kill, settle};
 pub use warm::prestart;
 
 /// The services of this process: idle ones waiting for a task of their spec, and how many of
@@ -190,7 +192,9 @@ impl Drop for Service {
 }
 
 /// Runs `work` for `task` with a service of `spec`: an idle one, or a new one. `measured` hears
-/// what the task's use of it measured (also when the task fails).
+/// what the task's use of it measured (also when the task fails). The service writes what the
+/// task prints into the task's log itself; the runner frames this attempt's output there with
+/// its header and footer and bounds it to `--log-limit` ([`HandedLog`]).
 pub fn serve_for_task(
     spec: &ServiceSpec,
     task: &TaskCommand<'_>,
@@ -198,16 +202,25 @@ pub fn serve_for_task(
     mut measured: impl FnMut(&CommandMeasured),
 ) -> Result<Value, TaskError> {
     let log_path = task.default_log.as_path();
-    ensure_log_folder(log_path)?;
+    let started = Instant::now();
+    let program = display_argv(&spec.argv[..spec.argv.len().min(1)]);
+    let mut log = HandedLog::open(log_path, log_limit(), &format!("a task on the service `{program}`"))
+        .map_err(|e| TaskError::msg(format!("cannot open the log {}: {e}", log_path.display())))?;
     let (mut service, fresh) = match take_idle(spec) {
         Idle::Service(service) => (service, false),
-        Idle::Start(place) => (start(place, log_path)?, true),
+        Idle::Start(place) => match start(place, log_path) {
+            Ok(service) => (service, true),
+            Err(e) => {
+                log.line(&format!("--- runner: {e} ---"));
+                return Err(e);
+            }
+        },
     };
     let sampler = Sampler::new(&service);
     sampler.rebase();
     let mut spoiled = false;
     let result = std::thread::scope(|scope| {
-        let watcher = scope.spawn(|| sampler.watch(task));
+        let watcher = scope.spawn(|| sampler.watch(task, &log));
         let mut rebase = RebaseHandle { sampler: &sampler };
         let io =
             ServiceIo::new(&mut service.requests, &mut service.replies, log_path, fresh, &mut rebase, &mut spoiled);
@@ -223,61 +236,8 @@ pub fn serve_for_task(
     let source = if service.cgroup.is_some() { PeakSource::ServiceCgroup } else { PeakSource::ServiceProc };
     measured(&CommandMeasured { peak, source, log_path: log_path.to_path_buf() });
     let killed = sampler.killed.into_inner().unwrap_or_else(|p| p.into_inner());
-    settle(service, Ending { spoiled, killed, standing }, result, log_path)
-}
-
-/// What became of a service during a task, besides the task's own result.
-struct Ending {
-    spoiled: bool,
-    killed: Option<Kill>,
-    standing: u64,
-}
-
-/// Decides the task's result from how the service fared, and keeps the service for the next
-/// task if it can serve one.
-fn settle(
-    mut service: Service,
-    ending: Ending,
-    result: Result<Value, TaskError>,
-    log_path: &Path,
-) -> Result<Value, TaskError> {
-    let program = service.program();
-    if let Some(kill) = ending.killed {
-        service.kill();
-        service.wait_exit(DEATH_PATIENCE);
-        return Err(kill.error(&program, log_path));
-    }
-    let ended = if result.is_err() || ending.spoiled { service.wait_exit(EXIT_PATIENCE) } else { !service.is_alive() };
-    if ended {
-        let exit = service.exit.unwrap_or(CommandExit::Code(0));
-        let oom = exit == CommandExit::Signal(libc::SIGKILL);
-        let what = format!(
-            "the service `{program}` (pid {}) {exit} during the task{}",
-            service.pid,
-            if oom { ", most likely by the kernel's out-of-memory killer" } else { "" }
-        );
-        let kind = if oom { FailureKind::OutOfMemory } else { FailureKind::Error };
-        return Err(TaskError::of_kind(
-            kind,
-            failure_text(&what, &super::watch::Tail::of_file(log_path).text(), log_path),
-        ));
-    }
-    let leaked = service.spec.recycle_above.is_some_and(|limit| ending.standing > limit);
-    if leaked {
-        tracing::info!(
-            "service `{program}` replaced: it holds {} after the task, over its limit",
-            format_size(ending.standing)
-        );
-    }
-    if !ending.spoiled && !leaked {
-        let mut pool = pool();
-        pool.idle.push(service);
-        let beyond = pool.take_beyond_keep();
-        drop(pool);
-        LANDED.notify_all();
-        drop(beyond);
-    }
-    result
+    let ending = Ending { spoiled, killed, standing, fresh, started, peak, source };
+    settle(service, ending, result, &mut log)
 }
 
 /// A service of a spec counted as alive before it is started, so that two workers deciding at
@@ -369,51 +329,6 @@ pub fn keep_at_most(services: usize) {
 pub fn shutdown_all() {
     let services: Vec<Service> = std::mem::take(&mut pool().idle);
     drop(services);
-}
-
-/// Why a service was killed during a task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kill {
-    TimedOut(Duration),
-    Cancelled,
-    OverLimit(u64),
-    /// To keep the run's budget: it held `held`, more than its task's `reserved`.
-    Preempted {
-        reserved: u64,
-        held: u64,
-    },
-}
-
-impl Kill {
-    fn error(self, program: &str, log_path: &Path) -> TaskError {
-        let log = log_path.display();
-        match self {
-            Kill::TimedOut(after) => TaskError::of_kind(
-                FailureKind::TimedOut,
-                format!("timed out after {}: the service `{program}` was killed (log: {log})", seconds(after)),
-            ),
-            Kill::Cancelled => TaskError::of_kind(
-                FailureKind::Cancelled,
-                format!("cancelled: the service `{program}` was killed (log: {log})"),
-            ),
-            Kill::OverLimit(limit) => TaskError::of_kind(
-                FailureKind::OutOfMemory,
-                format!(
-                    "the service `{program}` was killed: the task held more than its limit of {} (log: {log})",
-                    format_size(limit)
-                ),
-            ),
-            Kill::Preempted { reserved, held } => TaskError::of_kind(
-                FailureKind::Preempted,
-                format!("{} (log: {log})", super::preempted_text(&format!("the service `{program}`"), held, reserved)),
-            ),
-        }
-    }
-}
-
-fn seconds(duration: Duration) -> String {
-    let s = duration.as_secs_f64();
-    if s.fract() == 0.0 { format!("{s:.0} s") } else { format!("{s:.1} s") }
 }
 
 fn ensure_log_folder(log_path: &Path) -> Result<(), TaskError> {

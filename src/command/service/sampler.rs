@@ -9,6 +9,7 @@ use std::time::Instant;
 use runner_plugin::service::Rebase;
 
 use super::super::cgroup::{self, CgroupVersion};
+use super::super::log::HandedLog;
 use super::super::tree::{self, Tree};
 use super::super::{SAMPLE_INTERVAL, TaskCommand};
 use super::{Kill, Service};
@@ -87,15 +88,17 @@ impl Sampler {
         from_samples.max(from_hwm)
     }
 
-    /// Until told to stop: publishes the task's bytes above the baseline, keeps the peak, and
-    /// kills the service at the task's timeout, on cancellation or past its memory limit.
-    pub(super) fn watch(&self, task: &TaskCommand<'_>) {
+    /// Until told to stop: publishes the task's bytes above the baseline, keeps the peak, keeps
+    /// the task's output in `log` within its limit ([`HandedLog::bound`]), and kills the service
+    /// at the task's timeout, on cancellation or past its memory limit.
+    pub(super) fn watch(&self, task: &TaskCommand<'_>, log: &HandedLog) {
         let watched = crate::measure::preempt::Watched::start(task.tag, task.reserved);
         while !self.stop.load(Ordering::Relaxed) {
             let now = self.sample();
             self.sampled_peak.fetch_max(now, Ordering::Relaxed);
             let above = now.saturating_sub(self.baseline.load(Ordering::Relaxed));
             external::set(task.tag, above);
+            log.bound();
             let preempted = watched.as_ref().is_some_and(|w| w.should_yield(above));
             let reason = if preempted {
                 Some(Kill::Preempted { reserved: task.reserved, held: above })
