@@ -206,15 +206,26 @@ pub fn serve_for_task(
     let program = display_argv(&spec.argv[..spec.argv.len().min(1)]);
     let mut log = HandedLog::open(log_path, log_limit(), &format!("a task on the service `{program}`"))
         .map_err(|e| TaskError::msg(format!("cannot open the log {}: {e}", log_path.display())))?;
-    let (mut service, fresh) = match take_idle(spec) {
-        Idle::Service(service) => (service, false),
-        Idle::Start(place) => match start(place, log_path) {
+    // A warm-up that hangs (an import waiting on a lock, a stuck file system) must not hold the
+    // task past its timeout: the wait for it gives up as the sampler would have killed it.
+    let give_up = || {
+        let over = task.timeout.filter(|&t| started.elapsed() > t);
+        over.or_else(|| (task.cancelled)().then(|| task.timeout.unwrap_or_default()))
+    };
+    let (mut service, fresh) = match take_idle(spec, &give_up) {
+        Ok(Idle::Service(service)) => (service, false),
+        Ok(Idle::Start(place)) => match start(place, log_path) {
             Ok(service) => (service, true),
             Err(e) => {
                 log.line(&format!("--- runner: {e} ---"));
                 return Err(e);
             }
         },
+        Err(after) => {
+            let e = settle::gave_up_waiting(&program, after, log_path);
+            log.line(&format!("--- runner: {e} ---"));
+            return Err(e);
+        }
     };
     let sampler = Sampler::new(&service);
     sampler.rebase();
@@ -278,9 +289,13 @@ enum Idle {
     Start(Place),
 }
 
+/// How often a task waiting for a service that is warming up looks at its own timeout.
+const GIVE_UP_CHECK: Duration = Duration::from_millis(50);
+
 /// An idle service of `spec` that is still alive, waiting for one that is warming up rather
-/// than starting another; else a place counted for a new one.
-fn take_idle(spec: &ServiceSpec) -> Idle {
+/// than starting another; else a place counted for a new one. `Err` with the task's timeout
+/// once `give_up` says the task may wait no longer.
+fn take_idle(spec: &ServiceSpec, give_up: &dyn Fn() -> Option<Duration>) -> Result<Idle, Duration> {
     loop {
         let mut service = {
             let mut pool = pool();
@@ -289,13 +304,16 @@ fn take_idle(spec: &ServiceSpec) -> Idle {
                     break pool.idle.swap_remove(at);
                 }
                 if !pool.warming.contains(spec) {
-                    return Idle::Start(Place::reserve(&mut pool, spec));
+                    return Ok(Idle::Start(Place::reserve(&mut pool, spec)));
                 }
-                pool = LANDED.wait(pool).unwrap_or_else(|p| p.into_inner());
+                if let Some(after) = give_up() {
+                    return Err(after);
+                }
+                pool = LANDED.wait_timeout(pool, GIVE_UP_CHECK).unwrap_or_else(|p| p.into_inner()).0;
             }
         };
         if service.is_alive() {
-            return Idle::Service(service);
+            return Ok(Idle::Service(service));
         }
         // Died while idle (killed from outside, or by an interruption): the next one.
         tracing::info!("service `{}` (pid {}) ended while idle: {:?}", service.program(), service.pid, service.exit);

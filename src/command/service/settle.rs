@@ -149,6 +149,20 @@ impl Kill {
     }
 }
 
+/// The failure of a task that timed out (`after`) waiting for a service of `program` to warm up.
+pub(super) fn gave_up_waiting(program: &str, after: Duration, log_path: &std::path::Path) -> TaskError {
+    let warm_up = log_path.with_file_name("warm-up.log");
+    TaskError::of_kind(
+        FailureKind::TimedOut,
+        format!(
+            "timed out after {} waiting for the service `{program}` to warm up (its imports, or the class's \
+             `init`, still running: see {})",
+            seconds(after),
+            warm_up.display()
+        ),
+    )
+}
+
 fn seconds(duration: Duration) -> String {
     let s = duration.as_secs_f64();
     if s.fract() == 0.0 { format!("{s:.0} s") } else { format!("{s:.1} s") }
