@@ -801,3 +801,239 @@ steps:
     assert!(verify.status.success(), "{}", String::from_utf8_lossy(&verify.stderr));
     assert_eq!(String::from_utf8_lossy(&verify.stdout).trim(), "(12, 1000, 1000) True", "each member's plane");
 }
+
+/// Callables returning what is not a plain numeric ndarray, and consumers reading them back.
+const OBJECTS: &str = r#"
+import json
+import numpy as np
+
+def a_dict():
+    return {"a": np.ones(3)}
+
+def text():
+    return np.array(["a", "b"])
+
+def masked():
+    return np.ma.masked_array([1.0, 2.0], mask=[False, True])
+
+def from_dict(d):
+    return (d["a"] * 2).astype(np.float32)
+
+def from_text(t):
+    assert t.dtype.str == "<U1", t.dtype
+    return np.array([ord(c) for c in t], dtype=np.float32)
+
+def from_masked(m):
+    assert isinstance(m, np.ma.MaskedArray), type(m)
+    return m.filled(-1.0).astype(np.float32)
+
+def zero_d(i):
+    return np.array(float(i), dtype=np.float32)
+
+def record(path, a):
+    with open(path, "w") as f:
+        json.dump({"type": type(a).__name__, "shape": list(a.shape), "value": a.tolist()}, f)
+"#;
+
+/// The header dict of a version 1 `.npy` file, as its text.
+fn npy_header(path: &Path) -> String {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{}", path.display());
+    let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    String::from_utf8(bytes[10..10 + len].to_vec()).unwrap()
+}
+
+#[test]
+fn rust_plugins_refuse_pickled_python_objects_naming_them_and_python_reads_them_unchanged() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: objects
+steps:
+  dict: {plugin: python, args: {call: "objects:a_dict", pythonpath: [lib]}}
+  text: {plugin: python, args: {call: "objects:text", pythonpath: [lib]}}
+  masked: {plugin: python, args: {call: "objects:masked", pythonpath: [lib]}}
+  dict_npy: {plugin: write_npy, inputs: {array: dict}, args: {path: out/dict.npy}}
+  text_npy: {plugin: write_npy, inputs: {array: text}, args: {path: out/text.npy}}
+  masked_npy: {plugin: write_npy, inputs: {array: masked}, args: {path: out/masked.npy}}
+  dict_mean: {plugin: mean, inputs: {fields: dict}}
+  text_mean: {plugin: mean, inputs: {fields: text}}
+  masked_mean: {plugin: mean, inputs: {fields: masked}}
+  dict_back: {plugin: python, inputs: {d: dict}, args: {call: "objects:from_dict", pythonpath: [lib]}}
+  text_back: {plugin: python, inputs: {t: text}, args: {call: "objects:from_text", pythonpath: [lib]}}
+  masked_back: {plugin: python, inputs: {m: masked}, args: {call: "objects:from_masked", pythonpath: [lib]}}
+  dict_back_npy: {plugin: write_npy, inputs: {array: dict_back}, args: {path: out/dict_back.npy}}
+  text_back_npy: {plugin: write_npy, inputs: {array: text_back}, args: {path: out/text_back.npy}}
+  masked_back_npy: {plugin: write_npy, inputs: {array: masked_back}, args: {path: out/masked_back.npy}}
+"#,
+    );
+    write(dir.path(), "lib/objects.py", OBJECTS);
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "2", "--summary", "s.json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stderr(&out);
+    let hint = "not an array: return a plain numpy.ndarray of a numeric or bool dtype for a Rust plugin to read";
+    for (plugin, input, object) in [
+        ("write_npy", "array", "a pickled dict"),
+        ("write_npy", "array", "a pickled numpy.ndarray of dtype '<U1'"),
+        ("write_npy", "array", "a pickled numpy.ma.MaskedArray of dtype '<f8'"),
+        ("mean", "fields", "a pickled dict"),
+        ("mean", "fields", "a pickled numpy.ndarray of dtype '<U1'"),
+        ("mean", "fields", "a pickled numpy.ma.MaskedArray of dtype '<f8'"),
+    ] {
+        let expected = format!("`{plugin}`: input `{input}` is a Python object ({object}), {hint}");
+        assert!(text.contains(&expected), "missing {expected:?} in: {text}");
+    }
+    assert!(!text.contains("u8["), "the pickle's bytes are not described as an array: {text}");
+    for refused in ["dict", "text", "masked"] {
+        let path = dir.path().join(format!("out/{refused}.npy"));
+        assert!(!path.exists(), "write_npy wrote the pickle of `{refused}` as {}", path.display());
+    }
+    // Python consumers got each object as it was returned.
+    assert_eq!(load_npy(dir.path(), "out/dict_back.npy"), vec![2.0; 3]);
+    assert_eq!(load_npy(dir.path(), "out/text_back.npy"), vec![97.0, 98.0]);
+    assert_eq!(load_npy(dir.path(), "out/masked_back.npy"), vec![1.0, -1.0]);
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    assert_eq!(summary["tasks_failed"], 6, "{summary}");
+    assert_eq!(summary["tasks_ok"], 9, "{summary}");
+}
+
+#[test]
+fn a_zero_d_array_keeps_its_empty_shape_both_ways() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: zero-d
+dims: {i: [1, 2, 3]}
+steps:
+  zero:
+    plugin: python
+    over: [i]
+    args: {call: "objects:zero_d", args: ["{i}"], pythonpath: [lib]}
+  saved:
+    plugin: write_npy
+    over: [i]
+    inputs: {array: zero}
+    args: {path: "out/zero_{i}.npy"}
+  seen:
+    plugin: python
+    over: [i]
+    inputs: {a: zero}
+    args: {call: "objects:record", args: ["{output}", "{input.a}"], output: "out/seen_{i}.json", pythonpath: [lib]}
+  averaged:
+    plugin: mean
+    inputs: {members: zero}
+  averaged_npy:
+    plugin: write_npy
+    inputs: {array: averaged}
+    args: {path: out/mean.npy}
+  averaged_seen:
+    plugin: python
+    inputs: {a: averaged}
+    args: {call: "objects:record", args: ["{output}", "{input.a}"], output: out/mean_seen.json, pythonpath: [lib]}
+"#,
+    );
+    write(dir.path(), "lib/objects.py", OBJECTS);
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for i in 1..=3 {
+        // write_npy wrote shape (), as np.save does for a 0-d array.
+        let header = npy_header(&dir.path().join(format!("out/zero_{i}.npy")));
+        assert!(header.contains("'descr': '<f4'") && header.contains("'shape': ()"), "zero_{i}.npy: {header}");
+        assert_eq!(load_npy(dir.path(), &format!("out/zero_{i}.npy")), vec![i as f32]);
+        // A Python consumer got a 0-d array, not one of shape (1,).
+        let seen: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(format!("out/seen_{i}.json"))).unwrap())
+                .unwrap();
+        assert_eq!(seen, serde_json::json!({"type": "ndarray", "shape": [], "value": f64::from(i)}), "lead {i}");
+    }
+    // Through a Rust plugin and on: still 0-d.
+    let header = npy_header(&dir.path().join("out/mean.npy"));
+    assert!(header.contains("'shape': ()"), "mean.npy: {header}");
+    assert_eq!(load_npy(dir.path(), "out/mean.npy"), vec![2.0]);
+    let seen: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out/mean_seen.json")).unwrap()).unwrap();
+    assert_eq!(seen, serde_json::json!({"type": "ndarray", "shape": [], "value": 2.0}));
+}
+
+/// A callable that prints what `mode.txt` says: 200,000 lines, or one line before its
+/// interpreter dies.
+const CHATTY: &str = r#"
+import os
+
+def talk(mode_file):
+    mode = open(mode_file).read().strip()
+    print(f"{mode} starts", flush=True)
+    if mode == "crash":
+        os._exit(3)
+    for i in range(200_000):
+        print(f"{mode} line {i:06d}")
+    return mode
+"#;
+
+#[test]
+fn a_python_tasks_log_is_bounded_framed_and_its_failure_quotes_only_its_own_attempt() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: chatty
+steps:
+  talk:
+    plugin: python
+    args: {call: "chatty:talk", args: [mode.txt], pythonpath: [lib]}
+"#,
+    );
+    write(dir.path(), "lib/chatty.py", CHATTY);
+    let log_path = dir.path().join("runner-logs/chatty/C/talk/%.log");
+    let args = ["run", "r.yaml", "--cycle", "C", "--no-record", "--log-limit", "64KiB"];
+
+    write(dir.path(), "mode.txt", "first");
+    let out = runner(dir.path(), &args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(log.len() <= (64 << 10) + 600, "a log of {} bytes past its 64 KiB limit", log.len());
+    assert!(log.starts_with("--- runner: a task on the service `"), "{}", &log[..200]);
+    for kept in
+        ["first starts\n", "first line 000000\n", "first line 199999\n", "--- runner: the task succeeded after "]
+    {
+        assert!(log.contains(kept), "{kept:?} is kept: {}…{}", &log[..300], &log[log.len() - 300..]);
+    }
+    assert!(log.contains("of output dropped here: the log keeps the first and last 32.0 KiB"), "{log}");
+    assert!(!log.contains("first line 100000"), "the middle is dropped");
+
+    write(dir.path(), "mode.txt", "crash");
+    let out = runner(dir.path(), &args);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stderr(&out);
+    assert!(text.contains("exited with status 3 during the task"), "{text}");
+    assert!(text.contains("crash starts"), "the attempt's own output is quoted: {text}");
+    assert!(!text.contains("first"), "the first run's output is not this attempt's: {text}");
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let headers = log.lines().filter(|l| l.starts_with("--- runner: a task on the service")).count();
+    assert_eq!(headers, 2, "one header an attempt: {log}");
+    let last = log.lines().last().unwrap();
+    assert!(last.starts_with("--- runner: the service exited with status 3 during the task after "), "{log}");
+}
+
+#[test]
+fn an_import_that_hangs_fails_its_task_at_the_timeout() {
+    // Needs no numpy: the module only sleeps while it is imported.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "lib/slow_import.py", "import time\ntime.sleep(60)\n\ndef f():\n    return 1\n");
+    let recipe = "recipe: slow-import\nsteps:\n  slow:\n    plugin: python\n    timeout: 2s\n    \
+                  args: {call: \"slow_import:f\", pythonpath: [lib]}\n";
+    write(dir.path(), "r.yaml", recipe);
+    let started = std::time::Instant::now();
+    let out = runner(dir.path(), &["run", "r.yaml", "--no-record"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "it waited for the import: {text}");
+    assert!(text.contains("timed out after 2 s waiting for the service"), "{text}");
+    assert!(text.contains("slow/warm-up.log"), "the warm-up's log is named: {text}");
+}

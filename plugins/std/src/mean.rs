@@ -277,4 +277,16 @@ mod tests {
         assert!(plan(&Mean, json!({}), &[]).is_err());
         assert_eq!(plan(&Mean, json!({}), &[meta("a", ValueMeta::Unknown)]).unwrap().0, ValueMeta::Unknown);
     }
+
+    /// A pickled Python object (bytes to the engine) is refused naming what it is, not as `u8`s.
+    #[test]
+    fn a_pickled_python_object_is_refused_naming_it() {
+        let object = crate::python::PythonObject::sample("dict");
+        let err = run(&Mean, json!({}), &[single("fields", object)]).unwrap_err();
+        assert_eq!(
+            err.message(),
+            "`mean`: input `fields` is a Python object (a pickled dict), not an array: return a plain \
+             numpy.ndarray of a numeric or bool dtype for a Rust plugin to read"
+        );
+    }
 }

@@ -612,4 +612,21 @@ for case in cases:
         let err = plan(&ReadNpy, json!({"path": [1]}), &[]).unwrap_err();
         assert_eq!(err.arg.as_deref(), Some("path"));
     }
+
+    /// A pickled Python object (bytes to the engine) is refused, not written as a `u8` file.
+    #[test]
+    fn a_pickled_python_object_is_refused_and_no_file_written() {
+        let dir = temp_dir();
+        let path = dir.path().join("object.npy");
+        let object = crate::python::PythonObject::sample("numpy.ma.MaskedArray of dtype '<f8'");
+        let err = run(&WriteNpy, json!({"path": path}), &[single("array", object)]).unwrap_err();
+        assert!(
+            err.message().starts_with(
+                "`write_npy`: input `array` is a Python object (a pickled numpy.ma.MaskedArray of dtype '<f8'), \
+                 not an array"
+            ),
+            "{err}"
+        );
+        assert!(!path.exists());
+    }
 }

@@ -11,6 +11,8 @@ use runner_plugin::{
     ArgError, Array, DType, Element, Input, InputMeta, Inputs, TaskContext, TaskError, Value, ValueMeta,
 };
 
+use crate::python::PythonObject;
+
 /// FNV-1a, 64 bits: a tiny, well-known, stable hash for turning task keys and seeds into numbers.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
     const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
@@ -167,7 +169,8 @@ pub(crate) fn one_input_value<'a>(plugin: &str, inputs: &Inputs<'a>) -> Result<(
     }
 }
 
-/// The value as an array of one of `dtypes`, or an error naming the input and what it is.
+/// The value as an array of one of `dtypes`, or an error naming the input and what it is — a
+/// pickled Python object (which the engine holds as bytes) included.
 pub(crate) fn expect_array<'a>(
     plugin: &str,
     name: &str,
@@ -175,6 +178,9 @@ pub(crate) fn expect_array<'a>(
     dtypes: &[DType],
 ) -> Result<&'a Array, TaskError> {
     match value {
+        Value::Array(array) if let Some(object) = PythonObject::of(array) => {
+            Err(TaskError::msg(format!("`{plugin}`: {}", object.not_an_array(name))))
+        }
         Value::Array(array) if dtypes.contains(&array.dtype()) => Ok(array),
         other => Err(TaskError::msg(format!(
             "`{plugin}` needs {}, but input `{name}` is {}",

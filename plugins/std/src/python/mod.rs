@@ -44,6 +44,7 @@ use runner_plugin::{
 };
 
 use protocol::Outgoing;
+pub(crate) use protocol::PythonObject;
 
 /// The interpreter's side of the conversation.
 const WORKER: &str = include_str!("worker.py");
@@ -86,13 +87,13 @@ impl Plugin for Python {
         "calls a Python callable per task in a warm interpreter: \"package.module:name\""
     }
 
-    fn args(&self) -> &'static [ArgSpec] {
     /// `python: {interpreter: venv/bin/python, pythonpath: [lib]}` at the top of a recipe.
     fn section_keys(&self) -> Vec<(&'static str, &'static str)> {
         let same = |arg: &'static str| (arg, arg);
         vec![("interpreter", "python"), same("pythonpath"), same("env"), same("fork"), same("max_resident")]
     }
 
+    fn args(&self) -> &'static [ArgSpec] {
         ARGS
     }
 
@@ -437,7 +438,6 @@ impl<'a> Reference<'a> {
 }
 
 /// `package.module:name.attr`: a dotted module path, a colon, a dotted attribute path.
-fn check_target(target: &str) -> Result<(), ArgError> {
 /// Refuses, before anything runs, an interpreter that is not there: a path that is no file, or
 /// a bare name no folder of `PATH` holds.
 fn check_interpreter(python: &std::ffi::OsStr) -> Result<(), ArgError> {
@@ -461,6 +461,7 @@ fn check_interpreter(python: &std::ffi::OsStr) -> Result<(), ArgError> {
     ))
 }
 
+fn check_target(target: &str) -> Result<(), ArgError> {
     let dotted = |text: &str| !text.is_empty() && text.split('.').all(is_identifier);
     match target.split_once(':') {
         Some((module, name)) if dotted(module) && dotted(name) => Ok(()),

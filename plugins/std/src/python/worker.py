@@ -145,7 +145,8 @@ def encode(value):
     if isinstance(value, pathlib.PurePath):
         return {"t": "path", "v": str(value)}, []
     if numpy is not None and type(value) is numpy.ndarray and value.dtype.str in NAMES:
-        array = numpy.ascontiguousarray(value)
+        # (not `ascontiguousarray`, which makes a 0-d array 1-d)
+        array = value if value.flags.c_contiguous else numpy.ascontiguousarray(value)
         return {"t": "array", "dtype": NAMES[array.dtype.str], "shape": list(array.shape)}, [array]
     if is_json(value):
         return {"t": "json", "v": value}, []
@@ -159,7 +160,20 @@ def encode(value):
             return True
 
     stream = pickle.dumps(value, protocol=5, buffer_callback=out_of_band)
-    return {"t": "object"}, [stream] + buffers
+    return {"t": "object", "type": type_name(value)}, [stream] + buffers
+
+
+def type_name(value):
+    """What a pickled object is, for the messages of Rust plugins that cannot read it: `dict`,
+    `numpy.ma.MaskedArray`, `numpy.ndarray of dtype '<U1'`."""
+    kind = type(value)
+    module = getattr(kind, "__module__", None)
+    name = getattr(kind, "__qualname__", None) or getattr(kind, "__name__", "object")
+    if module and module != "builtins":
+        name = f"{module}.{name}"
+    if numpy is not None and isinstance(value, numpy.ndarray):
+        name += f" of dtype {value.dtype.str!r}"
+    return str(name)
 
 
 def release_memory():
