@@ -867,6 +867,7 @@ steps:
   dict_back_npy: {plugin: write_npy, inputs: {array: dict_back}, args: {path: out/dict_back.npy}}
   text_back_npy: {plugin: write_npy, inputs: {array: text_back}, args: {path: out/text_back.npy}}
   masked_back_npy: {plugin: write_npy, inputs: {array: masked_back}, args: {path: out/masked_back.npy}}
+  dict_command: {plugin: exec, inputs: {d: dict}, args: {command: [cat, "{input.d}"]}}
 "#,
     );
     write(dir.path(), "lib/objects.py", OBJECTS);
@@ -886,6 +887,8 @@ steps:
         assert!(text.contains(&expected), "missing {expected:?} in: {text}");
     }
     assert!(!text.contains("u8["), "the pickle's bytes are not described as an array: {text}");
+    let command = "input `d` is a Python object (a pickled dict), which cannot be handed to a command as a file";
+    assert!(text.contains(command), "{text}");
     for refused in ["dict", "text", "masked"] {
         let path = dir.path().join(format!("out/{refused}.npy"));
         assert!(!path.exists(), "write_npy wrote the pickle of `{refused}` as {}", path.display());
@@ -896,7 +899,7 @@ steps:
     assert_eq!(load_npy(dir.path(), "out/masked_back.npy"), vec![1.0, -1.0]);
     let summary: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
-    assert_eq!(summary["tasks_failed"], 6, "{summary}");
+    assert_eq!(summary["tasks_failed"], 7, "{summary}");
     assert_eq!(summary["tasks_ok"], 9, "{summary}");
 }
 
