@@ -1040,3 +1040,22 @@ fn an_import_that_hangs_fails_its_task_at_the_timeout() {
     assert!(text.contains("timed out after 2 s waiting for the service"), "{text}");
     assert!(text.contains("slow/warm-up.log"), "the warm-up's log is named: {text}");
 }
+
+#[test]
+fn the_whole_tree_s_peak_counts_what_the_interpreters_hold() {
+    // Needs no numpy: the callable holds 200 MiB of bytes for a while.
+    let dir = tempfile::tempdir().unwrap();
+    let module =
+        "import time\n\ndef hold(mib):\n    data = b'x' * (mib << 20)\n    time.sleep(0.5)\n    return len(data)\n";
+    write(dir.path(), "lib/holding.py", module);
+    let recipe = "recipe: holding\nsteps:\n  hold:\n    plugin: python\n    args: {call: \"holding:hold\", args: [200], pythonpath: [lib]}\n";
+    write(dir.path(), "r.yaml", recipe);
+    let out = runner(dir.path(), &["run", "r.yaml", "--no-record", "--summary", "s.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+    let (tree, runner_alone) = (summary["peak_bytes"].as_u64().unwrap(), summary["peak_rss_bytes"].as_u64().unwrap());
+    assert!(tree >= 200 << 20, "the tree's peak {tree} leaves out the interpreter's 200 MiB: {summary}");
+    assert!(runner_alone < 100 << 20, "the runner itself held little: {summary}");
+    assert!(stderr(&out).contains("(with its commands "), "{}", stderr(&out));
+}

@@ -2,7 +2,9 @@
 //! same moment — for the closing line and the summary's `peak_bytes` (the runner's own
 //! `peak_rss_bytes` leaves the commands out). Noted as commands are sampled, at most once per
 //! [`EVERY`] for the whole process: the runner's resident bytes now plus every command tree's
-//! resident bytes now ([`crate::measure::external::total`]).
+//! resident bytes now and what each task of a warm interpreter holds above its baseline
+//! ([`crate::measure::external::total`]), plus the interpreters' baselines
+//! ([`crate::measure::external::standing`]).
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,7 +32,7 @@ pub(super) fn note() {
     {
         return;
     }
-    let total = runner_resident() + crate::measure::external::total();
+    let total = runner_resident() + crate::measure::external::total() + crate::measure::external::standing();
     PEAK.fetch_max(total, Ordering::Relaxed);
 }
 

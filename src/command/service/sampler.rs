@@ -98,6 +98,7 @@ impl Sampler {
             self.sampled_peak.fetch_max(now, Ordering::Relaxed);
             let above = now.saturating_sub(self.baseline.load(Ordering::Relaxed));
             external::set(task.tag, above);
+            super::super::tree_peak::note();
             log.bound();
             let preempted = watched.as_ref().is_some_and(|w| w.should_yield(above));
             let reason = if preempted {
