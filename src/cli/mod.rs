@@ -144,7 +144,7 @@ enum Command {
         - {id: 2026-11-01T00Z, vars: {wet: 0.05}}\n    \
         - {id: 2026-11-01T01Z, vars: {wet: 0.40}}\n\n\
         Exit codes: 0 every cycle ok and within its thresholds; 1 a task failed, a cycle exceeded \
-        its budget (peak RSS > budget + 5% + 64 MiB) or a threshold was crossed; 2 invalid input; \
+        its budget (the tree's peak, commands and interpreters included, > budget + 5% + 64 MiB) or a threshold was crossed; 2 invalid input; \
         3 the feedback store, a file that cannot be written or the machine failed.")]
     Replay(ReplayArgs),
     /// Predict a run of a recipe from its history on a virtual clock (wall, peak reserved, spill,
