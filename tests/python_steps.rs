@@ -1059,3 +1059,33 @@ fn the_whole_tree_s_peak_counts_what_the_interpreters_hold() {
     assert!(runner_alone < 100 << 20, "the runner itself held little: {summary}");
     assert!(stderr(&out).contains("(with its commands "), "{}", stderr(&out));
 }
+
+#[test]
+fn an_exception_that_cannot_print_itself_or_prints_a_book_fails_only_its_task() {
+    // Needs no numpy.
+    let dir = tempfile::tempdir().unwrap();
+    let module = "import os\n\nclass Broken(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\n\n\
+                  def broken():\n    raise Broken()\n\ndef long():\n    raise ValueError('x' * 50000)\n\n\
+                  def pid():\n    return os.getpid()\n";
+    write(dir.path(), "lib/raising.py", module);
+    let step = |name: &str, call: &str, after: &str| {
+        format!("  {name}:\n    plugin: python\n    {after}args: {{call: \"raising:{call}\", pythonpath: [lib]}}\n")
+    };
+    let recipe = format!(
+        "recipe: raising\nsteps:\n{}{}{}{}",
+        step("first", "pid", ""),
+        step("broken", "broken", ""),
+        step("long", "long", ""),
+        step("last", "pid", "")
+    );
+    write(dir.path(), "r.yaml", &recipe);
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "1", "--db", "r.db"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("raised Broken: <str() of the exception failed: RuntimeError>"), "{text}");
+    assert!(text.contains("... (48000 more characters)") && text.len() < 20_000, "{text}");
+    // Neither failure took the interpreter down: the other two tasks ran on it.
+    let ok = common::query(&dir.path().join("r.db"), "SELECT count(*) FROM tasks WHERE status = 'ok'");
+    assert_eq!(ok, [["2"]]);
+    assert!(!text.contains("exited with status"), "the interpreter survived: {text}");
+}

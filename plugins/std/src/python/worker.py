@@ -206,17 +206,35 @@ def back_to_idle():
     os.dup2(IDLE_LOG, 2)
 
 
+MESSAGE_LIMIT = 2000  # characters of an exception's message in the failure line
+
+
+def message_of(error):
+    """The exception's text, cut to MESSAGE_LIMIT; an exception whose __str__ itself fails
+    still fails only its task."""
+    try:
+        text = str(error)
+    except BaseException as broken:  # a broken __str__ must not take the interpreter down
+        text = f"<str() of the exception failed: {type(broken).__qualname__}>"
+    if len(text) > MESSAGE_LIMIT:
+        text = text[:MESSAGE_LIMIT] + f"... ({len(text) - MESSAGE_LIMIT} more characters)"
+    return text
+
+
 def failure(error):
     tb = error.__traceback__
     # This file's own frames tell the user nothing: start at the called code.
     while tb is not None and tb.tb_frame.f_code.co_filename == OWN_FILE and tb.tb_next is not None:
         tb = tb.tb_next
-    frames = traceback.format_exception(type(error), error, tb)
+    try:
+        frames = "".join(traceback.format_exception(type(error), error, tb))
+    except BaseException:  # as for the message: the traceback of what failed to print itself
+        frames = "".join(traceback.format_tb(tb)) + f"{type(error).__qualname__}: {message_of(error)}\n"
     return {
         "ok": False,
         "type": type(error).__qualname__,
-        "message": str(error),
-        "traceback": "".join(frames)[-8000:],
+        "message": message_of(error),
+        "traceback": frames[-8000:],
     }
 
 
