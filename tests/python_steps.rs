@@ -1089,3 +1089,20 @@ fn an_exception_that_cannot_print_itself_or_prints_a_book_fails_only_its_task() 
     assert_eq!(ok, [["2"]]);
     assert!(!text.contains("exited with status"), "the interpreter survived: {text}");
 }
+
+#[test]
+fn a_module_that_is_not_there_is_named_with_the_interpreter_that_looked_for_it() {
+    // Needs no numpy.
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "r.yaml",
+        "recipe: missing\nsteps:\n  a: {plugin: python, args: {call: \"no_such_module_xyz:f\"}}\n",
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--no-record"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("No module named 'no_such_module_xyz' in the interpreter /"), "{text}");
+    assert!(text.contains("--python"), "how to choose another is said: {text}");
+    assert!(!text.contains("<frozen importlib") && !text.contains("_gcd_import"), "no import machinery: {text}");
+}

@@ -226,14 +226,27 @@ def failure(error):
     # This file's own frames tell the user nothing: start at the called code.
     while tb is not None and tb.tb_frame.f_code.co_filename == OWN_FILE and tb.tb_next is not None:
         tb = tb.tb_next
+    message = message_of(error)
     try:
-        frames = "".join(traceback.format_exception(type(error), error, tb))
+        if isinstance(error, ImportError):
+            # The import machinery's own frames say nothing of the user's code.
+            machinery = lambda name: name.startswith("<frozen importlib") or name == importlib.__file__  # noqa: E731
+            kept = [f for f in traceback.extract_tb(tb) if not machinery(f.filename)]
+            lines = traceback.StackSummary.from_list(kept).format()
+            frames = "Traceback (most recent call last):\n" + "".join(lines) + f"{type(error).__qualname__}: {message}\n"
+        else:
+            frames = "".join(traceback.format_exception(type(error), error, tb))
     except BaseException:  # as for the message: the traceback of what failed to print itself
-        frames = "".join(traceback.format_tb(tb)) + f"{type(error).__qualname__}: {message_of(error)}\n"
+        frames = "".join(traceback.format_tb(tb)) + f"{type(error).__qualname__}: {message}\n"
+    if isinstance(error, ModuleNotFoundError):
+        message += (
+            f" in the interpreter {sys.executable} (another is chosen with the step's `python:`, "
+            "the recipe's `python: {interpreter: ...}` or --python; `pythonpath:` adds folders to search)"
+        )
     return {
         "ok": False,
         "type": type(error).__qualname__,
-        "message": message_of(error),
+        "message": message,
         "traceback": frames[-8000:],
     }
 
