@@ -1106,3 +1106,24 @@ fn a_module_that_is_not_there_is_named_with_the_interpreter_that_looked_for_it()
     assert!(text.contains("--python"), "how to choose another is said: {text}");
     assert!(!text.contains("<frozen importlib") && !text.contains("_gcd_import"), "no import machinery: {text}");
 }
+
+#[test]
+fn an_interpreter_shows_a_short_command_line_and_hands_nothing_of_the_runner_s_code_on() {
+    // Needs no numpy.
+    let dir = tempfile::tempdir().unwrap();
+    let module = "import os\n\ndef look(path):\n    argv = open('/proc/self/cmdline').read().split('\\0')\n    \
+                  with open(path, 'w') as f:\n        f.write(f\"{len(' '.join(argv))} {argv[-2]} {'RUNNER_PYTHON_WORKER' in os.environ}\")\n";
+    write(dir.path(), "lib/look.py", module);
+    write(
+        dir.path(),
+        "r.yaml",
+        "recipe: look\nsteps:\n  a: {plugin: python, args: {call: \"look:look\", args: [seen.txt], pythonpath: [lib]}}\n",
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--no-record"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let seen = std::fs::read_to_string(dir.path().join("seen.txt")).unwrap();
+    let fields: Vec<&str> = seen.split(' ').collect();
+    let length: usize = fields[0].parse().unwrap();
+    assert!(length < 300, "a command line of {length} characters: {seen}");
+    assert_eq!(fields[1..], ["runner-python-worker", "False"], "{seen}");
+}

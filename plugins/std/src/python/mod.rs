@@ -49,6 +49,10 @@ pub(crate) use protocol::PythonObject;
 /// The interpreter's side of the conversation.
 const WORKER: &str = include_str!("worker.py");
 
+/// What `python -c` runs: the worker's code, taken out of the environment, so that `ps` shows
+/// one short line per interpreter and nothing the interpreter starts inherits the code.
+const BOOT: &str = "import os; exec(compile(os.environ.pop('RUNNER_PYTHON_WORKER'), '<string>', 'exec'))";
+
 /// What a task is estimated to need before it has been measured, besides twice its inputs (the
 /// interpreter's copy and what it makes of them): room for modest intermediate data.
 pub const BASE_ESTIMATE: u64 = 64 << 20;
@@ -263,7 +267,8 @@ impl Call {
 
     /// The interpreter that serves this step.
     fn service(&self, step: &str) -> ServiceSpec {
-        let mut spec = ServiceSpec::new([self.python.clone(), "-c".into(), WORKER.into()])
+        let mut spec = ServiceSpec::new([self.python.clone(), "-c".into(), BOOT.into(), "runner-python-worker".into()])
+            .env("RUNNER_PYTHON_WORKER", WORKER)
             .env("PYTHONUNBUFFERED", "1")
             .key(if self.isolate { step.to_string() } else { String::new() })
             .recycle_above(self.max_resident)
