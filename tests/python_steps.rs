@@ -718,6 +718,15 @@ steps:
             peak / MIB
         );
     }
+    // A preempted task is recorded by the run after it: no two tasks of a worker overlap.
+    let spans = query(
+        &dir.path().join("runner.db"),
+        "SELECT worker, start_ms, end_ms, task_index FROM tasks WHERE step = 'grow' ORDER BY worker, start_ms",
+    );
+    for pair in spans.windows(2).filter(|p| p[0][0] == p[1][0]) {
+        let (end, next): (u64, u64) = (pair[0][2].parse().unwrap(), pair[1][1].parse().unwrap());
+        assert!(next + 1 >= end, "tasks {} and {} overlap on worker {}: {spans:?}", pair[0][3], pair[1][3], pair[0][0]);
+    }
 }
 
 #[test]
@@ -1126,4 +1135,42 @@ fn an_interpreter_shows_a_short_command_line_and_hands_nothing_of_the_runner_s_c
     let length: usize = fields[0].parse().unwrap();
     assert!(length < 300, "a command line of {length} characters: {seen}");
     assert_eq!(fields[1..], ["runner-python-worker", "False"], "{seen}");
+}
+
+#[test]
+fn a_preempted_task_is_recorded_by_the_run_that_finished_it() {
+    // Needs no numpy. Four tasks reserving 50 MiB at once, each then holding 400 MiB, under a
+    // 1 GiB budget: some are preempted and run again later. Each records its own times.
+    let dir = tempfile::tempdir().unwrap();
+    let module = "import time\n\ndef hold(i, mib, path):\n    start = time.time()\n    data = b'x' * (mib << 20)\n    \
+                  time.sleep(0.6)\n    with open(path, 'a') as f:\n        f.write(f'{i} {start} {time.time()}\\n')\n    \
+                  return len(data)\n";
+    write(dir.path(), "lib/hold.py", module);
+    let recipe = "recipe: preempted\nvars:\n  mib: {0: 50, 1: 400, 2: 400, 3: 400, 4: 400, 5: 400}\ndims: {i: 6}\n\
+                  steps:\n  hold:\n    plugin: python\n    over: [i]\n    memory: 50MiB\n    \
+                  args: {call: \"hold:hold\", args: [\"{i}\", \"{mib[i]}\", times.txt], pythonpath: [lib]}\n";
+    write(dir.path(), "r.yaml", recipe);
+    let mut command = common::runner_command(dir.path(), &["run", "r.yaml", "--budget", "1GiB", "--workers", "4"]);
+    let out = command.env("RUST_LOG", "info").output().unwrap();
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("preempted to keep the budget"), "nothing was preempted: {text}");
+    let db = dir.path().join("runner.db");
+    let started = query(&db, "SELECT started_at FROM runs")[0][0].clone();
+    let run_start = chrono::DateTime::parse_from_rfc3339(&started).unwrap().timestamp_millis() as f64 / 1000.0;
+    let times = std::fs::read_to_string(dir.path().join("times.txt")).unwrap();
+    for line in times.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let (index, end): (&str, f64) = (fields[0], fields[2].parse().unwrap());
+        let real_end_ms = (end - run_start) * 1000.0;
+        let row = query(&db, &format!("SELECT start_ms, end_ms FROM tasks WHERE task_index = {index}"));
+        let (start_ms, end_ms): (f64, f64) = (row[0][0].parse().unwrap(), row[0][1].parse().unwrap());
+        // Its recorded span ends when its last run did (a few ms of clocks and rounding aside),
+        // and it is no longer than a run of it (it is not the first, preempted, run's start).
+        assert!(
+            end_ms + 100.0 >= real_end_ms,
+            "task {index} recorded {start_ms}..{end_ms} ms, ran until {real_end_ms:.0} ms"
+        );
+        assert!(end_ms - start_ms < 3000.0, "task {index} recorded {start_ms}..{end_ms} ms: {times}");
+    }
 }

@@ -81,7 +81,8 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
         self.describe_task(task.step, task.index);
         let step = &self.shared.recipe.steps[task.step];
         let claimed = &mut self.claimed[at];
-        let first_started = *claimed.started.get_or_insert(started);
+        claimed.started.get_or_insert(started);
+        let first_started = *claimed.counted_from.get_or_insert(started);
         claimed.attempts += 1;
         if let Err(error) = &outcome.result {
             // A job killed at its memory peaked there, whatever it last reported.
@@ -94,6 +95,7 @@ impl<'r> executor::Unit<'r> for Worker<'_, 'r> {
                 // Not an attempt that counts: it runs again, its reservation grown past what it held.
                 claimed.attempts -= 1;
                 claimed.preempted += 1;
+                claimed.counted_from = None;
                 self.grow_after_oom(at, peak);
                 return Next::Retry;
             }

@@ -100,6 +100,10 @@ pub(super) struct Claimed {
     pub(super) preempted: u32,
     /// When its first attempt started.
     pub(super) started: Option<Instant>,
+    /// When the attempts its record spans began: the first, or the first after its last
+    /// preemption (a preempted attempt is given up and the task waits to run again: the run it
+    /// is recorded by, on the timeline and for the time models, is the one after).
+    pub(super) counted_from: Option<Instant>,
 }
 
 /// How a claimed task's turn with the executor ended, for the next report.
@@ -114,7 +118,7 @@ pub(super) enum Ended {
 
 impl Claimed {
     pub(super) fn new(picked: Picked, values: Range<usize>, counts: Range<usize>, producers_hash: u64) -> Claimed {
-        Claimed { picked, values, counts, producers_hash, attempts: 0, preempted: 0, started: None }
+        Claimed { picked, values, counts, producers_hash, attempts: 0, preempted: 0, started: None, counted_from: None }
     }
 }
 
