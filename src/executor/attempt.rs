@@ -320,6 +320,7 @@ mod tests {
 
     #[test]
     fn a_task_s_peak_is_its_heap_and_its_command_together() {
+        let _alone = crate::measure::external::exclusive();
         let registry = Registry::new([Arc::new(HoldsWhileItsCommandRuns) as Arc<dyn runner_plugin::Plugin>]);
         let options = CompileOptions { cycle: "c".into(), ..CompileOptions::default() };
         let text = "recipe: r\nsteps:\n  s:\n    plugin: holds_while_its_command_runs\n";
