@@ -390,6 +390,14 @@ fn usage_errors_exit_2() {
     let set = runner(dir.path(), &["plan", &recipe("quickstart.yaml"), "--set", "novalue"]);
     assert_eq!(set.status.code(), Some(2));
     assert!(stderr(&set).contains("expected KEY=VALUE"));
+    // A Slurm option without Slurm would do nothing: it is refused, not ignored.
+    let partition = runner(dir.path(), &["run", &recipe("quickstart.yaml"), "--db", "s.db", "--partition", "short"]);
+    assert_eq!(partition.status.code(), Some(2));
+    assert!(stderr(&partition).contains("--partition is for runs on Slurm"), "{}", stderr(&partition));
+    assert!(!dir.path().join("out").exists(), "nothing ran");
+    let last = runner(dir.path(), &["history", "--last", "0"]);
+    assert_eq!(last.status.code(), Some(2));
+    assert!(stderr(&last).contains("0 is not in 1..=1000000"), "{}", stderr(&last));
 }
 
 #[test]

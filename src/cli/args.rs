@@ -37,7 +37,7 @@ pub(super) struct HistoryArgs {
     #[arg(long, value_name = "NAME")]
     pub(super) step: Option<String>,
     /// How many of the most recent runs to show (a count of runs, not of rows; at least 1).
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub(super) last: usize,
     /// List the failed tasks of a run (the last one with failures, or --run), errors grouped.
     #[arg(long)]
@@ -70,7 +70,7 @@ pub(super) struct ReportArgs {
     pub(super) recipe: Option<String>,
     /// How many of the recipe's most recent runs the recipe page shows (with --recipe; at least 1).
     #[arg(long, value_name = "N", default_value_t = 24, requires = "recipe",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub(super) last: usize,
     /// The HTML file to write.
     #[arg(short = 'o', long = "output", value_name = "FILE.html")]

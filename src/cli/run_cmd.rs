@@ -38,6 +38,7 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
         check_writable(path).with_context(|| format!("the summary cannot be written to {}", path.display()))?;
     }
     let slurm = args.executor.executor == super::ExecutorKind::Slurm;
+    refuse_slurm_options_without_slurm(&args.executor, slurm)?;
     let mut options = if slurm { remote_options(&args.resources)? } else { run_options(&args.resources)? };
     let store = if args.no_record { record::open_history(&db)? } else { Some(record::open_for_recording(&db)?) };
     let remote = if slurm { Some(slurm_executor(&compiled, &args)?) } else { None };
@@ -119,6 +120,23 @@ pub fn refuse_a_second_run(store: &Store, compiled: &Compiled) -> anyhow::Result
             live.run_id, recipe.name, recipe.cycle, live.pid
         ))
         .into()),
+        _ => Ok(()),
+    }
+}
+
+/// Options that only a Slurm run uses are refused without `--executor slurm`, rather than left
+/// unused without a word.
+fn refuse_slurm_options_without_slurm(options: &super::ExecutorArgs, slurm: bool) -> anyhow::Result<()> {
+    let given = [
+        ("--shared-dir", options.shared_dir.is_some()),
+        ("--partition", options.partition.is_some()),
+        ("--account", options.account.is_some()),
+        ("--slurm-arg", !options.slurm_args.is_empty()),
+    ];
+    match given.iter().find(|(_, given)| *given) {
+        Some((flag, _)) if !slurm => {
+            Err(super::UsageError(format!("{flag} is for runs on Slurm; expected it with --executor slurm")).into())
+        }
         _ => Ok(()),
     }
 }
