@@ -1174,3 +1174,20 @@ fn a_preempted_task_is_recorded_by_the_run_that_finished_it() {
         assert!(end_ms - start_ms < 3000.0, "task {index} recorded {start_ms}..{end_ms} ms: {times}");
     }
 }
+
+#[test]
+fn a_return_value_that_cannot_leave_the_interpreter_is_named_as_such() {
+    // Needs no numpy.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "lib/lock.py", "import threading\n\ndef lock():\n    return threading.Lock()\n");
+    write(
+        dir.path(),
+        "r.yaml",
+        "recipe: lock\nsteps:\n  a: {plugin: python, args: {call: \"lock:lock\", pythonpath: [lib]}}\n",
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--no-record"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("the call returned _thread.lock, which cannot leave the interpreter"), "{text}");
+    assert!(text.contains("cannot pickle '_thread.lock' object"), "{text}");
+}

@@ -269,8 +269,20 @@ def serve(header, payloads):
     del payloads
     result = target(*args, **kwargs)
     del args, kwargs
-    value, out = encode(result)
+    try:
+        value, out = encode(result)
+    except Exception as error:
+        # The call succeeded; what it returned cannot be kept by the engine.
+        raise ReturnNotKept(
+            f"the call returned {type(result).__module__}.{type(result).__qualname__}, which cannot leave the "
+            f"interpreter ({type(error).__qualname__}: {message_of(error)}); return what pickles (arrays, "
+            "numbers, strings, lists, dicts, most objects), or write a file and return its path"
+        ) from None
     return {"ok": True, "value": value}, out
+
+
+class ReturnNotKept(Exception):
+    """A call's return value that cannot be pickled for the engine."""
 
 
 REAPER = """
