@@ -28,7 +28,7 @@
 //! The callable's return value is the task's value: a `numpy.ndarray` of a numeric or bool
 //! dtype becomes an array that any plugin reads, `None` nothing, a `pathlib.Path` a path, plain
 //! JSON data (dicts with string keys, lists, strings, numbers, bools) JSON, anything else a
-//! pickled object (see [`protocol`]). Before each task the interpreter imports the module (and
+//! pickled object (see `protocol`). Before each task the interpreter imports the module (and
 //! instantiates `init`) unmeasured: that is its baseline, not the task's.
 
 mod protocol;
