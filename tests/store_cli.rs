@@ -364,6 +364,11 @@ fn prune_keeps_the_last_runs_and_shrinks_the_file() {
     assert_eq!(out.status.code(), Some(2), "--keep or --before is required");
     let out = runner(dir.path(), &["prune", "--keep", "0"]);
     assert_eq!(out.status.code(), Some(2), "--keep 0 would delete every run");
+    // An empty file is no store to prune, and is not made into one.
+    std::fs::write(dir.path().join("empty.db"), "").unwrap();
+    let out = runner(dir.path(), &["prune", "--keep", "1", "--db", "empty.db"]);
+    assert!(text(&out.stderr).contains("no feedback store at empty.db"), "{}", text(&out.stderr));
+    assert_eq!(std::fs::metadata(dir.path().join("empty.db")).unwrap().len(), 0);
     let out = runner(dir.path(), &["prune", "--before", "yesterday"]);
     assert_eq!(out.status.code(), Some(2), "a bad date is a usage error: {}", text(&out.stderr));
     // Both: only runs older than the date go, and at least the last N stay.

@@ -9,7 +9,9 @@ use crate::store::Prune;
 
 pub fn prune(args: PruneArgs) -> anyhow::Result<u8> {
     let db = args.db.clone().unwrap_or_else(record::default_db);
-    if !db.exists() {
+    // An empty file is no store either (as `history` and `report` read it): nothing to prune,
+    // and it is not made into one.
+    if std::fs::metadata(&db).map_or(true, |m| m.is_file() && m.len() == 0) {
         anyhow::bail!("no feedback store at {} (pass --db PATH)", db.display());
     }
     let before = args.before.as_deref().map(parse_before).transpose().map_err(|e| super::UsageError(e.to_string()))?;
