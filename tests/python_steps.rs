@@ -1191,3 +1191,22 @@ fn a_return_value_that_cannot_leave_the_interpreter_is_named_as_such() {
     assert!(text.contains("the call returned _thread.lock, which cannot leave the interpreter"), "{text}");
     assert!(text.contains("cannot pickle '_thread.lock' object"), "{text}");
 }
+
+#[test]
+fn history_says_how_python_tasks_were_measured() {
+    // Needs no numpy.
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "r.yaml",
+        "recipe: measured\nsteps:\n  a: {plugin: python, args: {call: \"builtins:abs\", args: [-3]}}\n",
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--db", "r.db"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&runner(dir.path(), &["history", "--db", "r.db"]).stdout).into_owned();
+    assert!(text.contains("measured by"), "{text}");
+    assert!(text.contains("service+cgroup") || text.contains("service+proc"), "{text}");
+    let json = runner(dir.path(), &["history", "--db", "r.db", "--format", "json"]);
+    let rows: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert!(rows[0]["peak_sources"].as_str().unwrap().starts_with("service+"), "{rows}");
+}

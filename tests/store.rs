@@ -647,6 +647,7 @@ fn history_queries_aggregate_a_hand_built_history() {
                 step: "smooth".into(),
                 plugin: "alloc".into(),
                 sources: vec![EstimateSource::History, EstimateSource::Plugin],
+                peak_sources: vec![PeakSource::Allocator],
                 tasks: 5,
                 ok: 3,
                 failed: 1,
@@ -663,6 +664,7 @@ fn history_queries_aggregate_a_hand_built_history() {
         }
     );
     assert_eq!(c3_smooth.figures.sources_text(), "history,plugin");
+    assert_eq!(c3_smooth.figures.peak_sources_text(), "allocator");
     let c3_load = &history[2].figures;
     assert_eq!(
         (c3_load.tasks, c3_load.estimate_p50, c3_load.estimate_max, c3_load.peak_p50, c3_load.peak_max),

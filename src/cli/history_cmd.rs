@@ -54,6 +54,7 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<u8> {
             "estimate p50",
             "peak p50",
             "peak max",
+            "measured by",
             "under",
             "slack",
         ]
@@ -74,11 +75,12 @@ pub fn history(args: HistoryArgs) -> anyhow::Result<u8> {
             format_size(step.estimate_p50),
             format_size(step.peak_p50),
             format_size(step.peak_max),
+            step.peak_sources_text(),
             step.underestimates.to_string(),
             step.slack.map_or("-".into(), |s| format!("{:+.0}%", s * 100.0)),
         ]);
     }
-    print!("{}", super::table(&table, &[5, 6, 7, 9, 10, 11, 12, 13]));
+    print!("{}", super::table(&table, &[5, 6, 7, 9, 10, 11, 13, 14]));
     Ok(0)
 }
 

@@ -311,7 +311,8 @@ impl Store {
                    sum(t.status != 2 AND t.peak_bytes > {ESTIMATE}), \
                    total(CASE WHEN t.status != 2 THEN {ESTIMATE} END), \
                    total(CASE WHEN t.status != 2 THEN t.peak_bytes END), \
-                   total(t.wall_ms), min(b.first_task_id) AS first \
+                   total(t.wall_ms), min(b.first_task_id) AS first, \
+                   group_concat(DISTINCT CASE WHEN t.status != 2 THEN coalesce(t.peak_source, b.peak_source) END) \
                  FROM {STEP_ROWS} WHERE b.run_id = ?1 AND (?2 IS NULL OR b.step = ?2) GROUP BY b.step ORDER BY first",
             ))
             .map_err(|e| self.err(what, e))?;
@@ -322,6 +323,10 @@ impl Store {
                 let mut sources: Vec<&str> = sources.as_deref().unwrap_or("").split(',').collect();
                 sources.sort();
                 let (estimate_total, peak_total): (f64, f64) = (row.get(10)?, row.get(11)?);
+                let peak_sources: Option<String> = row.get(14)?;
+                let mut peak_sources: Vec<PeakSource> =
+                    peak_sources.as_deref().unwrap_or("").split(',').filter_map(PeakSource::parse).collect();
+                peak_sources.sort_by_key(|s| s.as_str());
                 Ok(StepHistory {
                     run_id: run.run_id,
                     recipe: run.recipe.clone(),
@@ -332,6 +337,7 @@ impl Store {
                         step: row.get(0)?,
                         plugin: row.get(1)?,
                         sources: sources.iter().filter_map(|s| parse_estimate_source(s)).collect(),
+                        peak_sources,
                         tasks: int(3)?,
                         ok: int(4)?,
                         failed: int(5)?,

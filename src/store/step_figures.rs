@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::{Serialize, Serializer};
 
+use crate::measure::PeakSource;
 use crate::plan::EstimateSource;
 use crate::recipe::Step;
 use crate::scheduler::stats::StepStats;
@@ -23,6 +24,10 @@ pub struct StepFigures {
     /// for none. A run's summary does not know them (empty there).
     #[serde(rename = "estimate_sources", serialize_with = "sources_text")]
     pub sources: Vec<EstimateSource>,
+    /// How its tasks' peaks were measured, each once, sorted (`allocator`, `cgroup`,
+    /// `service+cgroup`, ...); `-` for none. A run's summary does not know them (empty there).
+    #[serde(serialize_with = "peak_sources_text")]
+    pub peak_sources: Vec<PeakSource>,
     /// Tasks recorded, of any status.
     pub tasks: u64,
     pub ok: u64,
@@ -65,6 +70,7 @@ impl StepFigures {
             step: step.name.clone(),
             plugin: step.plugin.name().to_string(),
             sources: Vec::new(),
+            peak_sources: Vec::new(),
             tasks: stats.tasks(),
             ok: stats.ok,
             failed: stats.failed,
@@ -84,7 +90,12 @@ impl StepFigures {
 
     /// [`StepFigures::sources`] as shown: comma-separated, `-` for none.
     pub fn sources_text(&self) -> String {
-        joined(&self.sources)
+        joined(self.sources.iter().map(|s| s.as_str()))
+    }
+
+    /// [`StepFigures::peak_sources`] comma-separated, `-` for none.
+    pub fn peak_sources_text(&self) -> String {
+        joined(self.peak_sources.iter().map(|s| s.as_str()))
     }
 
     /// [`StepFigures::wall`] in whole ms, as the store keeps task times.
@@ -93,15 +104,20 @@ impl StepFigures {
     }
 }
 
-fn joined(sources: &[EstimateSource]) -> String {
-    if sources.is_empty() {
+/// Names comma-separated, `-` for none.
+fn joined<'a>(names: impl ExactSizeIterator<Item = &'a str>) -> String {
+    if names.len() == 0 {
         return "-".to_string();
     }
-    sources.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")
+    names.collect::<Vec<_>>().join(",")
 }
 
 fn sources_text<S: Serializer>(sources: &[EstimateSource], serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.serialize_str(&joined(sources))
+    serializer.serialize_str(&joined(sources.iter().map(|s| s.as_str())))
+}
+
+fn peak_sources_text<S: Serializer>(sources: &[PeakSource], serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&joined(sources.iter().map(|s| s.as_str())))
 }
 
 fn millis<S: Serializer>(wall: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
