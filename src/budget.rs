@@ -24,6 +24,9 @@ use crate::process_identity::ProcessIdentity;
 /// Share of the available memory used when `--budget` is not given.
 pub const DEFAULT_SHARE: f64 = 0.8;
 
+/// The smallest budget `--budget` takes.
+const MIN_BUDGET: u64 = 1 << 20;
+
 /// Parses `--budget`: a size (`1GiB`, `800MB`, bytes) or a percentage of available memory.
 pub fn parse_budget(text: &str) -> Result<u64, String> {
     if let Some(percent) = text.trim().strip_suffix('%') {
@@ -38,8 +41,12 @@ pub fn parse_budget(text: &str) -> Result<u64, String> {
         return Ok((available as f64 * percent / 100.0) as u64);
     }
     let bytes = parse_size(text)?;
-    if bytes == 0 {
-        return Err(format!("invalid budget `{text}`: it must be more than 0 bytes"));
+    // Below a MiB no task fits: such a budget is a unit left out (`--budget 4` for 4GiB).
+    if bytes < MIN_BUDGET {
+        return Err(format!(
+            "invalid budget `{text}`: {bytes} bytes is below the least budget of 1MiB; a size without a unit \
+             is bytes, e.g. `4GiB` or `800MB`"
+        ));
     }
     Ok(bytes)
 }
@@ -311,7 +318,9 @@ mod tests {
         let half = parse_budget("50%").unwrap();
         let all = available_memory().unwrap();
         assert!(half > 0 && half <= all);
-        assert!(parse_budget("0").unwrap_err().contains("more than 0"));
+        assert!(parse_budget("0").unwrap_err().contains("below the least budget of 1MiB"));
+        assert!(parse_budget("1048575").unwrap_err().contains("1048575 bytes is below"));
+        assert_eq!(parse_budget("1MiB").unwrap(), 1 << 20);
         assert!(parse_budget("150%").unwrap_err().contains("(0, 100]"));
         assert!(parse_budget("lots").unwrap_err().contains("invalid size"));
     }

@@ -387,6 +387,10 @@ fn usage_errors_exit_2() {
     let budget = runner(dir.path(), &["run", &recipe("quickstart.yaml"), "--budget", "lots"]);
     assert_eq!(budget.status.code(), Some(2));
     assert!(stderr(&budget).contains("invalid size `lots`"), "{}", stderr(&budget));
+    // A size without its unit is bytes: a budget no task fits is refused, not run with every task oversized.
+    let unitless = runner(dir.path(), &["run", &recipe("quickstart.yaml"), "--budget", "4"]);
+    assert_eq!(unitless.status.code(), Some(2));
+    assert!(stderr(&unitless).contains("4 bytes is below the least budget of 1MiB"), "{}", stderr(&unitless));
     let set = runner(dir.path(), &["plan", &recipe("quickstart.yaml"), "--set", "novalue"]);
     assert_eq!(set.status.code(), Some(2));
     assert!(stderr(&set).contains("expected KEY=VALUE"));
@@ -394,10 +398,28 @@ fn usage_errors_exit_2() {
     let partition = runner(dir.path(), &["run", &recipe("quickstart.yaml"), "--db", "s.db", "--partition", "short"]);
     assert_eq!(partition.status.code(), Some(2));
     assert!(stderr(&partition).contains("--partition is for runs on Slurm"), "{}", stderr(&partition));
+    let cpus = runner(dir.path(), &["run", &recipe("quickstart.yaml"), "--db", "s.db", "--cpus-per-task", "4"]);
+    assert_eq!(cpus.status.code(), Some(2));
+    assert!(stderr(&cpus).contains("--cpus-per-task is for runs on Slurm"), "{}", stderr(&cpus));
     assert!(!dir.path().join("out").exists(), "nothing ran");
     let last = runner(dir.path(), &["history", "--last", "0"]);
     assert_eq!(last.status.code(), Some(2));
     assert!(stderr(&last).contains("0 is not in 1..=1000000"), "{}", stderr(&last));
+    // Flags that would change nothing are refused: each is for another form of `history`.
+    for args in [
+        &["--run", "3"][..],
+        &["--durations", "--last", "3"],
+        &["--failed", "--last", "3"],
+        &["--durations", "--interrupted"],
+    ] {
+        let out = runner(dir.path(), &[&["history"][..], args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("cannot be used with") || stderr(&out).contains("required"),
+            "{args:?}: {}",
+            stderr(&out)
+        );
+    }
 }
 
 #[test]

@@ -81,6 +81,7 @@ const CASES: &[(&str, u32, u32, &[&str])] = &[
     ("template_dim_not_in_over.yaml", 9, 53, &["`{lead}` refers to dim `lead`, but step `field` does not run over it", "expected a dim the step runs over (member), a var or `cycle`"]),
     // Memory hints.
     ("memory_bad_unit.yaml", 5, 13, &["`memory` of step `a`: invalid size `12 parsecs`", "expected a number of bytes or a number with a unit"]),
+    ("memory_zero.yaml", 5, 13, &["`memory` of step `a` is 0 bytes", "expected a size above 0"]),
     ("memory_negative.yaml", 5, 13, &["`memory` of step `a`: invalid size `-5`", "cannot be negative", "expected a number of bytes"]),
     // Args.
     ("unknown_arg.yaml", 5, 28, &["unknown arg `wet_fractoin` in step `field`", "expected an arg of plugin `synth`, one of: ny, nx, wet_fraction, seed", "did you mean `wet_fraction`?"]),

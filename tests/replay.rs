@@ -109,3 +109,22 @@ fn a_warm_up_that_leaves_no_cycle_to_judge_is_refused_before_anything_runs() {
     assert!(text.contains("--warmup 16 leaves none of the 16 cycles") && text.contains("below 16"), "{text}");
     assert!(!dir.path().join("out").exists(), "no cycle ran");
 }
+
+#[test]
+fn thresholds_that_could_never_be_crossed_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cycles = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/cycles/mixed.yaml");
+    for (flag, value, expected) in [
+        ("--max-underestimate-rate", "2", "expected a share of tasks from 0 to 1"),
+        ("--max-underestimate-rate", "-0.1", "expected a share of tasks from 0 to 1"),
+        ("--max-median-slack", "-1", "expected a fraction of at least 0"),
+        ("--max-median-slack", "inf", "expected a fraction of at least 0"),
+    ] {
+        let given = format!("{flag}={value}");
+        let out = common::runner_command(dir.path(), &[]).arg("replay").arg(&cycles).arg(&given).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {text}");
+        assert!(text.contains(expected) && text.contains(flag), "{flag} {value}: {text}");
+    }
+    assert!(!dir.path().join("runner.db").exists(), "no cycle ran");
+}

@@ -368,7 +368,9 @@ fn bad_flags_are_usage_errors_that_say_what_was_expected() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.yaml", HOLDING);
     for (args, expected) in [
-        (&["--nodes", "2"][..], "expected them with --executor slurm"),
+        (&["--nodes", "2"][..], "--nodes describes a simulated cluster; expected it with --executor slurm"),
+        (&["--cpus-per-task", "2"][..], "--cpus-per-task describes a simulated cluster"),
+        (&["--queue-wait", "5m"][..], "--queue-wait describes a simulated cluster"),
         (&["--executor", "slurm", "--nodes", "2"][..], "expected --nodes K and --node-memory SIZE"),
         (&["--executor", "slurm", "--nodes", "2", "--node-memory", "1GiB", "--cpus-per-task", "8"][..], "--node-cpus"),
         (&["--workers", "0"][..], "--workers"),

@@ -37,7 +37,7 @@ pub(super) struct HistoryArgs {
     #[arg(long, value_name = "NAME")]
     pub(super) step: Option<String>,
     /// How many of the most recent runs to show (a count of runs, not of rows; at least 1).
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
+    #[arg(long, value_name = "N", default_value_t = 10, conflicts_with_all = ["failed", "durations"], value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..=1_000_000))]
     pub(super) last: usize,
     /// List the failed tasks of a run (the last one with failures, or --run), errors grouped.
     #[arg(long)]
@@ -46,11 +46,11 @@ pub(super) struct HistoryArgs {
     #[arg(long, conflicts_with_all = ["failed", "run"])]
     pub(super) durations: bool,
     /// The run whose failed tasks --failed lists (its id, as the table shows it).
-    #[arg(long, value_name = "ID")]
+    #[arg(long, value_name = "ID", requires = "failed")]
     pub(super) run: Option<i64>,
     /// Also show runs stopped by Ctrl-C or SIGTERM (left out by default, as they are left out of
     /// learning).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "durations")]
     pub(super) interrupted: bool,
     /// Output format: `text` (a table) or `json` (the rows, for scripts).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
@@ -93,11 +93,11 @@ pub(super) struct ReplayArgs {
     pub(super) summary: Option<PathBuf>,
     /// Fail when a cycle after the warm-up has a larger share of its tasks under-estimated (peak
     /// above estimate): a fraction, `0.02` for 2% [default: no limit].
-    #[arg(long, value_name = "FRACTION")]
+    #[arg(long, value_name = "FRACTION", value_parser = parse_rate)]
     pub(super) max_underestimate_rate: Option<f64>,
     /// Fail when the median slack (Σ estimate / Σ peak − 1) of the cycles after the warm-up is
     /// larger: a fraction, `0.25` for estimates 25% above the peaks [default: no limit].
-    #[arg(long, value_name = "FRACTION")]
+    #[arg(long, value_name = "FRACTION", value_parser = parse_slack)]
     pub(super) max_median_slack: Option<f64>,
     /// How many cycles at the start the thresholds ignore while the store learns (a count of
     /// cycles; 0 judges every cycle).
@@ -163,13 +163,30 @@ pub(super) struct SimulateArgs {
     /// CPUs of each node [default: 1].
     #[arg(long, value_name = "C", value_parser = clap::value_parser!(u32).range(1..))]
     pub(super) node_cpus: Option<u32>,
-    /// CPUs each job asks for (as `run --cpus-per-task`).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub(super) cpus_per_task: u32,
-    /// How long a submitted job waits in the queue before it may start.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = runner_plugin::size::parse_duration)]
-    pub(super) queue_wait: std::time::Duration,
-    /// A job's own start-up before its first task (`runner task` starting, the recipe compiled).
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = runner_plugin::size::parse_duration)]
-    pub(super) job_start: std::time::Duration,
+    /// CPUs each job asks for (as `run --cpus-per-task`) [default: 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(super) cpus_per_task: Option<u32>,
+    /// How long a submitted job waits in the queue before it may start [default: 30s].
+    #[arg(long, value_name = "DURATION", value_parser = runner_plugin::size::parse_duration)]
+    pub(super) queue_wait: Option<std::time::Duration>,
+    /// A job's own start-up before its first task (`runner task` starting, the recipe compiled)
+    /// [default: 1s].
+    #[arg(long, value_name = "DURATION", value_parser = runner_plugin::size::parse_duration)]
+    pub(super) job_start: Option<std::time::Duration>,
+}
+
+/// A share of tasks, `0.02` for 2%: in 0..=1 (a rate above 1 could never be exceeded).
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(rate) if (0.0..=1.0).contains(&rate) => Ok(rate),
+        _ => Err(format!("expected a share of tasks from 0 to 1, such as `0.02` for 2%, got `{text}`")),
+    }
+}
+
+/// A slack, `0.25` for estimates 25% above the peaks: finite and at least 0.
+fn parse_slack(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(slack) if slack.is_finite() && slack >= 0.0 => Ok(slack),
+        _ => Err(format!("expected a fraction of at least 0, such as `0.25` for 25% above the peaks, got `{text}`")),
+    }
 }

@@ -224,9 +224,9 @@ struct ExecutorArgs {
     /// With `--executor slurm`: the account to charge (sbatch --account).
     #[arg(long, value_name = "NAME")]
     account: Option<String>,
-    /// With `--executor slurm`: CPUs each job asks for (sbatch --cpus-per-task).
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    cpus_per_task: u32,
+    /// With `--executor slurm`: CPUs each job asks for (sbatch --cpus-per-task) [default: 1].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    cpus_per_task: Option<u32>,
     /// With `--executor slurm`: another sbatch option, passed as it is (repeatable), e.g.
     /// `--slurm-arg=--qos=short`.
     #[arg(long = "slurm-arg", value_name = "OPTION", allow_hyphen_values = true)]
@@ -276,8 +276,9 @@ impl PythonArg {
 #[derive(Args, Debug)]
 struct ResourceArgs {
     /// Memory budget: bytes, a size (`4GiB`, `800MB`; KiB/MiB/GiB/TiB count ×1024, KB/MB/GB/TB
-    /// ×1000) or a share of the memory available to the process (`50%`, more than 0 and at most
-    /// 100) [default: 80% of the memory available to the process, honouring cgroup limits].
+    /// ×1000; at least 1MiB) or a share of the memory available to the process (`50%`, more than 0
+    /// and at most 100) [default: 80% of the memory available to the process, honouring cgroup
+    /// limits].
     #[arg(long, value_name = "SIZE|N%", value_parser = crate::budget::parse_budget)]
     budget: Option<u64>,
     /// Worker threads, 1 to 1024 [default: the number of CPUs].

@@ -132,6 +132,7 @@ fn refuse_slurm_options_without_slurm(options: &super::ExecutorArgs, slurm: bool
         ("--partition", options.partition.is_some()),
         ("--account", options.account.is_some()),
         ("--slurm-arg", !options.slurm_args.is_empty()),
+        ("--cpus-per-task", options.cpus_per_task.is_some()),
     ];
     match given.iter().find(|(_, given)| *given) {
         Some((flag, _)) if !slurm => {
@@ -184,7 +185,7 @@ fn slurm_executor(compiled: &Compiled, args: &RunArgs) -> anyhow::Result<Arc<Slu
         partition: args.executor.partition.clone(),
         account: args.executor.account.clone(),
         extra_args: args.executor.slurm_args.clone(),
-        cpus_per_task: args.executor.cpus_per_task,
+        cpus_per_task: args.executor.cpus_per_task.unwrap_or(1),
         recipe: compiled.recipe.name.clone(),
     };
     // Asked once before anything runs: without a cluster to talk to, every job would fail alike.

@@ -70,13 +70,19 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool) -> anyhow::Result<SimOpti
 
 /// The cluster of `--executor slurm`, checked: `--nodes` and `--node-memory` are needed.
 fn cluster_shape(args: &SimulateArgs) -> anyhow::Result<Option<ClusterShape>> {
-    let cluster_flags = args.nodes.is_some() || args.node_memory.is_some() || args.node_cpus.is_some();
+    let cluster_flags = [
+        ("--nodes", args.nodes.is_some()),
+        ("--node-memory", args.node_memory.is_some()),
+        ("--node-cpus", args.node_cpus.is_some()),
+        ("--cpus-per-task", args.cpus_per_task.is_some()),
+        ("--queue-wait", args.queue_wait.is_some()),
+        ("--job-start", args.job_start.is_some()),
+    ];
     if args.executor != ExecutorKind::Slurm {
-        if cluster_flags {
-            return Err(UsageError(
-                "--nodes, --node-memory and --node-cpus describe a cluster; expected them with --executor slurm".into(),
-            )
-            .into());
+        if let Some((flag, _)) = cluster_flags.iter().find(|(_, given)| *given) {
+            return Err(
+                UsageError(format!("{flag} describes a simulated cluster; expected it with --executor slurm")).into()
+            );
         }
         return Ok(None);
     }
@@ -89,10 +95,10 @@ fn cluster_shape(args: &SimulateArgs) -> anyhow::Result<Option<ClusterShape>> {
         .into());
     };
     let node_cpus = args.node_cpus.unwrap_or(1);
-    if args.cpus_per_task > node_cpus {
+    let cpus_per_task = args.cpus_per_task.unwrap_or(1);
+    if cpus_per_task > node_cpus {
         return Err(UsageError(format!(
-            "--cpus-per-task {} is more than a node's {node_cpus} CPUs (--node-cpus); no job could start",
-            args.cpus_per_task
+            "--cpus-per-task {cpus_per_task} is more than a node's {node_cpus} CPUs (--node-cpus); no job could start"
         ))
         .into());
     }
@@ -100,9 +106,9 @@ fn cluster_shape(args: &SimulateArgs) -> anyhow::Result<Option<ClusterShape>> {
         nodes,
         node_memory,
         node_cpus,
-        cpus_per_task: args.cpus_per_task,
-        queue_wait: args.queue_wait,
-        job_start: args.job_start,
+        cpus_per_task,
+        queue_wait: args.queue_wait.unwrap_or(std::time::Duration::from_secs(30)),
+        job_start: args.job_start.unwrap_or(std::time::Duration::from_secs(1)),
     }))
 }
 

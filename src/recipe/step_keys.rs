@@ -26,11 +26,22 @@ impl Compiler<'_> {
             Node::Float(x) if x.fract() == 0.0 && *x >= 0.0 => Ok(*x as u64),
             other => Err(format!("{}; expected a number of bytes or a size such as `600MiB`", other.kind())),
         };
-        parsed
-            .map_err(|e| {
-                self.error(Diagnostic::with_expectation(memory.loc, format!("`memory` of step `{step}`: {e}")))
-            })
-            .ok()
+        let what = format!("`memory` of step `{step}`");
+        match parsed {
+            // A hint of nothing would admit every task for free until history says otherwise.
+            Ok(0) => {
+                self.error(
+                    Diagnostic::new(memory.loc, format!("{what} is 0 bytes"))
+                        .expected("a size above 0, such as `600MiB` (or no `memory:`, to use the plugin's estimate)"),
+                );
+                None
+            }
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                self.error(Diagnostic::with_expectation(memory.loc, format!("{what}: {e}")));
+                None
+            }
+        }
     }
 
     pub(super) fn retries(&mut self, step: &str, item: &super::yaml::Item) -> Option<u64> {
