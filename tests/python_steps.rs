@@ -1210,3 +1210,87 @@ fn history_says_how_python_tasks_were_measured() {
     let rows: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
     assert!(rows[0]["peak_sources"].as_str().unwrap().starts_with("service+"), "{rows}");
 }
+
+#[test]
+fn arguments_that_do_not_fit_the_callable_are_named_without_the_runner_s_frames() {
+    // Needs no numpy.
+    let dir = tempfile::tempdir().unwrap();
+    write(
+        dir.path(),
+        "lib/fit.py",
+        "def scale(a, factor):\n    return a * factor\n\nclass Scale:\n    def __init__(self, factor):\n        self.factor = factor\n    def __call__(self, a):\n        return a * self.factor\n",
+    );
+    write(
+        dir.path(),
+        "r.yaml",
+        r#"recipe: fit
+steps:
+  function: {plugin: python, args: {call: "fit:scale", args: [2], kwargs: {factr: 3}, pythonpath: [lib]}}
+  class: {plugin: python, args: {call: "fit:Scale", init: {factr: 3}, args: [2], pythonpath: [lib]}}
+"#,
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--no-record"]);
+    let text = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("got an unexpected keyword argument 'factr'"), "{text}");
+    assert_eq!(text.matches("raised before the callable's code ran").count(), 2, "both failures say so: {text}");
+    assert!(!text.contains("<string>"), "no frame of the runner's worker code: {text}");
+    assert!(!text.contains("the end of the traceback"), "there is no traceback of the call to show: {text}");
+}
+
+/// A module that prints at import and, after its task, from a thread while its interpreter is idle.
+const LOUD: &str = r#"
+import sys, threading, time
+for i in range(20000):
+    print(f"import line {i:06d}", file=sys.stderr)
+
+def chatter():
+    time.sleep(0.3)
+    for i in range(20000):
+        print(f"idle line {i:06d}")
+    sys.stdout.flush()
+
+def start():
+    threading.Thread(target=chatter, daemon=True).start()
+    return 1
+
+def slow(_):
+    time.sleep(1.5)
+    return 2
+"#;
+
+#[test]
+fn what_interpreters_print_outside_tasks_goes_to_the_bounded_warm_up_log() {
+    // Needs no numpy.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "lib/loud.py", LOUD);
+    write(
+        dir.path(),
+        "r.yaml",
+        r#"recipe: loud
+steps:
+  start: {plugin: python, args: {call: "loud:start", pythonpath: [lib]}}
+  wait: {plugin: python, args: {call: "loud:slow", args: [0], pythonpath: [lib]}}
+"#,
+    );
+    // `start`'s interpreter is idle while `wait` runs in the other.
+    let out =
+        runner(dir.path(), &["run", "r.yaml", "--cycle", "C", "--no-record", "--workers", "2", "--log-limit", "64KiB"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let logs = dir.path().join("runner-logs/loud/C");
+    for step in ["start", "wait"] {
+        let task = std::fs::read_to_string(logs.join(step).join("%.log")).unwrap();
+        assert!(!task.contains("idle line"), "nothing printed while idle lands in a task's log: {task}");
+    }
+    let warm_up = std::fs::read_to_string(logs.join("start/warm-up.log")).unwrap();
+    assert!(warm_up.len() <= (64 << 10) + 600, "a log of {} bytes past its 64 KiB limit", warm_up.len());
+    assert!(
+        warm_up.starts_with("--- runner: services' start-up, warm-ups and output while idle"),
+        "{}",
+        &warm_up[..200]
+    );
+    for kept in ["import line 000000\n", "idle line 019999\n"] {
+        assert!(warm_up.contains(kept), "{kept:?} is kept: {}…{}", &warm_up[..300], &warm_up[warm_up.len() - 300..]);
+    }
+    assert!(warm_up.contains("of output dropped here"), "{warm_up}");
+}

@@ -195,11 +195,11 @@ impl PredictedSummary {
             format!("of {} budget", format_size(run.budget_bytes))
         };
         say!(
-            "{} {}: predicted {outcome} — {} tasks ({} ok, {} failed, {} skipped) in {:.2} s on {} workers · peak \
+            "{} {}: predicted {outcome} — {} ({} ok, {} failed, {} skipped) in {:.2} s on {} workers · peak \
              reserved {} {budget} · peak memory {} · spilled {} in {} buffers · {} oversized · {} over their estimate",
             run.recipe,
             run.cycle,
-            run.tasks_total,
+            super::summary::tasks(run.tasks_total),
             run.tasks_ok,
             run.tasks_failed,
             run.tasks_skipped,

@@ -59,6 +59,11 @@ impl<'a> From<&'a StepFigures> for StepSummary<'a> {
     }
 }
 
+/// "1 task", "26 tasks": the count of a closing line.
+pub(super) fn tasks(count: u64) -> String {
+    if count == 1 { "1 task".to_string() } else { format!("{count} tasks") }
+}
+
 fn summary_steps<S: serde::Serializer>(steps: &[StepFigures], serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(steps.iter().map(StepSummary::from))
 }
@@ -220,11 +225,11 @@ impl RunSummary {
             estimates.push_str(&format!(" · {} oversized (ran alone, estimate above the budget)", self.oversized));
         }
         say!(
-            "{} {}: {} — {} tasks ({} ok, {reused}{} failed, {} skipped) in {:.2} s · peak RSS {}{} · {}{estimates}",
+            "{} {}: {} — {} ({} ok, {reused}{} failed, {} skipped) in {:.2} s · peak RSS {}{} · {}{estimates}",
             self.recipe,
             self.cycle,
             outcome,
-            self.tasks_total,
+            tasks(self.tasks_total),
             self.tasks_ok,
             self.tasks_failed,
             self.tasks_skipped,

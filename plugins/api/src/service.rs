@@ -10,7 +10,10 @@
 //! (the interpreter and its imports) is counted in the budget as the run's standing memory, not
 //! charged to any task.
 //!
-//! The protocol spoken over the pipes is the plugin's own; the engine only moves bytes.
+//! The protocol spoken over the pipes is the plugin's own; the engine only moves bytes. A
+//! service's stderr at start is a log; `RUNNER_IDLE_LOG` in its environment names the file it
+//! should write to between tasks (the engine bounds it as it bounds task logs), each task's
+//! output going to the log its request names.
 //!
 //! **Forking services** ([`ServiceSpec::forking`]) let a run pay a slow start once: the engine
 //! starts one process, warms it up ([`crate::TaskContext::prestart`]), and then has it fork the

@@ -37,6 +37,7 @@ use runner_plugin::command::display_argv;
 use runner_plugin::{CommandExit, FailureKind, ServiceIo, ServiceSpec, TaskError, Value};
 
 mod fork;
+mod idle_log;
 mod sampler;
 mod settle;
 mod warm;
@@ -347,6 +348,7 @@ pub fn keep_at_most(services: usize) {
 pub fn shutdown_all() {
     let services: Vec<Service> = std::mem::take(&mut pool().idle);
     drop(services);
+    idle_log::finish();
 }
 
 fn ensure_log_folder(log_path: &Path) -> Result<(), TaskError> {
@@ -403,6 +405,9 @@ fn launch(spec: &ServiceSpec, log_path: &Path, control: Option<OwnedFd>) -> Resu
     let procs = cgroup.as_ref().map(TaskCgroup::procs_fd);
     let argv = spec.argv.clone();
     let mut env = spec.env.clone();
+    let idle_log = idle_log::beside(log_path);
+    idle_log::open(&idle_log);
+    env.push(("RUNNER_IDLE_LOG".into(), idle_log.into_os_string()));
     if control.is_some() {
         env.push(("RUNNER_FORK_FD".into(), "3".into()));
         env.extend(fork::reaper_env());

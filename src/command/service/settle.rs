@@ -151,7 +151,7 @@ impl Kill {
 
 /// The failure of a task that timed out (`after`) waiting for a service of `program` to warm up.
 pub(super) fn gave_up_waiting(program: &str, after: Duration, log_path: &std::path::Path) -> TaskError {
-    let warm_up = log_path.with_file_name("warm-up.log");
+    let warm_up = super::idle_log::beside(log_path);
     TaskError::of_kind(
         FailureKind::TimedOut,
         format!(

@@ -18,8 +18,9 @@ use super::{LANDED, NoRebase, Place, Pool, Sampler, Service, ensure_log_folder, 
 /// ([`fork`]); others start side by side. Idle services never prepared for `warm.key` are
 /// prepared for it in the background too (taken out of the pool meanwhile, counted as warming).
 pub fn prestart(spec: &ServiceSpec, workers: usize, log_path: &Path, warm: WarmUp) {
-    // Called before every task of a service's plugin: nothing but the pool's lock until a
-    // service is really to be started or prepared.
+    // Called before every task of a service's plugin: nothing but the pool's lock (and an
+    // `fstat` of each idle log) until a service is really to be started or prepared.
+    super::idle_log::bound();
     let (places, unprepared) = {
         let mut pool = pool();
         let unprepared = take_unprepared(&mut pool, spec, &warm.key);

@@ -352,8 +352,12 @@ impl Call {
         let frames: Vec<&str> = traceback.lines().collect();
         let tail = frames[frames.len().saturating_sub(12)..].join("\n");
         let what = format!("{doing} `{}` raised {kind}: {message}", self.target);
-        let text = runner_plugin::command::failure_text(&what, &tail, io.log_path)
-            .replace("; the end of its stderr:", "; the end of the traceback:");
+        let text = if tail.is_empty() {
+            format!("{what} (log: {})", io.log_path.display())
+        } else {
+            runner_plugin::command::failure_text(&what, &tail, io.log_path)
+                .replace("; the end of its stderr:", "; the end of the traceback:")
+        };
         let failure = if matches!(kind, "FileNotFoundError") { FailureKind::MissingInput } else { FailureKind::Error };
         TaskError::of_kind(failure, text)
     }

@@ -26,7 +26,10 @@ REQUESTS = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.std
 REPLIES = os.fdopen(os.dup(1), "wb", buffering=0)
 # The called code's prints must never reach the reply pipe.
 os.dup2(2, 1)
-IDLE_LOG = os.dup(2)
+# Where output goes between tasks: the engine's idle log for the step (RUNNER_IDLE_LOG), else
+# the stderr it was started with.
+_IDLE_PATH = os.environ.pop("RUNNER_IDLE_LOG", None)
+IDLE_LOG = os.open(_IDLE_PATH, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if _IDLE_PATH else os.dup(2)
 try:
     import numpy
 except ImportError:  # arrays cannot cross then; everything else still can
@@ -223,10 +226,14 @@ def message_of(error):
 
 def failure(error):
     tb = error.__traceback__
-    # This file's own frames tell the user nothing: start at the called code.
-    while tb is not None and tb.tb_frame.f_code.co_filename == OWN_FILE and tb.tb_next is not None:
+    # This file's own frames tell the user nothing: start at the called code. When no frame is
+    # the called code's, the call never started: its arguments did not bind (or a builtin
+    # refused them), and there is no traceback worth showing.
+    while tb is not None and tb.tb_frame.f_code.co_filename == OWN_FILE:
         tb = tb.tb_next
     message = message_of(error)
+    if tb is None and isinstance(error, TypeError):
+        message += " (raised before the callable's code ran: do the step's `init:`, `kwargs:` and `args:` fit it?)"
     try:
         if isinstance(error, ImportError):
             # The import machinery's own frames say nothing of the user's code.
@@ -234,6 +241,8 @@ def failure(error):
             kept = [f for f in traceback.extract_tb(tb) if not machinery(f.filename)]
             lines = traceback.StackSummary.from_list(kept).format()
             frames = "Traceback (most recent call last):\n" + "".join(lines) + f"{type(error).__qualname__}: {message}\n"
+        elif tb is None:
+            frames = ""
         else:
             frames = "".join(traceback.format_exception(type(error), error, tb))
     except BaseException:  # as for the message: the traceback of what failed to print itself
