@@ -338,6 +338,8 @@ fn the_run_page_of_a_real_run_draws_every_task_and_series_and_fetches_nothing() 
     assert!(memory.contains("<canvas"));
     // Tables: a row per step, per failed task, per spill event.
     assert_eq!(table_rows(dom, "class=\"steps\""), 3);
+    let steps = element(dom, "class=\"steps\"", "table");
+    assert!(steps.contains("<th>measured by</th>") && steps.contains("<td>allocator</td>"), "{steps}");
     assert_eq!(table_rows(dom, "class=\"failures\""), 4);
     assert_eq!(table_rows(dom, "class=\"events\""), spills);
     assert!(dom.contains("reading missing/m0.npy"));

@@ -212,6 +212,7 @@ fn steps_section(page: &RunPage) -> String {
             "estimate p50",
             "peak p50",
             "peak max",
+            "measured by",
             "under-estimates",
             "slack",
         ],
@@ -219,6 +220,7 @@ fn steps_section(page: &RunPage) -> String {
     for (i, row) in page.steps.iter().enumerate() {
         let s = &row.figures;
         let sources: Vec<&str> = s.sources.iter().map(|s| s.as_str()).collect();
+        let measured: Vec<&str> = s.peak_sources.iter().map(|s| s.as_str()).collect();
         let elapsed = match (row.first_start_ms, row.last_end_ms) {
             (Some(a), Some(b)) => format!("{} → {}", duration(a), duration(b)),
             _ => "-".into(),
@@ -238,6 +240,7 @@ fn steps_section(page: &RunPage) -> String {
             ("num", format_size(s.estimate_p50)),
             ("num", format_size(s.peak_p50)),
             ("num", format_size(s.peak_max)),
+            ("", if measured.is_empty() { "-".into() } else { escape(&measured.join(", ")) }),
             ("num", format!("{} <small>{}</small>", count(s.underestimates), share(s.underestimates, s.ok + s.failed))),
             ("num", signed_percent(s.slack)),
         ]);
@@ -245,7 +248,8 @@ fn steps_section(page: &RunPage) -> String {
     format!(
         "<section id=\"steps\"><h2>Steps</h2>{}<p class=\"note\">Estimates and peaks are over the tasks that ran \
          (ok or failed), p50 the lower median; task time is the sum of the step's task wall times, elapsed when \
-         its first task started and its last ended.</p></section>\n",
+         its first task started and its last ended; measured by is how the peaks were read (allocator: the runner's \
+         heap; cgroup: a command's memory cgroup; service+…: an interpreter's tree above its baseline).</p></section>\n",
         table.finish()
     )
 }

@@ -105,6 +105,11 @@ impl StepTally {
         {
             figures.sources.push(source);
         }
+        if let Some(source) = task.peak_source
+            && !figures.peak_sources.contains(&source)
+        {
+            figures.peak_sources.push(source);
+        }
         row.retried += u64::from(task.attempts > 1);
         if let Some(start) = task.start_ms {
             row.first_start_ms = Some(row.first_start_ms.map_or(start, |s| s.min(start)));

@@ -132,6 +132,8 @@ pub struct TimelineTask<'a> {
     pub estimate_bytes: u64,
     pub estimate_source: Option<EstimateSource>,
     pub peak_bytes: u64,
+    /// How its peak was measured (`None` for rows that do not say).
+    pub peak_source: Option<PeakSource>,
 }
 
 /// A task of an earlier run with what `--resume` compares to reuse it.
@@ -391,7 +393,8 @@ impl Store {
             .conn()
             .prepare_cached(&format!(
                 "SELECT b.step, t.task_index, t.key, t.status, t.worker, t.start_ms, t.wall_ms, {ESTIMATE}, t.peak_bytes, \
-                 t.attempts, coalesce(t.estimate_source, b.estimate_source), b.plugin \
+                 t.attempts, coalesce(t.estimate_source, b.estimate_source), b.plugin, \
+                 coalesce(t.peak_source, b.peak_source) \
                  FROM {STEP_ROWS} WHERE b.run_id = ?1 ORDER BY b.first_task_id, t.task_id"
             ))
             .map_err(|e| self.err(what, e))?;
@@ -413,6 +416,7 @@ impl Store {
                     estimate_bytes: opt(7)?.unwrap_or(0),
                     estimate_source: row.get_ref(10)?.as_str_or_null()?.and_then(parse_estimate_source),
                     peak_bytes: opt(8)?.unwrap_or(0),
+                    peak_source: row.get_ref(12)?.as_str_or_null()?.and_then(PeakSource::parse),
                 })
             };
             each(read().map_err(|e| self.err(what, e))?);
