@@ -316,7 +316,7 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     let command = display_argv(request.argv);
     let mut log = Log::open(request.log_path, request.log_limit)
         .map_err(|source| CommandError::Log { path: request.log_path.to_path_buf(), source })?;
-    log.line(&format!("--- runner: {command} (started {}) ---", chrono::Utc::now().format("%Y-%m-%dT%H:%M:%S%.3fZ")));
+    log.line(&log::header_line(&command));
     let cgroup = make_cgroup(request);
     let (stdout_read, stdout_write) = watch::pipe().map_err(CommandError::Pipe)?;
     let (stderr_read, stderr_write) = watch::pipe().map_err(CommandError::Pipe)?;
