@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What a value costs to cross between the engine and a warm interpreter, per MiB: a python step
 # receives an N MiB float32 array and returns it (two crossings), N = 1 and 512; the difference of
-# the tasks' recorded wall times over the difference in bytes, per crossing. Needs python3 with
-# NumPy and a built runner (default target/release/runner).
+# the tasks' recorded wall times over the difference in bytes, per crossing. And what a task
+# costs that crosses nothing: 400 calls of `abs` on one worker, end to end. Needs
+# python3 with NumPy and a built runner (default target/release/runner).
 #
 #   benches/python/crossing.sh [RUNNER]
 set -euo pipefail
@@ -26,7 +27,14 @@ steps:
     inputs: {a: made}
     args: {call: "crossing:same", pythonpath: ["$repo/benches/python"]}
 YAML
+cat >"$work/calls.yaml" <<YAML
+recipe: calls
+dims: {n: 400}
+steps:
+  call: {plugin: python, over: [n], args: {call: "builtins:abs", args: ["{n}"]}}
+YAML
 (cd "$work" && "$runner" run r.yaml --workers 1 --budget 8GiB >/dev/null)
+(cd "$work" && "$runner" run calls.yaml --workers 1 --budget 8GiB >/dev/null)
 python3 - "$work/runner.db" <<'PY'
 import sqlite3, statistics, sys
 db = sqlite3.connect(sys.argv[1])
@@ -38,4 +46,10 @@ small, large = statistics.median(walls[1]), statistics.median(walls[512])
 per_mib = (large - small) / 511 / 2
 print(f"identity task: 1 MiB {small:.1f} ms, 512 MiB {large:.1f} ms (medians of 5)")
 print(f"one crossing: {per_mib:.3f} ms per MiB ({1000 / per_mib / 1024:.2f} GiB/s)")
+# From the first call's start to the last's end over their count: dispatch included. The first
+# call (the interpreter's start) is left out.
+first, end, n = db.execute(
+    "SELECT min(start_ms), max(start_ms + wall_ms), count(*) FROM tasks WHERE step = 'call' AND task_index > 0"
+).fetchone()
+print(f"a call that crosses nothing: {(end - first) / n:.2f} ms a task, dispatch included ({n} calls, one worker)")
 PY

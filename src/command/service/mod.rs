@@ -29,7 +29,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd as _, OwnedFd, RawFd};
 use std::path::Path;
-use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
@@ -237,8 +236,7 @@ pub fn serve_for_task(
         let io =
             ServiceIo::new(&mut service.requests, &mut service.replies, log_path, fresh, &mut rebase, &mut spoiled);
         let result = work(io);
-        sampler.stop.store(true, Ordering::Relaxed);
-        let _ = watcher.join();
+        sampler.finish(watcher);
         result
     });
     let peak = sampler.peak_above_baseline();

@@ -23,7 +23,7 @@ pub(super) struct Sampler {
     root_rss: AtomicU64,
     root_file: AtomicU64,
     sampled_peak: AtomicU64,
-    pub(super) stop: AtomicBool,
+    stop: AtomicBool,
     pub(super) killed: Mutex<Option<Kill>>,
     started: Instant,
     tree: Mutex<Tree>,
@@ -88,7 +88,7 @@ impl Sampler {
         from_samples.max(from_hwm)
     }
 
-    /// Until told to stop: publishes the task's bytes above the baseline, keeps the peak, keeps
+    /// Until told to stop ([`Sampler::finish`]): publishes the task's bytes above the baseline, keeps the peak, keeps
     /// the task's output in `log` within its limit ([`HandedLog::bound`]), and kills the service
     /// at the task's timeout, on cancellation or past its memory limit.
     pub(super) fn watch(&self, task: &TaskCommand<'_>, log: &HandedLog) {
@@ -114,8 +114,17 @@ impl Sampler {
                 tree::signal_group(self.pid, libc::SIGKILL);
                 return;
             }
-            std::thread::sleep(SAMPLE_INTERVAL);
+            // Woken early by [`Sampler::finish`]: the task's end must not wait out an interval
+            // (10 ms a task, more than a small call itself takes).
+            std::thread::park_timeout(SAMPLE_INTERVAL);
         }
+    }
+
+    /// Stops [`Sampler::watch`] running on `watcher` and waits for it.
+    pub(super) fn finish(&self, watcher: std::thread::ScopedJoinHandle<'_, ()>) {
+        self.stop.store(true, Ordering::Relaxed);
+        watcher.thread().unpark();
+        let _ = watcher.join();
     }
 
     fn reason_to_kill(&self, task: &TaskCommand<'_>, above: u64) -> Option<Kill> {
