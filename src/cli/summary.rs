@@ -219,7 +219,7 @@ impl RunSummary {
         let reused = if self.tasks_reused > 0 { format!("{} reused, ", self.tasks_reused) } else { String::new() };
         let mut estimates = String::new();
         if self.underestimates > 0 {
-            estimates.push_str(&format!(" · {} tasks over their estimate", self.underestimates));
+            estimates.push_str(&format!(" · {} over their estimate", tasks(self.underestimates)));
         }
         if self.oversized > 0 {
             estimates.push_str(&format!(" · {} oversized (ran alone, estimate above the budget)", self.oversized));
