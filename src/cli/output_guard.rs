@@ -236,20 +236,35 @@ impl OutputGuard {
 /// created next to it and removed; an existing file is left as it is.
 pub fn check_writable(path: &Path) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     match std::fs::metadata(path) {
         Ok(meta) if meta.is_dir() => anyhow::bail!("{} is a directory", path.display()),
         // `/dev/null`, `/dev/stdout`, a FIFO or a pipe: written into as it is, nothing created.
         Ok(meta) if !meta.is_file() => return Ok(()),
         _ => {}
     }
+    // Where the writer's file will be made: beside a symlink's target, not beside the link.
+    let target = runner_plugin::files::through_symlinks(path);
+    let dir = target.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     runner_plugin::files::probe_folder(dir).with_context(|| format!("creating a file in {}", dir.display()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_output_through_a_symlink_is_checked_where_it_will_be_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let link = dir.path().join("summary.json");
+        std::os::unix::fs::symlink("/proc/runner-no-such-folder/summary.json", &link).unwrap();
+        let error = check_writable(&link).expect_err("the target's folder cannot be made").to_string();
+        assert!(error.contains("/proc/runner-no-such-folder"), "{error}");
+        let fine = dir.path().join("elsewhere/s.json");
+        std::os::unix::fs::symlink(&fine, dir.path().join("ok.json")).unwrap();
+        check_writable(&dir.path().join("ok.json")).unwrap();
+        assert!(dir.path().join("elsewhere").is_dir(), "the target's folder is made, as the writer would");
+    }
 
     #[test]
     fn a_file_is_known_through_other_names_and_symlinks() {

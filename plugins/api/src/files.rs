@@ -103,7 +103,7 @@ pub fn write_atomically(path: &Path, write: impl FnOnce(&mut File) -> io::Result
 
 /// Where a write to `path` lands: the file a symlink (or a chain of them) at `path` names, even
 /// one that does not exist yet; `path` itself when it is no symlink.
-fn through_symlinks(path: &Path) -> PathBuf {
+pub fn through_symlinks(path: &Path) -> PathBuf {
     let mut at = path.to_path_buf();
     // A bound on the chain, as the kernel's: a loop is left to the write to report.
     for _ in 0..40 {
