@@ -526,7 +526,10 @@ fn the_commands_pipeline_s_footprints_follow_the_weather() {
 /// The CI replay of the commands pipeline with the in-process replay's thresholds. Its steps'
 /// peaks are an interpreter's baseline plus a multiple of their input files' bytes, learned as a
 /// line; the front's first cycle reads 8× the bytes the line was fitted over, which the line's
-/// extrapolation margin covers (without it, 1 of its 22 tasks was 8% under).
+/// extrapolation margin covers (without it, 1 of its 22 tasks was 8% under). With 22 tasks a
+/// cycle, 2% would allow no miss at all; a Python process's peak varies by about 1% from one run
+/// to the next (on 2026-12-04, 3 of 5 replays had one task 0.1–0.3 MiB over a 33 MiB estimate,
+/// in 1 of 14 cycles), so a cycle may hold one such task (4.5%) and not two.
 #[test]
 fn the_commands_replay_holds_the_estimate_thresholds() {
     // Alone: with another test's commands beside it on two cores, one of its 22 tasks once went
@@ -546,7 +549,7 @@ fn the_commands_replay_holds_the_estimate_thresholds() {
             "--db",
             "replay.db",
             "--max-underestimate-rate",
-            "0.02",
+            "0.05",
             "--max-median-slack",
             "0.25",
         ],
