@@ -257,7 +257,8 @@ fn draw(progress: &Progress) {
         if done {
             break;
         }
-        std::thread::sleep(REFRESH);
+        // Unparked when the scheduler is done, so the run's end does not wait out the refresh.
+        std::thread::park_timeout(REFRESH);
     }
     if let Ok(mut active) = ACTIVE.lock() {
         *active = None;

@@ -306,6 +306,8 @@ pub fn execute(
             executor.remove_intermediates();
         }
         for thread in [bar, sampler, server].into_iter().flatten() {
+            // The bar and the sampler sleep parked between figures; `done` is set by now.
+            thread.thread().unpark();
             let _ = thread.join();
         }
         report

@@ -344,7 +344,14 @@ pub fn keep_at_most(services: usize) {
 /// Kills every idle service and waits for each to end (its cgroup removed). Called when the
 /// runner is done; a service holds nothing that needs a gentler end.
 pub fn shutdown_all() {
-    let services: Vec<Service> = std::mem::take(&mut pool().idle);
+    let mut services: Vec<Service> = std::mem::take(&mut pool().idle);
+    // All are signalled before any is waited for (each drop empties its cgroup and reaps), so
+    // that the kernel frees their memory at once.
+    for service in &mut services {
+        if service.is_alive() {
+            tree::signal_group(service.pid, libc::SIGKILL);
+        }
+    }
     drop(services);
     idle_log::finish();
 }
