@@ -196,7 +196,7 @@ impl PredictedSummary {
         };
         say!(
             "{} {}: predicted {outcome} — {} ({} ok, {} failed, {} skipped) in {:.2} s on {} workers · peak \
-             reserved {} {budget} · peak memory {} · spilled {} in {} buffers · {} oversized · {} over their estimate",
+             reserved {} {budget} · peak memory {} · spilled {} in {} buffers · {} oversized · {}",
             run.recipe,
             run.cycle,
             super::summary::tasks(run.tasks_total),
@@ -210,7 +210,7 @@ impl PredictedSummary {
             format_size(run.spilled_bytes),
             run.spill_count,
             run.oversized,
-            run.underestimates,
+            super::summary::over_estimate(run.underestimates),
         );
         if let Some(error) = &run.internal_error {
             say!("  {error} ({} tasks not run)", run.tasks_not_run);

@@ -64,6 +64,12 @@ pub(super) fn tasks(count: u64) -> String {
     if count == 1 { "1 task".to_string() } else { format!("{count} tasks") }
 }
 
+/// "1 task over its estimate", "3 tasks over their estimate".
+pub(super) fn over_estimate(count: u64) -> String {
+    let whose = if count == 1 { "its" } else { "their" };
+    format!("{} over {whose} estimate", tasks(count))
+}
+
 fn summary_steps<S: serde::Serializer>(steps: &[StepFigures], serializer: S) -> Result<S::Ok, S::Error> {
     serializer.collect_seq(steps.iter().map(StepSummary::from))
 }
@@ -219,7 +225,7 @@ impl RunSummary {
         let reused = if self.tasks_reused > 0 { format!("{} reused, ", self.tasks_reused) } else { String::new() };
         let mut estimates = String::new();
         if self.underestimates > 0 {
-            estimates.push_str(&format!(" · {} over their estimate", tasks(self.underestimates)));
+            estimates.push_str(&format!(" · {}", over_estimate(self.underestimates)));
         }
         if self.oversized > 0 {
             estimates.push_str(&format!(" · {} oversized (ran alone, estimate above the budget)", self.oversized));
@@ -273,5 +279,18 @@ impl RunSummary {
         if hidden > 0 {
             say!("  ... and {hidden} more missing inputs (the --summary JSON lists every one)");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_of_tasks_agree_with_their_noun() {
+        assert_eq!(tasks(1), "1 task");
+        assert_eq!(tasks(0), "0 tasks");
+        assert_eq!(over_estimate(1), "1 task over its estimate");
+        assert_eq!(over_estimate(3), "3 tasks over their estimate");
     }
 }
