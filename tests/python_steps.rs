@@ -605,6 +605,42 @@ steps:
     }
 }
 
+/// What a task started and left behind in a session of its own dies with the interpreters
+/// when the run ends: the runner exits with nothing of its own still running.
+#[test]
+fn what_a_task_left_running_dies_with_the_interpreters_at_the_end() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: leftovers
+dims: {i: 2}
+steps:
+  leave:
+    plugin: python
+    over: [i]
+    args: {call: "steps:leave", args: ["{i}"], pythonpath: [lib]}
+"#,
+    );
+    write(
+        dir.path(),
+        "lib/steps.py",
+        "import subprocess\ndef leave(i):\n    p = subprocess.Popen(['sleep', '300'], start_new_session=True)\n    \
+         open(f'pid{i}', 'w').write(str(p.pid))\n    return i\n",
+    );
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "2"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pids: Vec<i32> = (0..2)
+        .map(|i| std::fs::read_to_string(dir.path().join(format!("pid{i}"))).unwrap().trim().parse().unwrap())
+        .collect();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while pids.iter().any(|&p| running(p)) {
+        assert!(std::time::Instant::now() < deadline, "{pids:?} outlived the run");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 #[test]
 fn an_interpreter_over_its_limit_fails_only_its_task_and_is_replaced() {
     if !numpy_here() {

@@ -345,11 +345,11 @@ pub fn keep_at_most(services: usize) {
 /// runner is done; a service holds nothing that needs a gentler end.
 pub fn shutdown_all() {
     let mut services: Vec<Service> = std::mem::take(&mut pool().idle);
-    // All are signalled before any is waited for (each drop empties its cgroup and reaps), so
-    // that the kernel frees their memory at once.
+    // All trees are killed before any is waited for (each drop then empties its cgroup and
+    // reaps), so that the kernel frees their memory at once.
     for service in &mut services {
         if service.is_alive() {
-            tree::signal_group(service.pid, libc::SIGKILL);
+            Tree::new(service.pid).kill();
         }
     }
     drop(services);
