@@ -598,9 +598,14 @@ steps:
     };
     child.kill().unwrap(); // SIGKILL: the runner cannot clean up after itself
     child.wait().unwrap();
+    assert_gone_soon(&pids, "the interpreters outlived the killed runner");
+}
+
+/// Asserts that every process of `pids` ends (or is a zombie) within 5 s.
+fn assert_gone_soon(pids: &[i32], what: &str) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while pids.iter().any(|&p| running(p)) {
-        assert!(std::time::Instant::now() < deadline, "interpreters {pids:?} outlived the killed runner");
+        assert!(std::time::Instant::now() < deadline, "{what}: {pids:?}");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
@@ -634,11 +639,7 @@ steps:
     let pids: Vec<i32> = (0..2)
         .map(|i| std::fs::read_to_string(dir.path().join(format!("pid{i}"))).unwrap().trim().parse().unwrap())
         .collect();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while pids.iter().any(|&p| running(p)) {
-        assert!(std::time::Instant::now() < deadline, "{pids:?} outlived the run");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    assert_gone_soon(&pids, "what the tasks left running outlived the run");
 }
 
 #[test]
