@@ -305,9 +305,11 @@ pub fn execute(
             executor.stop();
             executor.remove_intermediates();
         }
-        for thread in [bar, sampler, server].into_iter().flatten() {
-            // The bar and the sampler sleep parked between figures; `done` is set by now.
+        // The bar and the sampler sleep parked between figures; `done` is set by now.
+        for thread in [&bar, &sampler].into_iter().flatten() {
             thread.thread().unpark();
+        }
+        for thread in [bar, sampler, server].into_iter().flatten() {
             let _ = thread.join();
         }
         report
