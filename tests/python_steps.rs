@@ -949,6 +949,86 @@ steps:
     assert_eq!(summary["tasks_ok"], 9, "{summary}");
 }
 
+/// Masked arrays of 32 MiB of data and 8 MiB of mask, and a consumer that says what it got.
+const MASKED: &str = r#"
+import json
+import numpy as np
+
+N = 8 << 20
+
+def masked(kind):
+    data = np.arange(N, dtype=np.float32)
+    if kind == "nomask":
+        return np.ma.masked_array(data)
+    return np.ma.masked_array(data, mask=(np.arange(N) % 3 == 0), fill_value=-7.0, hard_mask=True)
+
+def describe(m, path):
+    facts = {
+        "type": type(m).__name__, "shape": list(m.shape), "dtype": m.dtype.str,
+        # (checked a MiB at a time: the consumer's peak is what it was given)
+        "data": all(np.array_equal(m.data[i:i + (1 << 18)], np.arange(i, i + (1 << 18), dtype=np.float32))
+                    for i in range(0, N, 1 << 18)),
+        "masked": 0 if m.mask is np.ma.nomask else int(m.mask.sum()), "nomask": m.mask is np.ma.nomask,
+        "fill": float(m.fill_value), "hard": bool(m.hardmask), "writeable": bool(m.flags.writeable),
+    }
+    m[1] = np.ma.masked  # a consumer may change what it was given
+    facts["after"] = int(np.ma.count_masked(m))
+    with open(path, "w") as f:
+        json.dump(facts, f)
+"#;
+
+#[test]
+fn a_masked_array_crosses_out_of_band_and_its_consumer_holds_it_once() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: masked
+dims: {kind: [masked, nomask]}
+steps:
+  make:
+    plugin: python
+    over: [kind]
+    args: {call: "masked:masked", args: ["{kind}"], pythonpath: [lib]}
+  read:
+    plugin: python
+    over: [kind]
+    inputs: {m: make}
+    args: {call: "masked:describe", args: ["{input.m}", "out/{kind}.json"], pythonpath: [lib]}
+"#,
+    );
+    write(dir.path(), "lib/masked.py", MASKED);
+    std::fs::create_dir_all(dir.path().join("out")).unwrap();
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let facts = |kind: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join(format!("out/{kind}.json"))).unwrap()).unwrap()
+    };
+    let n = 8u64 << 20;
+    assert_eq!(
+        facts("masked"),
+        serde_json::json!({"type": "MaskedArray", "shape": [n], "dtype": "<f4", "data": true,
+            "masked": n.div_ceil(3), "nomask": false, "fill": -7.0, "hard": true, "writeable": true,
+            "after": n.div_ceil(3) + 1})
+    );
+    assert_eq!(
+        facts("nomask"),
+        serde_json::json!({"type": "MaskedArray", "shape": [n], "dtype": "<f4", "data": true,
+            "masked": 0, "nomask": true, "fill": 1e20, "hard": false, "writeable": true, "after": 1})
+    );
+    // The consumer's arrays are views of the bytes it received: it holds the 40 MiB once. (As
+    // NumPy pickles a masked array, inside the stream, it would hold them twice.)
+    let db = dir.path().join("runner.db");
+    let rows = query(&db, "SELECT key, input_bytes, peak_bytes FROM tasks WHERE step = 'read' ORDER BY key");
+    for row in rows {
+        let [input, peak] = [1, 2].map(|i| row[i].parse::<u64>().unwrap());
+        let held = if row[0].contains("nomask") { 32 * MIB } else { 40 * MIB };
+        assert!((held..held + MIB).contains(&input), "{} read {input} bytes", row[0]);
+        assert!(peak < held + held / 2, "{} held its {} MiB input as {} MiB", row[0], held / MIB, peak / MIB);
+    }
+}
+
 #[test]
 fn a_zero_d_array_keeps_its_empty_shape_both_ways() {
     if !numpy_here() {

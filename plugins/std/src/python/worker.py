@@ -9,8 +9,10 @@
 # `service` module): after its warm-up its stdin ends, and it forks the run's other
 # interpreters on request, each taking the pipes sent with the request, then retires into a
 # small reaper that reports how its children end.
+import copyreg
 import ctypes
 import gc
+import io
 import importlib
 import json
 import os
@@ -171,8 +173,36 @@ def encode(value):
         except BufferError:  # not contiguous: it stays in the stream
             return True
 
-    stream = pickle.dumps(value, protocol=5, buffer_callback=out_of_band)
-    return {"t": "object", "type": type_name(value)}, [stream] + buffers
+    stream = io.BytesIO()
+    pickler = pickle.Pickler(stream, protocol=5, buffer_callback=out_of_band)
+    pickler.dispatch_table = reducers()
+    pickler.dump(value)
+    return {"t": "object", "type": type_name(value)}, [stream.getbuffer()] + buffers
+
+
+def reducers():
+    """How the engine's pickles take objects apart: as Python does, but a masked array's data
+    and mask as arrays of their own, so they cross out of band. (NumPy pickles them as bytes
+    inside the stream: copied into it and out of it again, and a consumer then holds both the
+    bytes received and the arrays made from them. IMPROVER's neighbourhood results are masked.)"""
+    masked = sys.modules.get("numpy.ma")  # imported by whoever made a masked array
+    if masked is None:
+        return copyreg.dispatch_table
+    return {**copyreg.dispatch_table, masked.MaskedArray: reduce_masked}
+
+
+def reduce_masked(array):
+    return masked_from, (array._data, array._mask, array._fill_value, array._hardmask)
+
+
+def masked_from(data, mask, fill_value, hard_mask):
+    """The masked array `reduce_masked` took apart, over the arrays received (no copy); a
+    mask that was `nomask` stays so."""
+    import numpy.ma  # (NumPy imports it on first use: a consumer may not have yet)
+
+    return numpy.ma.MaskedArray(
+        data, mask=mask, fill_value=fill_value, hard_mask=hard_mask, copy=False, keep_mask=True, shrink=False
+    )
 
 
 def type_name(value):
