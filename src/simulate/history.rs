@@ -6,8 +6,8 @@
 //! learns them), the duration models, and per step the figures a task's prediction needs that
 //! only a real run measures (its output's size, the estimate a data-following plugin gave at
 //! dispatch), taken from the recorded run whose vars are most like the predicted cycle's, or
-//! interpolated between the two recorded runs on either side of it ([`super::alike`]), the
-//! newest when there is no telling.
+//! interpolated between the two recorded runs on either side of it, or extended from the two
+//! nearest just past the recorded range ([`super::alike`]), the newest when there is no telling.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -209,13 +209,14 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, Stor
 }
 
 /// The alike runs' figures, weighted ([`alike::alike`]: one run, or two to interpolate
-/// between), into `records`. A task only the first run recorded keeps its figures.
+/// between or to extend the line through; an extended figure stops at 0), into `records`. A
+/// task only the first run recorded keeps its figures.
 fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
     let mut taken = taken.into_iter();
     let Some((mut first, weight)) = taken.next() else { return };
     let mut cycles = first.cycle.clone();
     if let Some((second, other)) = taken.next() {
-        let mix = |a: u64, b: u64| (a as f64 * weight + b as f64 * other).round() as u64;
+        let mix = |a: u64, b: u64| (a as f64 * weight + b as f64 * other).round().max(0.0) as u64;
         let mix_median = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(mix(a, b)),
             (a, b) => a.or(b),
@@ -232,7 +233,8 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
         first.output_bytes = mix_median(first.output_bytes, second.output_bytes);
         first.plugin_estimate = mix_median(first.plugin_estimate, second.plugin_estimate);
         first.file_bytes = mix_median(first.file_bytes, second.file_bytes);
-        cycles = format!("{cycles} and {} (interpolated)", second.cycle);
+        let how = if other < 0.0 { "extrapolated" } else { "interpolated" };
+        cycles = format!("{cycles} and {} ({how})", second.cycle);
     }
     records.alike_by_index = first.by_index;
     records.alike_output_bytes = first.output_bytes;
