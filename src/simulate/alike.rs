@@ -219,14 +219,18 @@ mod tests {
         assert_eq!(among(r#"{"n": 3}"#, r#"{"n": 4}"#, &[]), 1.0);
     }
 
+    /// Three runs of one model along `wet`, and two of another.
+    const RUNS: [Option<&str>; 5] = [
+        Some(r#"{"wet": 0.05, "model": "ukv"}"#),
+        Some(r#"{"wet": 0.40, "model": "ukv"}"#),
+        Some(r#"{"wet": 0.20, "model": "ukv"}"#),
+        Some(r#"{"wet": 0.35, "model": "glm"}"#),
+        Some(r#"{"wet": 0.50, "model": "glm"}"#),
+    ];
+
     #[test]
     fn between_two_recorded_weathers_both_are_taken_by_how_near_each_is() {
-        let runs = [
-            Some(r#"{"wet": 0.05, "model": "ukv"}"#),
-            Some(r#"{"wet": 0.40, "model": "ukv"}"#),
-            Some(r#"{"wet": 0.20, "model": "ukv"}"#),
-            Some(r#"{"wet": 0.35, "model": "glm"}"#),
-        ];
+        let runs = RUNS;
         let taken = alike(&vars(r#"{"wet": 0.30, "model": "ukv"}"#), &runs);
         // 0.20 is nearest; across from it, 0.40 (not 0.35: another model).
         assert_eq!(taken.iter().map(|t| t.0).collect::<Vec<_>>(), [2, 1], "{taken:?}");
@@ -241,13 +245,9 @@ mod tests {
 
     #[test]
     fn just_past_the_recorded_range_the_line_through_the_two_nearest_is_extended() {
-        let runs = [
-            Some(r#"{"wet": 0.05, "model": "ukv"}"#),
-            Some(r#"{"wet": 0.40, "model": "ukv"}"#),
-            Some(r#"{"wet": 0.20, "model": "ukv"}"#),
-            Some(r#"{"wet": 0.50, "model": "glm"}"#),
-        ];
-        // 0.50: from 0.40 on, a quarter of the way from 0.20 to 0.40 again (not 0.50: another model).
+        let runs = RUNS;
+        // 0.50: past 0.40 by half of 0.40's distance from 0.20, its next run beyond (not the
+        // run at 0.50: another model).
         let taken = alike(&vars(r#"{"wet": 0.5, "model": "ukv"}"#), &runs);
         assert_eq!(taken.iter().map(|t| t.0).collect::<Vec<_>>(), [1, 2], "{taken:?}");
         assert!((taken[0].1 - 1.5).abs() < 1e-9 && (taken[1].1 + 0.5).abs() < 1e-9, "{taken:?}");
