@@ -1017,8 +1017,8 @@ steps:
         serde_json::json!({"type": "MaskedArray", "shape": [n], "dtype": "<f4", "data": true,
             "masked": 0, "nomask": true, "fill": 1e20, "hard": false, "writeable": true, "after": 1})
     );
-    // The consumer's arrays are views of the bytes it received: it holds the 40 MiB once. (As
-    // NumPy pickles a masked array, inside the stream, it would hold them twice.)
+    // The consumer's arrays are views of the runner's bytes, mapped: it holds at most what it
+    // wrote. (As NumPy pickles a masked array, inside the stream, it would hold them twice.)
     let db = dir.path().join("runner.db");
     let rows = query(&db, "SELECT key, input_bytes, peak_bytes FROM tasks WHERE step = 'read' ORDER BY key");
     for row in rows {
@@ -1027,6 +1027,83 @@ steps:
         assert!((held..held + MIB).contains(&input), "{} read {input} bytes", row[0]);
         assert!(peak < held + held / 2, "{} held its {} MiB input as {} MiB", row[0], held / MIB, peak / MIB);
     }
+}
+
+const SHARED: &str = r#"
+import json
+import numpy as np
+
+N = 10 << 18  # 10 MiB of float32
+
+def field(i):
+    return np.full(N, float(i), dtype=np.float32)
+
+def boxed(i):
+    return {"i": i, "field": field(i)}
+
+def total(fields, boxes, path):
+    sums = [float(f.sum(dtype=np.float64)) for f in fields] + [float(b["field"].sum(dtype=np.float64)) for b in boxes]
+    writeable = all(f.flags.writeable for f in fields) and all(b["field"].flags.writeable for b in boxes)
+    fields[0][:1024] = -1.0  # a consumer may change what it was given: that page becomes its own
+    with open(path, "w") as f:
+        json.dump({"sums": sums, "writeable": writeable, "changed": float(fields[0][0])}, f)
+
+def first(field, path):
+    with open(path, "w") as f:
+        json.dump({"first": float(field[0]), "sum": float(field.sum(dtype=np.float64))}, f)
+"#;
+
+#[test]
+fn a_gathers_inputs_are_mapped_from_the_runner_not_copied_and_not_counted_again() {
+    if !numpy_here() {
+        return;
+    }
+    let dir = setup(
+        r#"
+recipe: shared
+dims: {i: [1, 2, 3]}
+steps:
+  field:
+    plugin: python
+    over: [i]
+    args: {call: "shared:field", args: ["{i}"], pythonpath: [lib]}
+  boxed:
+    plugin: python
+    over: [i]
+    args: {call: "shared:boxed", args: ["{i}"], pythonpath: [lib]}
+  total:
+    plugin: python
+    inputs: {fields: field, boxes: boxed}
+    args: {call: "shared:total", args: ["{input.fields}", "{input.boxes}", "out/total.json"], pythonpath: [lib]}
+  first:
+    plugin: python
+    over: [i]
+    inputs: {f: field, done: total}
+    args: {call: "shared:first", args: ["{input.f}", "out/first_{i}.json"], pythonpath: [lib]}
+"#,
+    );
+    write(dir.path(), "lib/shared.py", SHARED);
+    std::fs::create_dir_all(dir.path().join("out")).unwrap();
+    let out = runner(dir.path(), &["run", "r.yaml", "--workers", "2"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let json = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("out").join(name)).unwrap()).unwrap()
+    };
+    let n = (10u64 << 18) as f64;
+    assert_eq!(
+        json("total.json"),
+        serde_json::json!({"sums": [n, 2.0 * n, 3.0 * n, n, 2.0 * n, 3.0 * n], "writeable": true, "changed": -1.0})
+    );
+    // What `total` wrote stayed its own: the later readers of the same value see it unchanged.
+    for i in 1..=3 {
+        assert_eq!(json(&format!("first_{i}.json")), serde_json::json!({"first": i as f64, "sum": i as f64 * n}));
+    }
+    // `total` read 60 MiB of inputs through the runner's pages: its peak is what it made.
+    let db = dir.path().join("runner.db");
+    let row = &query(&db, "SELECT input_bytes, peak_bytes FROM tasks WHERE step = 'total'")[0];
+    let [input, peak] = [0, 1].map(|i| row[i].parse::<u64>().unwrap());
+    assert!(input >= 60 * MIB, "total read {input} bytes");
+    assert!(peak < 8 * MIB, "total's peak counts its mapped inputs again: {} MiB", peak / MIB);
 }
 
 #[test]

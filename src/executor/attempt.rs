@@ -233,6 +233,12 @@ impl Host for TaskHost<'_> {
         })
     }
 
+    /// Shared memory for a value interpreters will map ([`crate::memory::shared`]).
+    fn shared_buffer(&self, len: usize) -> Option<Box<dyn runner_plugin::SharedBufferMut>> {
+        let buffer = crate::memory::shared::SharedBuffer::new(len)?;
+        Some(Box::new(buffer))
+    }
+
     /// A spare service for the other workers ([`command::service::prestart`]).
     fn prestart(&self, spec: &ServiceSpec, warm: runner_plugin::service::WarmUp) {
         let log = self.log_path().with_file_name("warm-up.log");

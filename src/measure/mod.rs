@@ -64,6 +64,27 @@ use {
     task::task_peak,
 };
 
+/// Memory outside the heap counted as if it were a heap block (shared memory holding a value,
+/// see [`crate::memory::shared`]): charged, when made, to the task this thread works for, and
+/// credited back to that task when dropped, whichever thread drops it, as a block's free is.
+#[derive(Debug)]
+pub struct OffHeapCharge {
+    tag: u32,
+    bytes: u64,
+}
+
+impl OffHeapCharge {
+    pub fn new(bytes: u64) -> OffHeapCharge {
+        OffHeapCharge { tag: batch::charge(bytes), bytes }
+    }
+}
+
+impl Drop for OffHeapCharge {
+    fn drop(&mut self) {
+        batch::release(self.tag, self.bytes);
+    }
+}
+
 /// The allocator of every binary and test linking this crate.
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc::new();

@@ -6,6 +6,7 @@
 //! larger of the two. A task may grow its reservation when it announces a large allocation
 //! ([`Ledger::try_grow`]); dispatch pauses while the process's live heap is over budget.
 
+pub mod shared;
 pub mod spill;
 
 use std::sync::Mutex;

@@ -31,6 +31,12 @@ pub trait Host: Sync {
     fn command(&self, spec: &CommandSpec) -> Result<CommandOutcome, TaskError> {
         Err(TaskError::msg(format!("this host cannot run commands (asked to run `{}`)", spec.display())))
     }
+    /// Shared memory of `len` bytes for a value other processes will map (see
+    /// [`TaskContext::shared_buffer`]). The default is for hosts that have none.
+    fn shared_buffer(&self, len: usize) -> Option<Box<dyn crate::SharedBufferMut>> {
+        let _ = len;
+        None
+    }
     /// Starts a spare service in the background (see [`TaskContext::prestart`]). The default
     /// does nothing.
     fn prestart(&self, spec: &ServiceSpec, warm: crate::service::WarmUp) {
@@ -177,6 +183,15 @@ impl<'a> TaskContext<'a> {
     /// Announces a large allocation the task is about to make by other means.
     pub fn will_allocate(&self, bytes: u64) {
         self.host.will_allocate(bytes);
+    }
+
+    /// Shared memory of `len` bytes to fill with a value's bytes and then keep as its storage
+    /// ([`crate::SharedBufferMut::freeze`]): counted as this task's memory like a heap buffer,
+    /// and mapped without a copy by the engine's other processes that read the value (warm
+    /// interpreters). `None` when the engine has none to give (too many such values live, or
+    /// a host without it): use the heap. Worth it for values of more than a few pages.
+    pub fn shared_buffer(&self, len: usize) -> Option<Box<dyn crate::SharedBufferMut>> {
+        self.host.shared_buffer(len)
     }
 
     /// Runs `a` and `b`, possibly in parallel; both are charged to this task.

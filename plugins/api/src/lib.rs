@@ -45,7 +45,7 @@ pub use inputs::{Input, InputMeta, Inputs, InputsForEstimate};
 pub use layout::{DimRead, GroupOf, InputLayout, LayoutDim, ProducerDim, StepLayout};
 pub use plugin::Plugin;
 pub use service::{ServiceIo, ServiceSpec};
-pub use value::{Array, Attrs, DType, DimValue, Element, ExternalBytes, Storage, Value, ValueMeta};
+pub use value::{Array, Attrs, DType, DimValue, Element, ExternalBytes, SharedBufferMut, Storage, Value, ValueMeta};
 
 /// Re-exported so plugins use the same `ndarray` as the engine's views.
 pub use ndarray;

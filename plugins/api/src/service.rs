@@ -109,11 +109,19 @@ pub struct WarmUp {
     pub prepare: std::sync::Arc<Prepare>,
 }
 
-/// Where the engine takes the process's resident memory as its baseline from now on.
+/// What of the process's resident memory is not the task's: its baseline, and the engine's
+/// shared memory it mapped.
 pub trait Rebase {
     /// Memory the process holds from now on is its baseline (the run's standing memory), not
     /// the task's: e.g. once an interpreter has imported the module a task calls.
     fn rebase(&mut self);
+
+    /// At its peak the process had up to `bytes` of the engine's shared memory resident (input
+    /// values it mapped, see [`crate::SharedBufferMut`]): counted as the engine's already, not
+    /// again as the task's.
+    fn mapped_from_engine(&mut self, bytes: u64) {
+        let _ = bytes;
+    }
 }
 
 /// A service's pipes, lent to one task.
@@ -146,6 +154,12 @@ impl<'a> ServiceIo<'a> {
     /// What the process holds now is its baseline, not the task's (see [`Rebase`]).
     pub fn rebase(&mut self) {
         self.rebase.rebase();
+    }
+
+    /// Up to `bytes` of what the process held at its peak was the engine's shared memory (see
+    /// [`Rebase::mapped_from_engine`]).
+    pub fn mapped_from_engine(&mut self, bytes: u64) {
+        self.rebase.mapped_from_engine(bytes);
     }
 
     /// The conversation is out of step (a reply could not be read whole): the process must not

@@ -174,9 +174,23 @@ fn bool_slice(bytes: &[u8]) -> Result<&[bool], String> {
     Ok(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<bool>(), bytes.len()) })
 }
 
-/// Bytes that live outside the Rust heap (a mapped spill file). Implemented by the engine.
+/// Bytes that live outside the Rust heap: a mapped spill file, or shared memory holding a value
+/// that other processes map ([`SharedBufferMut`]). Implemented by the engine.
 pub trait ExternalBytes: Send + Sync + fmt::Debug {
     fn bytes(&self) -> &[u8];
+
+    /// True when the bytes are in memory and counted as the engine's (shared memory), false when
+    /// they are a mapped file on disk (a spilled value), which the budget does not count.
+    fn in_memory(&self) -> bool {
+        false
+    }
+
+    /// A path another process of this user may open and map, privately, to read these bytes
+    /// from offset 0 without a copy (`/proc/PID/fd/N` of shared memory), while this value
+    /// lives. `None` when there is none.
+    fn shared_path(&self) -> Option<&std::path::Path> {
+        None
+    }
 
     /// The reader is done with `range` of the bytes for now: memory holding them may be given
     /// back (a mapped file's pages are dropped and read again if touched later).
@@ -191,6 +205,16 @@ pub trait ExternalBytes: Send + Sync + fmt::Debug {
     fn file_path(&self) -> Option<&std::path::Path> {
         None
     }
+}
+
+/// Shared memory the engine lends a task to fill with a value's bytes ([`crate::TaskContext::shared_buffer`]):
+/// once frozen it is the value's storage, counted as the task's memory like a heap buffer, and
+/// other processes (a warm interpreter consuming the value) map it instead of being sent a copy.
+pub trait SharedBufferMut: Send {
+    /// The buffer, zeroed at first.
+    fn bytes_mut(&mut self) -> &mut [u8];
+    /// The filled buffer as a value's storage.
+    fn freeze(self: Box<Self>) -> Box<dyn ExternalBytes>;
 }
 
 /// Where a buffer's bytes are. Plugins do not match on this; they use the views.
@@ -252,9 +276,21 @@ impl Storage {
         })
     }
 
-    /// True while the bytes are on the heap (counted against the budget).
+    /// True while the bytes are in memory (counted against the budget): on the heap or in shared
+    /// memory, not in a spill file.
     pub fn is_resident(&self) -> bool {
-        !matches!(self, Storage::External(_))
+        match self {
+            Storage::External(external) => external.in_memory(),
+            _ => true,
+        }
+    }
+
+    /// Where another process may map these bytes without a copy ([`ExternalBytes::shared_path`]).
+    pub fn shared_path(&self) -> Option<&std::path::Path> {
+        match self {
+            Storage::External(external) => external.shared_path(),
+            _ => None,
+        }
     }
 }
 

@@ -15,7 +15,7 @@
 use std::fs::File;
 use std::io::{self, IoSlice, Read as _, Write as _};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd as _, OwnedFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::sync::Mutex;
@@ -27,7 +27,9 @@ use super::super::cgroup::TaskCgroup;
 use super::super::registry::{self, Registration};
 use super::super::tree::{self, Tree};
 use super::sampler::resident_of;
-use super::{DEATH_PATIENCE, EXIT_PATIENCE, NoRebase, Place, Service, blocking_pipe, launch, wait_for_exit};
+use super::{
+    DEATH_PATIENCE, EXIT_PATIENCE, NoRebase, Place, Service, blocking_pipe, launch, wait_for_exit, widen_pipes,
+};
 use crate::measure::external;
 
 /// How long a warmed process may take to answer a fork request.
@@ -194,6 +196,7 @@ impl Reaper {
     fn fork(&self) -> io::Result<(i32, File, File)> {
         let (requests_read, requests) = blocking_pipe()?;
         let (replies, replies_write) = blocking_pipe()?;
+        widen_pipes([requests.as_raw_fd(), replies.as_raw_fd()]);
         let fds = [requests_read.as_fd(), replies_write.as_fd()];
         let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(2))];
         let mut ancillary = rustix::net::SendAncillaryBuffer::new(&mut space);

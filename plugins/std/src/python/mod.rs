@@ -307,6 +307,13 @@ impl Call {
             crate::support::prepare_output(Path::new(output))?;
         }
         let reply = self.exchange(&mut io, move |to| outgoing.send(header, to))?;
+        let said = match &reply {
+            Ok(reply) => &reply.header,
+            Err(header) => header,
+        };
+        if let Some(bytes) = said["mapped"].as_u64() {
+            io.mapped_from_engine(bytes);
+        }
         let reply = reply.map_err(|e| self.failure(&e, &io, "calling"))?;
         let value = reply.value(ctx, io.replies).map_err(|e| {
             io.spoil();

@@ -1,10 +1,13 @@
 //! The conversation with a warm interpreter (`worker.py`): requests and replies as one
 //! little-endian `u64` length, a JSON header, then the payloads the header lists, back to back.
 //!
-//! Values cross as themselves, not as files: an array's buffer is written straight from the
-//! engine's memory (resident or mapped from its spill file) and becomes a NumPy array over the
-//! received bytes on the other side; a returned `numpy.ndarray` is read straight into a new
-//! array value. Any other Python object crosses as a pickle (protocol 5) whose large buffers
+//! Values cross as themselves, not as files. A returned value of [`SHARE_FROM`] bytes or more
+//! is read into shared memory the engine lends ([`TaskContext::shared_buffer`]), and an
+//! interpreter that consumes it maps those pages (privately: its writes stay its own) instead of
+//! being sent a copy; the header then names the memory (`"shm"`) and its length. Other buffers
+//! are written down the pipe straight from the engine's memory (resident or mapped from a spill
+//! file) and become NumPy arrays over the received bytes; a returned `numpy.ndarray` is read
+//! straight into a new array value. Any other Python object crosses as a pickle (protocol 5) whose large buffers
 //! travel out of band; the engine keeps it as one `u8` array — the pickle stream, then each
 //! buffer at a 64-byte aligned offset — with the frames and the object's type in its
 //! `python_object` attribute, so it is counted, spilled and passed on like any array (the
@@ -17,7 +20,7 @@ use std::fmt;
 use std::io::{Read, Write};
 
 use runner_plugin::serde_json::{self, Value as Json, json};
-use runner_plugin::{Array, DType, Storage, TaskContext, TaskError, Value};
+use runner_plugin::{Array, DType, SharedBufferMut, Storage, TaskContext, TaskError, Value};
 
 /// The attribute that marks a `u8` array as a pickled Python object: `{"frames": [[offset,
 /// length], ...], "type": "dict"}`, the pickle stream first. Read only through
@@ -25,6 +28,9 @@ use runner_plugin::{Array, DType, Storage, TaskContext, TaskError, Value};
 pub const OBJECT_ATTR: &str = "python_object";
 /// Offsets of out-of-band buffers in an object's bytes are multiples of this.
 const ALIGN: usize = 64;
+/// Returned values of this many bytes or more go to shared memory: below it, a page of its own
+/// and a mapping per consumer cost more than the copy through the pipe.
+pub const SHARE_FROM: usize = 64 << 10;
 /// A header larger than this is not a header (a conversation out of step).
 const MAX_HEADER: u64 = 1 << 30;
 
@@ -32,6 +38,8 @@ const MAX_HEADER: u64 = 1 << 30;
 #[derive(Default)]
 pub struct Outgoing<'v> {
     payloads: Vec<&'v [u8]>,
+    /// Bytes of shared memory the request names.
+    shared: u64,
 }
 
 impl<'v> Outgoing<'v> {
@@ -42,10 +50,21 @@ impl<'v> Outgoing<'v> {
             Value::Json(v) => json!({"t": "json", "v": v}),
             Value::Path(p) => json!({"t": "path", "v": p.to_string_lossy()}),
             Value::Bytes(b) => json!({"t": "bytes", "p": self.push(b.bytes())}),
-            Value::Array(a) => match PythonObject::of(a) {
-                Some(object) => json!({"t": "object", "frames": object.frames, "p": self.push(a.bytes())}),
-                None => json!({"t": "array", "dtype": a.dtype().name(), "shape": a.shape(), "p": self.push(a.bytes())}),
-            },
+            Value::Array(a) => {
+                let mut description = match PythonObject::of(a) {
+                    Some(object) => json!({"t": "object", "frames": object.frames}),
+                    None => json!({"t": "array", "dtype": a.dtype().name(), "shape": a.shape()}),
+                };
+                match a.storage().shared_path() {
+                    Some(path) => {
+                        description["shm"] = path.to_string_lossy().into();
+                        description["len"] = a.nbytes().into();
+                        self.shared += a.nbytes();
+                    }
+                    None => description["p"] = self.push(a.bytes()).into(),
+                }
+                description
+            }
         })
     }
 
@@ -57,6 +76,9 @@ impl<'v> Outgoing<'v> {
     /// Writes `header` (with the payloads' lengths) and the payloads.
     pub fn send(self, mut header: Json, to: &mut dyn Write) -> std::io::Result<()> {
         header["payloads"] = self.payloads.iter().map(|p| p.len()).collect::<Vec<_>>().into();
+        if self.shared > 0 {
+            header["shared"] = self.shared.into();
+        }
         write_header(&header, to)?;
         for payload in self.payloads {
             to.write_all(payload)?;
@@ -122,7 +144,16 @@ impl Reply {
                     return Err(format!("the interpreter sent {total} bytes for an array of {expected}"));
                 }
                 ctx.will_allocate(expected as u64);
-                let storage = read_storage(dtype, expected, from)?;
+                let storage = match shared_buffer(ctx, expected) {
+                    Some(mut buffer) => {
+                        read_into(buffer.bytes_mut(), from)?;
+                        if dtype == DType::Bool {
+                            check_bools(buffer.bytes_mut())?;
+                        }
+                        Storage::External(buffer.freeze())
+                    }
+                    None => read_storage(dtype, expected, from)?,
+                };
                 Array::from_storage(dtype, shape, storage).map(Value::Array)
             }
             Some("object") => {
@@ -134,15 +165,25 @@ impl Reply {
                     end = at + len;
                 }
                 ctx.will_allocate(end as u64);
-                let mut bytes = vec![0u8; end];
-                for &[at, len] in &frames {
-                    read_into(&mut bytes[at..at + len], from)?;
-                }
+                let mut read_frames = |bytes: &mut [u8]| -> Result<(), String> {
+                    frames.iter().try_for_each(|&[at, len]| read_into(&mut bytes[at..at + len], from))
+                };
+                let storage = match shared_buffer(ctx, end) {
+                    Some(mut buffer) => {
+                        read_frames(buffer.bytes_mut())?;
+                        Storage::External(buffer.freeze())
+                    }
+                    None => {
+                        let mut bytes = vec![0u8; end];
+                        read_frames(&mut bytes)?;
+                        Storage::U8(bytes)
+                    }
+                };
                 let mut marker = json!({ "frames": frames });
                 if let Some(type_name) = description["type"].as_str() {
                     marker["type"] = type_name.into();
                 }
-                Ok(Value::Array(Array::from_vec(vec![end], bytes)?.with_attr(OBJECT_ATTR, marker)))
+                Ok(Value::Array(Array::from_storage(DType::U8, vec![end], storage)?.with_attr(OBJECT_ATTR, marker)))
             }
             other => Err(format!("the interpreter sent a value of unknown kind {other:?}")),
         }
@@ -220,12 +261,23 @@ fn read_storage(dtype: DType, bytes: usize, from: &mut dyn Read) -> Result<Stora
         DType::U64 => Storage::U64(filled(bytes, from)?),
         DType::Bool => {
             let raw: Vec<u8> = filled(bytes, from)?;
-            if raw.iter().any(|&b| b > 1) {
-                return Err("the interpreter sent a bool array holding values other than 0 and 1".into());
-            }
+            check_bools(&raw)?;
             Storage::Bool(raw.into_iter().map(|b| b == 1).collect())
         }
     })
+}
+
+/// Shared memory for a returned value of `len` bytes, when it is large enough to be worth it
+/// and the engine has some.
+fn shared_buffer(ctx: &TaskContext, len: usize) -> Option<Box<dyn SharedBufferMut>> {
+    if len < SHARE_FROM { None } else { ctx.shared_buffer(len) }
+}
+
+fn check_bools(raw: &[u8]) -> Result<(), String> {
+    match raw.iter().any(|&b| b > 1) {
+        true => Err("the interpreter sent a bool array holding values other than 0 and 1".into()),
+        false => Ok(()),
+    }
 }
 
 fn read_into(buffer: &mut [u8], from: &mut dyn Read) -> Result<(), String> {

@@ -3,7 +3,11 @@
 # called code prints goes to the task's log. It serves one task at a time until stdin ends.
 #
 # A message: 8 bytes (little-endian length of a JSON header), the header, then the payloads the
-# header's "payloads" lists (their lengths), back to back.
+# header's "payloads" lists (their lengths), back to back. A large input value is not in the
+# payloads but in the runner's shared memory: its description names the path to map ("shm")
+# and its length, and the request's "shared" their total; the reply's "mapped" then says how
+# much of that memory this process had resident at the end of the call, which the runner does
+# not count as the task's.
 #
 # Started with RUNNER_FORK_FD (the engine's fork protocol, documented in the plugin API's
 # `service` module): after its warm-up its stdin ends, and it forks the run's other
@@ -15,6 +19,7 @@ import gc
 import io
 import importlib
 import json
+import mmap
 import os
 import pathlib
 import pickle
@@ -129,15 +134,38 @@ def decode(desc, payloads):
     if kind == "array":
         if numpy is None:
             raise RuntimeError("an array input needs numpy in this interpreter")
-        data = payloads[desc["p"]]
+        data = mapped(desc) if "shm" in desc else payloads[desc["p"]]
         return numpy.frombuffer(data, dtype=DTYPES[desc["dtype"]]).reshape(desc["shape"])
     if kind == "object":
-        view = memoryview(payloads[desc["p"]])
+        view = mapped(desc) if "shm" in desc else memoryview(payloads[desc["p"]])
         frames = [view[o:o + n] for o, n in desc["frames"]]
         return pickle.loads(frames[0], buffers=frames[1:])
     if kind == "list":
         return [decode(item, payloads) for item in desc["items"]]
     raise ValueError(f"unknown value kind {kind!r}")
+
+
+def mapped(desc):
+    """The runner's shared memory holding a value, mapped copy-on-write: the pages are the
+    runner's until this process writes one, which then becomes its own."""
+    fd = os.open(desc["shm"], os.O_RDONLY)
+    try:
+        area = mmap.mmap(fd, desc["len"], flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    return memoryview(area)
+
+
+def shared_resident():
+    """The shared memory this process has resident (RssShmem), in bytes."""
+    with open("/proc/self/status", "rb") as status:
+        for line in status:
+            if line.startswith(b"RssShmem:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+MAPPED = [0]  # the last call's "mapped": its shared inputs resident at the call's end
 
 
 def is_json(value, depth=0):
@@ -307,15 +335,22 @@ def serve(header, payloads):
     if op != "call":
         raise ValueError(f"unknown request {op!r}")
     target = callable_for(header["call"], header.get("init"))
-    args = []
-    for desc in header["args"]:
-        if desc["t"] == "star":
-            args.extend(decode(item, payloads) for item in desc["items"])
-        else:
-            args.append(decode(desc, payloads))
-    kwargs = {name: decode(desc, payloads) for name, desc in header["kwargs"].items()}
-    del payloads
-    result = target(*args, **kwargs)
+    shared = header.get("shared", 0)
+    before = shared_resident() if shared else 0
+    try:
+        args = []
+        for desc in header["args"]:
+            if desc["t"] == "star":
+                args.extend(decode(item, payloads) for item in desc["items"])
+            else:
+                args.append(decode(desc, payloads))
+        kwargs = {name: decode(desc, payloads) for name, desc in header["kwargs"].items()}
+        del payloads
+        result = target(*args, **kwargs)
+    finally:
+        # The inputs are still mapped here: what of them the call touched is resident.
+        if shared:
+            MAPPED[0] = max(0, min(shared, shared_resident() - before))
     del args, kwargs
     try:
         value, out = encode(result)
@@ -414,6 +449,7 @@ def main():
             if isinstance(error, KeyboardInterrupt):
                 raise
         del payloads
+        reply["mapped"], MAPPED[0] = MAPPED[0], 0
         back_to_idle()
         send(reply, out)
         del reply, out
