@@ -10,7 +10,7 @@
 //! it, which writes its bytes to a spill file and drops the buffer. Its pages are charged to the
 //! runner's memory cgroup (the runner wrote them), so a consumer's cgroup never counts them; a
 //! consumer's `VmHWM` does, and its task reports how much to take out
-//! ([`runner_plugin::ServiceIo::mapped_from_engine`]).
+//! ([`runner_plugin::ServiceIo::mapped`]).
 //!
 //! Each live buffer holds a file descriptor: the process's open-file limit is raised to its hard
 //! limit once, and at most a quarter of it is used for buffers; past that (or when the kernel

@@ -116,11 +116,12 @@ pub trait Rebase {
     /// the task's: e.g. once an interpreter has imported the module a task calls.
     fn rebase(&mut self);
 
-    /// At its peak the process had up to `bytes` of the engine's shared memory resident (input
-    /// values it mapped, see [`crate::SharedBufferMut`]): counted as the engine's already, not
-    /// again as the task's.
-    fn mapped_from_engine(&mut self, bytes: u64) {
-        let _ = bytes;
+    /// Beyond what it had at the task's start, the process had up to `shared` bytes of the
+    /// engine's shared memory (input values it mapped, see [`crate::SharedBufferMut`]) and
+    /// `file` bytes of file-backed pages (spilled inputs it mapped, files it read) resident at
+    /// its peak: counted as the engine's already, or not memory the budget is about.
+    fn mapped(&mut self, shared: u64, file: u64) {
+        let _ = (shared, file);
     }
 }
 
@@ -156,10 +157,10 @@ impl<'a> ServiceIo<'a> {
         self.rebase.rebase();
     }
 
-    /// Up to `bytes` of what the process held at its peak was the engine's shared memory (see
-    /// [`Rebase::mapped_from_engine`]).
-    pub fn mapped_from_engine(&mut self, bytes: u64) {
-        self.rebase.mapped_from_engine(bytes);
+    /// Of what the process held at its peak, up to `shared` bytes were the engine's shared
+    /// memory and `file` bytes file-backed pages (see [`Rebase::mapped`]).
+    pub fn mapped(&mut self, shared: u64, file: u64) {
+        self.rebase.mapped(shared, file);
     }
 
     /// The conversation is out of step (a reply could not be read whole): the process must not

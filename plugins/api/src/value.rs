@@ -186,8 +186,8 @@ pub trait ExternalBytes: Send + Sync + fmt::Debug {
     }
 
     /// A path another process of this user may open and map, privately, to read these bytes
-    /// from offset 0 without a copy (`/proc/PID/fd/N` of shared memory), while this value
-    /// lives. `None` when there is none.
+    /// from offset 0 without a copy (`/proc/PID/fd/N` of shared memory, or a spill file),
+    /// while this value lives. `None` when there is none.
     fn shared_path(&self) -> Option<&std::path::Path> {
         None
     }

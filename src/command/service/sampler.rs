@@ -22,8 +22,10 @@ pub(super) struct Sampler {
     /// `VmRSS` and `RssFile` of the root process when the baseline was taken.
     root_rss: AtomicU64,
     root_file: AtomicU64,
-    /// The engine's shared memory the root had resident at its peak, as the task reported.
-    mapped_from_engine: AtomicU64,
+    /// The engine's shared memory and the file pages the root had resident at its peak beyond
+    /// its baseline, as the task reported.
+    mapped_shared: AtomicU64,
+    mapped_file: AtomicU64,
     sampled_peak: AtomicU64,
     stop: AtomicBool,
     pub(super) killed: Mutex<Option<Kill>>,
@@ -40,8 +42,9 @@ impl Rebase for RebaseHandle<'_> {
         self.sampler.rebase();
     }
 
-    fn mapped_from_engine(&mut self, bytes: u64) {
-        self.sampler.mapped_from_engine.fetch_max(bytes, Ordering::Relaxed);
+    fn mapped(&mut self, shared: u64, file: u64) {
+        self.sampler.mapped_shared.fetch_max(shared, Ordering::Relaxed);
+        self.sampler.mapped_file.fetch_max(file, Ordering::Relaxed);
     }
 }
 
@@ -53,7 +56,8 @@ impl Sampler {
             baseline: AtomicU64::new(0),
             root_rss: AtomicU64::new(0),
             root_file: AtomicU64::new(0),
-            mapped_from_engine: AtomicU64::new(0),
+            mapped_shared: AtomicU64::new(0),
+            mapped_file: AtomicU64::new(0),
             sampled_peak: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             killed: Mutex::new(None),
@@ -84,20 +88,24 @@ impl Sampler {
     }
 
     /// The task's peak above the baseline: the larger of the tree's sampled peak and the root's
-    /// high-water mark (without the file-backed pages it mapped meanwhile), neither counting
-    /// the engine's shared memory the task mapped (its input values, counted as the engine's).
-    /// A cgroup's samples never include that memory: its pages are charged to the runner's
-    /// cgroup, which wrote them; `VmHWM` and a `/proc` walk count them as the process's.
+    /// high-water mark, neither counting the engine's shared memory the task mapped (its input
+    /// values, counted as the engine's) nor, in the mark, file-backed pages (spilled inputs it
+    /// mapped, files it read). A cgroup's samples never include either: shared pages are charged
+    /// to the runner's cgroup, which wrote them, and file pages are page cache. `VmHWM` and a
+    /// `/proc` walk count them as the process's; the task reports what it had mapped at its
+    /// call's end (inputs still mapped), and the file pages still mapped at the task's end are
+    /// known here.
     pub(super) fn peak_above_baseline(&self) -> u64 {
-        let engine = self.mapped_from_engine.load(Ordering::Relaxed);
+        let shared = self.mapped_shared.load(Ordering::Relaxed);
         let sampled = self.sampled_peak.load(Ordering::Relaxed).max(self.sample());
         let mut from_samples = sampled.saturating_sub(self.baseline.load(Ordering::Relaxed));
         if self.cgroup.is_none() {
-            from_samples = from_samples.saturating_sub(engine);
+            from_samples = from_samples.saturating_sub(shared);
         }
         let from_hwm = ProcStatus::of(self.pid).map_or(0, |s| {
             let file_growth = s.rss_file.saturating_sub(self.root_file.load(Ordering::Relaxed));
-            s.hwm.saturating_sub(self.root_rss.load(Ordering::Relaxed)).saturating_sub(file_growth + engine)
+            let file = file_growth.max(self.mapped_file.load(Ordering::Relaxed));
+            s.hwm.saturating_sub(self.root_rss.load(Ordering::Relaxed)).saturating_sub(file + shared)
         });
         from_samples.max(from_hwm)
     }

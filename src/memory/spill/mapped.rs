@@ -110,6 +110,13 @@ impl ExternalBytes for MappedBuffer {
         }
     }
 
+    /// The spill file holds the bytes from offset 0: a warm interpreter maps it too, and reads
+    /// the value through the page cache (reclaimable, as the runner's own mapping is) rather
+    /// than being sent a copy of it.
+    fn shared_path(&self) -> Option<&Path> {
+        self.map.as_ref().and(self.path.as_deref())
+    }
+
     fn bytes(&self) -> &[u8] {
         match &self.map {
             Some(map) => map,

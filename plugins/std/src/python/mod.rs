@@ -311,9 +311,8 @@ impl Call {
             Ok(reply) => &reply.header,
             Err(header) => header,
         };
-        if let Some(bytes) = said["mapped"].as_u64() {
-            io.mapped_from_engine(bytes);
-        }
+        let mapped = |kind: &str| said["mapped"][kind].as_u64().unwrap_or(0);
+        io.mapped(mapped("shared"), mapped("file"));
         let reply = reply.map_err(|e| self.failure(&e, &io, "calling"))?;
         let value = reply.value(ctx, io.replies).map_err(|e| {
             io.spoil();

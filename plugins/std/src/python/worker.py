@@ -5,9 +5,9 @@
 # A message: 8 bytes (little-endian length of a JSON header), the header, then the payloads the
 # header's "payloads" lists (their lengths), back to back. A large input value is not in the
 # payloads but in the runner's shared memory: its description names the path to map ("shm")
-# and its length, and the request's "shared" their total; the reply's "mapped" then says how
-# much of that memory this process had resident at the end of the call, which the runner does
-# not count as the task's.
+# and its length, and the request's "shared" their total. The reply's "mapped" says how much
+# file-backed and shared memory this process had resident at the end of the call beyond what it
+# had before (the inputs it mapped among them), which the runner does not count as the task's.
 #
 # Started with RUNNER_FORK_FD (the engine's fork protocol, documented in the plugin API's
 # `service` module): after its warm-up its stdin ends, and it forks the run's other
@@ -156,16 +156,21 @@ def mapped(desc):
     return memoryview(area)
 
 
-def shared_resident():
-    """The shared memory this process has resident (RssShmem), in bytes."""
+def mapped_resident():
+    """The file-backed and the shared memory this process has resident (RssFile, RssShmem), in
+    bytes: pages of files and of the runner's shared memory, not the call's own allocations."""
+    found = {}
     with open("/proc/self/status", "rb") as status:
         for line in status:
-            if line.startswith(b"RssShmem:"):
-                return int(line.split()[1]) * 1024
-    return 0
+            if line.startswith((b"RssFile:", b"RssShmem:")):
+                key, value = line.split(b":", 1)
+                found[key] = int(value.split()[0]) * 1024
+    return found.get(b"RssFile", 0), found.get(b"RssShmem", 0)
 
 
-MAPPED = [0]  # the last call's "mapped": its shared inputs resident at the call's end
+# The last call's growth of file-backed and of shared memory, from before its inputs were mapped
+# to its end (when they are still mapped): what the runner takes out of its high-water mark.
+MAPPED = {"file": 0, "shared": 0}
 
 
 def is_json(value, depth=0):
@@ -335,8 +340,7 @@ def serve(header, payloads):
     if op != "call":
         raise ValueError(f"unknown request {op!r}")
     target = callable_for(header["call"], header.get("init"))
-    shared = header.get("shared", 0)
-    before = shared_resident() if shared else 0
+    file_before, shared_before = mapped_resident()
     try:
         args = []
         for desc in header["args"]:
@@ -348,9 +352,11 @@ def serve(header, payloads):
         del payloads
         result = target(*args, **kwargs)
     finally:
-        # The inputs are still mapped here: what of them the call touched is resident.
-        if shared:
-            MAPPED[0] = max(0, min(shared, shared_resident() - before))
+        # The inputs are still mapped here: what of them the call touched is resident. Shared
+        # memory beyond the inputs' size is the call's own (its cgroup counts it too).
+        file_after, shared_after = mapped_resident()
+        MAPPED["file"] = max(0, file_after - file_before)
+        MAPPED["shared"] = max(0, min(header.get("shared", 0), shared_after - shared_before))
     del args, kwargs
     try:
         value, out = encode(result)
@@ -449,7 +455,8 @@ def main():
             if isinstance(error, KeyboardInterrupt):
                 raise
         del payloads
-        reply["mapped"], MAPPED[0] = MAPPED[0], 0
+        reply["mapped"] = dict(MAPPED)
+        MAPPED.update(file=0, shared=0)
         back_to_idle()
         send(reply, out)
         del reply, out
