@@ -160,6 +160,39 @@ fn what_only_a_run_measures_is_taken_from_the_cycle_with_the_nearest_vars_not_th
     assert_reserved_within_10_percent(&predicted, &real, " (the newest cycle's would be far below)");
 }
 
+/// Commands whose time follows a var (a sleep of `ms`).
+const SLEEPS: &str = r#"recipe: sim-sleeps
+vars:
+  ms: 20
+dims:
+  i: 4
+steps:
+  wait:
+    plugin: exec
+    over: [i]
+    args:
+      command: [python3, -c, "import sys, time; time.sleep(int(sys.argv[1]) / 1000)", "{ms}"]
+"#;
+
+#[test]
+fn a_task_is_predicted_to_take_as_long_as_it_took_in_the_cycle_with_the_nearest_vars() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", SLEEPS);
+    let cycle = |verb: &str, cycle: &str, ms: u32| with_var(dir.path(), verb, cycle, &format!("ms={ms}"), "1GiB").1;
+    cycle("run", "c1", 400);
+    cycle("run", "c2", 20);
+    cycle("run", "c3", 20);
+    let predicted = cycle("simulate", "c4", 400);
+    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c1"]));
+    let real = cycle("run", "c4", 400);
+    let wall = |s: &Json| s["wall_s"].as_f64().unwrap();
+    // Two rounds of 0.4 s sleeps on two workers; the newest cycles' 20 ms would say a tenth.
+    assert!(wall(&real) >= 0.8, "{real}");
+    let error = (wall(&predicted) - wall(&real)).abs() / wall(&real);
+    assert!(error <= 0.2, "predicted {} s, ran {} s", wall(&predicted), wall(&real));
+}
+
 /// Commands whose files' sizes follow a var, read whole by the next step: a consumer's input
 /// bytes are its producer's file, which holds no memory and no plan knows.
 const FILES: &str = r#"recipe: sim-files

@@ -152,7 +152,7 @@ fn schema_version_tables_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(SCHEMA_VERSION, 6);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     drop(store);
 
@@ -226,6 +226,8 @@ fn schema_version_tables_and_columns() {
     ] {
         assert!(tasks.iter().any(|c| c == column), "tasks has no column {column}: {tasks:?}");
     }
+    // The µs past `wall_ms`, which the view leaves out (SPEC's columns) and predictions read.
+    assert!(columns("task_rows").iter().any(|c| c == "wall_us_rest"));
     for (table, wanted) in [
         (
             "samples",
@@ -799,6 +801,39 @@ fn history_over_a_large_run() {
     let started = Instant::now();
     let read = store.timeline(run_id, |_| {}).unwrap();
     println!("timeline streamed {read} rows: {:.3} s", started.elapsed().as_secs_f64());
+}
+
+/// `wall_ms` is truncated; a task's time is kept to the µs for what reads it back (a
+/// prediction of a cycle of sub-millisecond tasks), and rows from before read as the middle of
+/// their ms.
+#[test]
+fn task_times_read_back_to_the_microsecond() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runner.db");
+    let store = Store::open(&path).unwrap();
+    let recorder = store.start_run(&start("quick", "c")).unwrap();
+    let step: Arc<str> = Arc::from("s");
+    recorder.record_all(
+        [431, 2_999, 1_000_001]
+            .into_iter()
+            .enumerate()
+            .map(|(i, us)| TaskRecord {
+                figures: TaskFigures { wall: Duration::from_micros(us), attempts: 1, ..TaskFigures::default() },
+                task_index: Some(i as u64),
+                ..TaskRecord::new(step.clone(), "noop", TaskStatus::Ok)
+            })
+            .collect(),
+    );
+    let run_id = recorder.finish(outcome(RunStatus::Ok)).unwrap().run_id;
+    let read = |store: &Store| {
+        let mut walls = Vec::new();
+        store.step_tasks(run_id, "s", 10, |t| walls.push((t.wall_ms, t.wall_us))).unwrap();
+        walls
+    };
+    assert_eq!(read(&store), [(0, 431), (2, 2_999), (1000, 1_000_001)]);
+    drop(store);
+    raw(&path).execute("UPDATE task_rows SET wall_us_rest = NULL", []).unwrap();
+    assert_eq!(read(&Store::open(&path).unwrap()), [(0, 500), (2, 2_500), (1000, 1_000_500)]);
 }
 
 /// A dataset builder's step of noop tasks over one integer dim, as `runner run` records it: keys

@@ -7,6 +7,9 @@
 //! input bytes, then a constant. The rate is `Σ wall / Σ basis` over those tasks, so that a step's
 //! predicted total time is its recorded total time for the same tasks; the model's *error* is
 //! `Σ |predicted − wall| / Σ wall` over them, what one task's prediction is typically off by.
+//!
+//! A prediction uses the model for the tasks the recorded run most like the predicted cycle did
+//! not record ([`super::history`]): the others take the time they took there.
 
 use std::fmt;
 use std::time::Duration;

@@ -4,8 +4,8 @@
 //! runs *before* a given one, so that `replay --simulate` predicts each recorded cycle from the
 //! history it had. From them: the footprint models ([`crate::plan::Plan::learn`], as `run`
 //! learns them), the duration models, and per step the figures a task's prediction needs that
-//! only a real run measures (its output's size, the estimate a data-following plugin gave at
-//! dispatch), taken from the recorded run whose vars are most like the predicted cycle's, or
+//! only a real run measures (its time, its output's size, the estimate a data-following plugin
+//! gave at dispatch), taken from the recorded run whose vars are most like the predicted cycle's, or
 //! interpolated between the two recorded runs on either side of it, or extended from the two
 //! nearest just past the recorded range ([`super::alike`]), the newest when there is no telling.
 
@@ -28,6 +28,8 @@ pub struct Recorded {
     pub output_bytes: u64,
     /// The size of the file its path output named (0 for an output in memory).
     pub file_bytes: u64,
+    /// How long it took, in µs: like its output, what its weather made it.
+    pub wall_us: u64,
 }
 
 /// A step's recorded tasks.
@@ -157,8 +159,8 @@ pub fn read_step(
             });
             records.timings.push(Timing {
                 age,
-                // Recorded in whole ms, truncated: half a ms is the expected remainder.
-                wall: Duration::from_micros(task.wall_ms * 1000 + 500),
+                // To the µs (rows from before schema version 6: the middle of their whole ms).
+                wall: Duration::from_micros(task.wall_us),
                 plugin_estimate,
                 input_bytes: task.input_bytes,
             });
@@ -190,7 +192,12 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, Stor
         }
         let plugin_estimate = task.plugin_estimate_bytes.unwrap_or(0);
         if let Some(index) = task.task_index {
-            let recorded = Recorded { plugin_estimate, output_bytes: task.output_bytes, file_bytes: task.file_bytes };
+            let recorded = Recorded {
+                plugin_estimate,
+                output_bytes: task.output_bytes,
+                file_bytes: task.file_bytes,
+                wall_us: task.wall_us,
+            };
             by_index.insert(index, recorded);
         }
         outputs.push(task.output_bytes);
@@ -227,6 +234,7 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
                     plugin_estimate: mix(recorded.plugin_estimate, across.plugin_estimate),
                     output_bytes: mix(recorded.output_bytes, across.output_bytes),
                     file_bytes: mix(recorded.file_bytes, across.file_bytes),
+                    wall_us: mix(recorded.wall_us, across.wall_us),
                 };
             }
         }

@@ -155,9 +155,13 @@ impl Predictor {
             let recorded = prediction.by_index.get(&index).map(|r| r.output_bytes).or(prediction.recorded_output_bytes);
             recorded.map_or(prediction.output_bytes, |bytes| (bytes as f64 * prediction.output_scale) as u64)
         };
-        let (duration, guessed) = match &prediction.duration {
-            Some(model) => (model.predict(plugin_estimate, input_bytes), false),
-            None => (Duration::from_secs_f64(reserved as f64 / self.guess_speed as f64), true),
+        // The alike run's time for the same task, which followed that cycle's weather as its
+        // output did; else the step's duration model; else a guess.
+        let recorded_wall = prediction.by_index.get(&index).map(|r| Duration::from_micros(r.wall_us));
+        let (duration, guessed) = match (recorded_wall, &prediction.duration) {
+            (Some(wall), _) => (wall, false),
+            (None, Some(model)) => (model.predict(plugin_estimate, input_bytes), false),
+            (None, None) => (Duration::from_secs_f64(reserved as f64 / self.guess_speed as f64), true),
         };
         // A file's size no plan knows: the alike run's, of the same task or the step's median.
         let file_bytes = prediction.by_index.get(&index).map_or(prediction.recorded_file_bytes, |r| r.file_bytes);

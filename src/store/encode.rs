@@ -13,7 +13,7 @@ use super::{RunEvent, RunOutcome, RunStatus, Sample, TaskRecord, TaskStatus, has
 /// finishing the statement rather than inserting.
 const ROWS_PER_INSERT: usize = 32;
 /// The columns of a `task_rows` row the writer binds, in order (see [`row_cells`]).
-const ROW_COLUMNS: [&str; 15] = [
+const ROW_COLUMNS: [&str; 16] = [
     "task_index",
     "key",
     "status",
@@ -29,6 +29,7 @@ const ROW_COLUMNS: [&str; 15] = [
     "wall_ms",
     "worker",
     "start_ms",
+    "wall_us_rest",
 ];
 const ROW_PARAMS: usize = ROW_COLUMNS.len();
 
@@ -212,6 +213,7 @@ fn row_cells<'a>(task: &'a TaskRecord, block: &BlockDefaults) -> [Cell<'a>; ROW_
         int(task.figures.wall_ms()),
         Cell::Int(i64::from(task.worker)),
         int(task.figures.start_ms()),
+        int(task.figures.wall_us_rest()),
     ]
 }
 
@@ -410,8 +412,8 @@ mod tests {
     fn multi_row_inserts_number_their_parameters_in_order() {
         let sql = insert_rows_sql(2);
         let values = sql.split("VALUES ").nth(1).unwrap();
-        let first: Vec<String> = (1..=15).map(|p| format!("?{p}")).collect();
-        let second: Vec<String> = (16..=30).map(|p| format!("?{p}")).collect();
+        let first: Vec<String> = (1..=16).map(|p| format!("?{p}")).collect();
+        let second: Vec<String> = (17..=32).map(|p| format!("?{p}")).collect();
         assert_eq!(values, format!("({}), ({})", first.join(", "), second.join(", ")));
     }
 

@@ -87,6 +87,9 @@ pub struct HistoryTask {
     pub peak_source: Option<PeakSource>,
     pub output_bytes: u64,
     pub wall_ms: u64,
+    /// Its wall time in µs: exact where recorded (schema version 6 on), else the middle of
+    /// its whole ms (`wall_ms` is truncated).
+    pub wall_us: u64,
     /// The size of the file a path output names (0 for an output in memory).
     pub file_bytes: u64,
 }
@@ -163,7 +166,7 @@ const ESTIMATE: &str = "coalesce(t.estimate_bytes, b.estimate_bytes)";
 const TASK_COLUMNS: &str = "b.run_id, t.task_index, t.status, t.attempts, t.input_bytes, \
      coalesce(t.estimate_bytes, b.estimate_bytes), coalesce(t.estimate_source, b.estimate_source), \
      coalesce(t.plugin_estimate_bytes, b.plugin_estimate_bytes), t.peak_bytes, \
-     coalesce(t.peak_source, b.peak_source), t.output_bytes, t.wall_ms, t.file_bytes";
+     coalesce(t.peak_source, b.peak_source), t.output_bytes, t.wall_ms, t.file_bytes, t.wall_us_rest";
 
 fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask> {
     let int = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map_or(0, from_sql_int));
@@ -182,6 +185,7 @@ fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask
         peak_source: text(9)?.and_then(PeakSource::parse),
         output_bytes: int(10)?,
         wall_ms: int(11)?,
+        wall_us: int(11)? * 1000 + row.get::<_, Option<i64>>(13)?.map_or(500, from_sql_int),
         file_bytes: int(12)?,
     })
 }

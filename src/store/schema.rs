@@ -314,6 +314,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     CROSS JOIN task_rows AS t ON t.task_id BETWEEN b.first_task_id AND b.last_task_id
     LEFT JOIN task_details AS e ON e.task_id = t.task_id;
     ",
+    // 6: the microseconds past `wall_ms` (0-999; NULL in rows from before): `wall_ms` is
+    // truncated, and a prediction of a cycle of sub-millisecond tasks needs their times.
+    "ALTER TABLE task_rows ADD COLUMN wall_us_rest INTEGER;",
 ];
 
 /// The schema version this code writes and understands.
