@@ -234,7 +234,9 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
                     plugin_estimate: mix(recorded.plugin_estimate, across.plugin_estimate),
                     output_bytes: mix(recorded.output_bytes, across.output_bytes),
                     file_bytes: mix(recorded.file_bytes, across.file_bytes),
-                    wall_us: mix(recorded.wall_us, across.wall_us),
+                    // Interpolated, never extended: a line through two noisy times of a
+                    // sub-millisecond task can reach 0.
+                    wall_us: if other < 0.0 { recorded.wall_us } else { mix(recorded.wall_us, across.wall_us) },
                 };
             }
         }
