@@ -261,3 +261,34 @@ fn median(values: &mut [u64]) -> Option<u64> {
     values.sort_unstable();
     Some(values[(values.len() - 1) / 2])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alike(cycle: &str, output_bytes: u64, wall_us: u64) -> Alike {
+        let recorded = Recorded { plugin_estimate: 0, output_bytes, file_bytes: 0, wall_us };
+        Alike {
+            by_index: HashMap::from([(0, recorded)]),
+            output_bytes: Some(output_bytes),
+            plugin_estimate: None,
+            file_bytes: None,
+            cycle: cycle.into(),
+        }
+    }
+
+    fn blended(weights: (f64, f64)) -> Recorded {
+        let mut records = StepRecords::default();
+        blend_alike(vec![(alike("a", 1000, 400), weights.0), (alike("b", 2000, 800), weights.1)], &mut records);
+        records.alike_by_index[&0]
+    }
+
+    #[test]
+    fn a_tasks_time_is_interpolated_like_its_output_but_never_extended() {
+        let between = blended((0.75, 0.25));
+        assert_eq!((between.output_bytes, between.wall_us), (1250, 500));
+        // Past the range the output's line is extended; the time stays the nearest run's.
+        let past = blended((1.25, -0.25));
+        assert_eq!((past.output_bytes, past.wall_us), (750, 400));
+    }
+}
