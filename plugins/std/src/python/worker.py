@@ -5,9 +5,10 @@
 # A message: 8 bytes (little-endian length of a JSON header), the header, then the payloads the
 # header's "payloads" lists (their lengths), back to back. A large input value is not in the
 # payloads but in the runner's shared memory: its description names the path to map ("shm")
-# and its length, and the request's "shared" their total. The reply's "mapped" says how much
-# file-backed and shared memory this process had resident at the end of the call beyond what it
-# had before (the inputs it mapped among them), which the runner does not count as the task's.
+# and its length, and the request's "shared" their total. The reply's "mapped" then says how
+# much file-backed and shared memory this process had resident at the end of the call beyond
+# what it had before (the inputs it mapped among them), which the runner does not count as the
+# task's.
 #
 # Started with RUNNER_FORK_FD (the engine's fork protocol, documented in the plugin API's
 # `service` module): after its warm-up its stdin ends, and it forks the run's other
@@ -340,7 +341,9 @@ def serve(header, payloads):
     if op != "call":
         raise ValueError(f"unknown request {op!r}")
     target = callable_for(header["call"], header.get("init"))
-    file_before, shared_before = mapped_resident()
+    # Only a call given mapped inputs needs telling apart (two reads of /proc, 0.1 ms a task).
+    shared = header.get("shared", 0)
+    file_before, shared_before = mapped_resident() if shared else (0, 0)
     try:
         args = []
         for desc in header["args"]:
@@ -354,9 +357,10 @@ def serve(header, payloads):
     finally:
         # The inputs are still mapped here: what of them the call touched is resident. Shared
         # memory beyond the inputs' size is the call's own (its cgroup counts it too).
-        file_after, shared_after = mapped_resident()
-        MAPPED["file"] = max(0, file_after - file_before)
-        MAPPED["shared"] = max(0, min(header.get("shared", 0), shared_after - shared_before))
+        if shared:
+            file_after, shared_after = mapped_resident()
+            MAPPED["file"] = max(0, file_after - file_before)
+            MAPPED["shared"] = max(0, min(shared, shared_after - shared_before))
     del args, kwargs
     try:
         value, out = encode(result)
