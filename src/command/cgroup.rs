@@ -260,6 +260,16 @@ impl TaskCgroup {
         fs::read_to_string(self.dir.join(file)).ok()?.trim().parse().ok()
     }
 
+    /// The page cache charged to the cgroup now, shared memory included (`total_cache` in v1's
+    /// `memory.stat`, `file` in v2's).
+    pub fn page_cache(&self) -> Option<u64> {
+        let name = match self.hierarchy.version {
+            CgroupVersion::V1 => "total_cache",
+            CgroupVersion::V2 => "file",
+        };
+        field(&fs::read_to_string(self.dir.join("memory.stat")).ok()?, name)
+    }
+
     /// How many times the kernel's OOM killer killed a process in this cgroup.
     pub fn oom_kills(&self) -> Option<u64> {
         let file = match self.hierarchy.version {

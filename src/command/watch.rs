@@ -9,8 +9,10 @@
 //! grows, so a spike is seen at the next read while the process lives). File pages only grow
 //! in a process's life as a rule (libraries are mapped once), so this figure is at most its
 //! true anonymous + shared peak: the recorded peak never counts shared-library pages, which
-//! `ru_maxrss` would (~87 MiB for a Python with NumPy). What is missed is a spike in a
-//! process's last [`HWM_EVERY`] samples before it exits; `ru_maxrss` is kept for diagnosis.
+//! `ru_maxrss` would (~87 MiB for a Python with NumPy). A spike in a process's last
+//! [`HWM_EVERY`] samples before it exits is seen, in a cgroup, as its peak usage less the page
+//! cache it holds at the end (see `command::run`); without a cgroup it is missed.
+//! `ru_maxrss` is kept for diagnosis.
 
 use std::fs::File;
 use std::io::{self, Read as _};

@@ -109,7 +109,8 @@ pub enum PeakSource {
     #[default]
     Allocator,
     /// A memory cgroup of the task's own: its process tree's resident bytes, sampled from the
-    /// cgroup's `memory.stat`, and never below the largest process's `ru_maxrss`.
+    /// cgroup's `memory.stat`, and never below the largest process's high-water mark (less its
+    /// file pages) nor the cgroup's peak usage less the page cache it holds at the end.
     Cgroup,
     /// No cgroup could be made: the largest process's `ru_maxrss` from `wait4`, and the tree's
     /// resident bytes sampled from `/proc`.
