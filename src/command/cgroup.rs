@@ -270,6 +270,18 @@ impl TaskCgroup {
         field(&fs::read_to_string(self.dir.join("memory.stat")).ok()?, name)
     }
 
+    /// Whether usage ever reached the cgroup's limit (v1 `memory.failcnt`, v2 `memory.events`'
+    /// `max`): the kernel has reclaimed from it then. True when it cannot tell.
+    pub fn reached_limit(&self) -> bool {
+        let count = match self.hierarchy.version {
+            CgroupVersion::V1 => {
+                fs::read_to_string(self.dir.join("memory.failcnt")).ok().and_then(|t| t.trim().parse().ok())
+            }
+            CgroupVersion::V2 => field(&fs::read_to_string(self.dir.join("memory.events")).unwrap_or_default(), "max"),
+        };
+        count.is_none_or(|n: u64| n > 0)
+    }
+
     /// How many times the kernel's OOM killer killed a process in this cgroup.
     pub fn oom_kills(&self) -> Option<u64> {
         let file = match self.hierarchy.version {

@@ -359,11 +359,15 @@ pub fn run(request: &Request<'_>) -> Result<Finished, CommandError> {
     let largest_process = watch.largest_process();
     // Not `ru_maxrss`: it counts the file pages of every library mapped (see `watch`).
     let mut peak_bytes = sampled_peak.max(largest_process);
-    if let (Some(cgroup), Some(cgroup_peak)) = (&cgroup, cgroup_peak) {
+    if let (Some(cgroup), Some(cgroup_peak)) = (&cgroup, cgroup_peak)
+        && !cgroup.reached_limit()
+    {
         // A spike in the last samples before the exit, which neither figure saw: the cgroup's
-        // peak usage less the page cache it holds now. While the tree's file pages only grow,
+        // peak usage less the page cache it holds now. While the tree's page cache only grows,
         // that is at most the tree's anonymous + shared peak (the page cache counts shared
-        // memory too), so it never counts a library's pages.
+        // memory too), so it never counts a library's pages. Not once usage reached the
+        // cgroup's limit: the kernel then reclaims its cache, and what it reclaimed would read
+        // as the command's.
         peak_bytes = peak_bytes.max(cgroup_peak.saturating_sub(cgroup.page_cache().unwrap_or(u64::MAX)));
     }
     if let (Ending::OutOfMemory { .. }, Some(cgroup_peak)) = (ending, cgroup_peak) {
