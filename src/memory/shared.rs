@@ -150,7 +150,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_buffer_is_counted_in_memory_and_another_process_maps_the_same_bytes() {
+    fn a_buffer_is_in_memory_and_its_path_opens_to_the_same_bytes() {
         let mut buffer = Box::new(SharedBuffer::new(3 << 20).expect("shared memory"));
         buffer.bytes_mut()[..5].copy_from_slice(b"hello");
         buffer.bytes_mut()[(3 << 20) - 1] = 7;

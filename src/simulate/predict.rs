@@ -146,25 +146,27 @@ impl Predictor {
         reserved: u64,
     ) -> TaskPrediction {
         let prediction = &self.steps[step];
+        // The alike run's record of the same task, looked up once.
+        let alike = prediction.by_index.get(&index);
         let known = || self.variants.of(step, index).and_then(|variant| variant.output.bytes());
         let output_bytes = if as_planned {
             prediction.output_bytes
         } else if let Some(bytes) = known() {
             bytes
         } else {
-            let recorded = prediction.by_index.get(&index).map(|r| r.output_bytes).or(prediction.recorded_output_bytes);
+            let recorded = alike.map(|r| r.output_bytes).or(prediction.recorded_output_bytes);
             recorded.map_or(prediction.output_bytes, |bytes| (bytes as f64 * prediction.output_scale) as u64)
         };
         // The alike run's time for the same task, which followed that cycle's weather as its
         // output did; else the step's duration model; else a guess.
-        let recorded_wall = prediction.by_index.get(&index).map(|r| Duration::from_micros(r.wall_us));
+        let recorded_wall = alike.map(|r| Duration::from_micros(r.wall_us));
         let (duration, guessed) = match (recorded_wall, &prediction.duration) {
             (Some(wall), _) => (wall, false),
             (None, Some(model)) => (model.predict(plugin_estimate, input_bytes), false),
             (None, None) => (Duration::from_secs_f64(reserved as f64 / self.guess_speed as f64), true),
         };
         // A file's size no plan knows: the alike run's, of the same task or the step's median.
-        let file_bytes = prediction.by_index.get(&index).map_or(prediction.recorded_file_bytes, |r| r.file_bytes);
+        let file_bytes = alike.map_or(prediction.recorded_file_bytes, |r| r.file_bytes);
         TaskPrediction { duration, peak: peak.unwrap_or(reserved), output_bytes, file_bytes, guessed }
     }
 
