@@ -8,8 +8,9 @@
 //! (`"shm"`) and the length. Other buffers (smaller values, arrays from Rust plugins) are written
 //! down the pipe straight from the engine's memory and become NumPy arrays over the received
 //! bytes; a returned `numpy.ndarray` is read straight into a new array value. Any other Python
-//! object crosses as a pickle (protocol 5) whose large buffers travel out of band; the engine keeps it as one `u8` array — the pickle stream, then each
-//! buffer at a 64-byte aligned offset — with the frames and the object's type in its
+//! object crosses as a pickle (protocol 5) whose large buffers travel out of band; the engine
+//! keeps it as one `u8` array — the pickle stream, then each buffer at a 64-byte aligned
+//! offset — with the frames and the object's type in its
 //! `python_object` attribute, so it is counted, spilled and passed on like any array (the
 //! attribute travels with it into spill, value and cache files), and any interpreter can load
 //! it. [`PythonObject::of`] is the one place that tells such an array from one of numbers: a
