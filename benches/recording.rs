@@ -91,7 +91,9 @@ fn start(store: &Store, cycle: &str) -> RunRecorder {
 }
 
 fn finish(recorder: RunRecorder) -> RunWritten {
-    recorder.finish(RunOutcome { wall_ms: 1, ..RunOutcome::new(RunStatus::Ok) }).expect("every row is written")
+    recorder
+        .finish(RunOutcome { wall: std::time::Duration::from_millis(1), ..RunOutcome::new(RunStatus::Ok) })
+        .expect("every row is written")
 }
 
 /// Records `rows` rows of `steps` into a new run and waits until they are committed.

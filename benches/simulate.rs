@@ -46,7 +46,7 @@ fn run(files: u64, workers: usize, read_every_task: bool) {
     let history = History::none(&compiled);
     let options = SimOptions { workers, budget: 64 << 30, spill_bandwidth: 1 << 30, read_every_task };
     let started = Instant::now();
-    let prediction = simulate::predict(&mut compiled, &history, &options, 1 << 30, None, false);
+    let prediction = simulate::predict(&mut compiled, &history, &|_, _| None, &options, 1 << 30, None, false);
     let elapsed = started.elapsed();
     let tasks = compiled.graph.total_tasks();
     assert_eq!(prediction.simulated.report.not_run, 0);

@@ -160,6 +160,60 @@ fn what_only_a_run_measures_is_taken_from_the_cycle_with_the_nearest_vars_not_th
     assert_reserved_within_10_percent(&predicted, &real, " (the newest cycle's would be far below)");
 }
 
+/// A data-following estimate (`nbhood` scans its input at dispatch) of a step whose size is
+/// set by the cycle's metadata: the threshold list sets how many fields each task smooths.
+const THRESHOLDED: &str = r#"recipe: sim-thresholded
+vars:
+  thresholds: [1.0, 2.0]
+dims:
+  member: 4
+steps:
+  field:
+    plugin: synth
+    over: [member]
+    args: {ny: 600, nx: 600, wet_fraction: 0.5, seed: "{cycle}/{member}"}
+  exceed:
+    plugin: threshold
+    over: [member]
+    inputs: {field: field}
+    args: {thresholds: "{thresholds}"}
+  smooth:
+    plugin: nbhood
+    over: [member]
+    inputs: {field: exceed}
+    args: {radius: 5, shape: square}
+"#;
+
+#[test]
+fn a_data_following_estimate_recorded_under_other_metadata_moves_as_its_plugin_says() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", THRESHOLDED);
+    let cycle = |verb: &str, cycle: &str, thresholds: &str| {
+        with_var(dir.path(), verb, cycle, &format!("thresholds={thresholds}"), "256MiB").1
+    };
+    cycle("run", "c1", "[1.0, 2.0]");
+    cycle("run", "c2", "[1.0, 2.0]");
+    let six = "[0.5, 1.0, 2.0, 4.0, 8.0, 16.0]";
+    let predicted = cycle("simulate", "c3", six);
+    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c2"]));
+    let real = cycle("run", "c3", six);
+    let smooth = |s: &Json| {
+        let steps = s["steps"].as_array().unwrap();
+        let smooth = steps.iter().find(|step| step["step"] == "smooth").unwrap();
+        smooth["estimate_bytes_p50"].as_f64().unwrap()
+    };
+    // Two thresholds' smoothing, as recorded, would be half of six's.
+    let error = (smooth(&predicted) - smooth(&real)).abs() / smooth(&real);
+    assert!(
+        error <= 0.1,
+        "smooth estimated at {:.1} MiB, ran estimated at {:.1} MiB",
+        smooth(&predicted) / MIB,
+        smooth(&real) / MIB
+    );
+    assert_reserved_within_10_percent(&predicted, &real, " (as recorded for two thresholds it would be far below)");
+}
+
 /// Commands whose time follows a var (a sleep of `ms`).
 const SLEEPS: &str = r#"recipe: sim-sleeps
 vars:

@@ -25,7 +25,7 @@ fn start(recipe: &str, cycle: &str) -> RunStart {
 
 fn outcome(status: RunStatus) -> RunOutcome {
     RunOutcome {
-        wall_ms: 1234,
+        wall: std::time::Duration::from_millis(1234),
         peak_rss_bytes: 5 << 30,
         peak_reserved_bytes: 4 << 30,
         spilled_bytes: 1 << 20,
@@ -152,7 +152,7 @@ fn schema_version_tables_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 6);
+    assert_eq!(SCHEMA_VERSION, 7);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     drop(store);
 
@@ -192,6 +192,7 @@ fn schema_version_tables_and_columns() {
         "resumed_from",
         "recorded_ms",
         "vars",
+        "wall_us_rest",
     ] {
         assert!(runs.iter().any(|c| c == column), "runs has no column {column}: {runs:?}");
     }
@@ -807,7 +808,7 @@ fn history_over_a_large_run() {
 /// prediction of a cycle of sub-millisecond tasks), and rows from before read as the middle of
 /// their ms.
 #[test]
-fn task_times_read_back_to_the_microsecond() {
+fn task_and_run_times_read_back_to_the_microsecond() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
@@ -824,16 +825,21 @@ fn task_times_read_back_to_the_microsecond() {
             })
             .collect(),
     );
-    let run_id = recorder.finish(outcome(RunStatus::Ok)).unwrap().run_id;
+    let wall = Duration::from_micros(4_321);
+    let run_id = recorder.finish(RunOutcome { wall, ..outcome(RunStatus::Ok) }).unwrap().run_id;
     let read = |store: &Store| {
         let mut walls = Vec::new();
         store.step_tasks(run_id, "s", 10, |t| walls.push((t.wall_ms, t.wall_us))).unwrap();
-        walls
+        let run = store.run(run_id).unwrap().unwrap();
+        (walls, (run.wall_ms, run.wall_us))
     };
-    assert_eq!(read(&store), [(0, 431), (2, 2_999), (1000, 1_000_001)]);
+    assert_eq!(read(&store), (vec![(0, 431), (2, 2_999), (1000, 1_000_001)], (Some(4), Some(4_321))));
     drop(store);
+    // Rows from before schema versions 6 and 7: the middle of their whole ms.
     raw(&path).execute("UPDATE task_rows SET wall_us_rest = NULL", []).unwrap();
-    assert_eq!(read(&Store::open(&path).unwrap()), [(0, 500), (2, 2_500), (1000, 1_000_500)]);
+    raw(&path).execute("UPDATE runs SET wall_us_rest = NULL", []).unwrap();
+    let before = (vec![(0, 500), (2, 2_500), (1000, 1_000_500)], (Some(4), Some(4_500)));
+    assert_eq!(read(&Store::open(&path).unwrap()), before);
 }
 
 /// A dataset builder's step of noop tasks over one integer dim, as `runner run` records it: keys
@@ -908,7 +914,8 @@ fn an_interrupt_commits_what_was_recorded_and_a_dropped_recorder_never_hangs() {
     let recorder = store.start_run(&start("r", "c")).unwrap();
     let handle = recorder.interrupt_handle().unwrap();
     record_range(&recorder, 0..5000, 2);
-    let interrupted = RunOutcome { wall_ms: 77, ..RunOutcome::new(RunStatus::Interrupted) };
+    let interrupted =
+        RunOutcome { wall: std::time::Duration::from_millis(77), ..RunOutcome::new(RunStatus::Interrupted) };
     assert!(std::thread::spawn(move || handle.interrupt(interrupted, Duration::from_secs(10))).join().unwrap());
     let run_id = recorder.run_id();
     assert_rows(&path, run_id, "c", 5000);

@@ -109,7 +109,7 @@ pub fn mark_interrupted_on_signal(recorder: &RunRecorder) -> Option<InterruptGua
     recorder.interrupt_handle().map(|handle| {
         interrupt::on_interrupt(move || {
             let outcome = RunOutcome {
-                wall_ms: started.elapsed().as_millis() as u64,
+                wall: started.elapsed(),
                 peak_rss_bytes: crate::measure::process_memory().map_or(0, |m| m.peak_rss_bytes),
                 ..RunOutcome::new(RunStatus::Interrupted)
             };

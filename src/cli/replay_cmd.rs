@@ -81,16 +81,8 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
     }
     if args.simulate {
         let ids: Vec<&str> = file.cycles.iter().map(|c| c.id.as_str()).collect();
-        let workers = args.resources.workers.map(usize::from);
-        return super::replay_simulate::replay(
-            &ids,
-            compiled,
-            &db,
-            workers,
-            args.resources.budget,
-            args.guess_speed,
-            args.summary.as_deref(),
-        );
+        let recompile = super::simulate_cmd::recompiler(registry, &recipe_path, &sections);
+        return super::replay_simulate::replay(&ids, compiled, &recompile, &db, &args);
     }
     let options = run_options(&args.resources)?;
     let store = Some(record::open_for_recording(&db)?);

@@ -8,11 +8,12 @@ use anyhow::Context as _;
 use runner_plugin::size::format_size;
 use serde::Serialize;
 
+use super::ReplayArgs;
 use super::record;
 use super::simulate_cmd::{CriticalPathSummary, PredictedSummary};
 use super::summary::RunSummary;
 use crate::plan::Compiled;
-use crate::simulate::{History, SimOptions};
+use crate::simulate::{History, Recompile, SimOptions};
 use crate::store::RunRow;
 
 /// The figures compared, predicted or recorded.
@@ -46,15 +47,17 @@ struct CycleEntry {
 }
 
 /// Predicts each of `cycles` (compiled in `compiled`) against the store at `db`.
+/// `recompile` compiles the recipe with a recorded run's vars; `args` give the workers, budget,
+/// guessing speed and summary file.
 pub fn replay(
     cycle_ids: &[&str],
     compiled: Vec<Compiled>,
+    recompile: &Recompile<'_>,
     db: &Path,
-    workers: Option<usize>,
-    budget: Option<u64>,
-    guess_speed: u64,
-    summary: Option<&Path>,
+    args: &ReplayArgs,
 ) -> anyhow::Result<u8> {
+    let (workers, budget) = (args.resources.workers.map(usize::from), args.resources.budget);
+    let (guess_speed, summary) = (args.guess_speed, args.summary.as_deref());
     let Some(store) = record::open_for_reading(db)? else {
         anyhow::bail!(
             "no feedback store at {}: --simulate predicts recorded cycles (replay them first, or pass --db PATH)",
@@ -88,7 +91,8 @@ pub fn replay(
             spill_bandwidth: 1 << 30,
             read_every_task: false,
         };
-        let prediction = crate::simulate::predict(&mut compiled, &history, &options, guess_speed, None, false);
+        let prediction =
+            crate::simulate::predict(&mut compiled, &history, recompile, &options, guess_speed, None, false);
         let summary = PredictedSummary::new(&compiled, &prediction, guess_speed);
         let entry = entry(summary, &row);
         print_row(&entry);
@@ -110,7 +114,7 @@ fn entry(summary: PredictedSummary, row: &RunRow) -> CycleEntry {
     let predicted =
         Figures { wall_s: run.wall_s, peak_reserved_bytes: run.peak_reserved_bytes, spilled_bytes: run.spilled_bytes };
     let recorded = Figures {
-        wall_s: row.wall_ms.unwrap_or(0) as f64 / 1000.0,
+        wall_s: row.wall_us.unwrap_or(0) as f64 / 1e6,
         peak_reserved_bytes: row.peak_reserved_bytes.unwrap_or(0),
         spilled_bytes: row.spilled_bytes.unwrap_or(0),
     };

@@ -326,7 +326,7 @@ pub fn execute(
         let status = summary.status;
         match sink.finish(RunOutcome {
             status,
-            wall_ms: report.wall.as_millis() as u64,
+            wall: report.wall,
             peak_rss_bytes: peak_rss,
             peak_reserved_bytes: report.peak_reserved,
             spilled_bytes: report.spilled_bytes,

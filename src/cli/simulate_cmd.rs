@@ -13,6 +13,7 @@ use super::record;
 use super::summary::{NO_LOCAL_BUDGET, RunSummary};
 use super::{EXIT_USAGE, ExecutorKind, SimulateArgs, UsageError, compile};
 use crate::plan::Compiled;
+use crate::recipe::CompileOptions;
 use crate::registry::Registry;
 use crate::simulate::{ClusterShape, History, Prediction, SimOptions};
 use crate::store::Executor;
@@ -32,8 +33,11 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
         Some(store) => History::read(&store, &compiled, None)?,
         None => History::none(&compiled),
     };
+    let sections = args.recipe.python.sections();
+    let recompile = recompiler(registry, &args.recipe.recipe, &sections);
+    let report = args.report.is_some();
     let prediction =
-        crate::simulate::predict(&mut compiled, &history, &options, args.guess_speed, cluster, args.report.is_some());
+        crate::simulate::predict(&mut compiled, &history, &recompile, &options, args.guess_speed, cluster, report);
     let summary = PredictedSummary::new(&compiled, &prediction, args.guess_speed);
     summary.print(&prediction);
     if let Some(path) = &args.summary {
@@ -45,6 +49,21 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
         say!("  report (a prediction): {}", path.display());
     }
     Ok(0)
+}
+
+/// Compiles the recipe at `path` with a recorded run's cycle id and vars (as `--set`s would):
+/// what its plugins said under that run's metadata. Quiet: a recipe that no longer takes those
+/// vars is predicted without them.
+pub fn recompiler<'a>(
+    registry: &'a Registry,
+    path: &'a Path,
+    sections: &'a [(String, String, serde_json::Value)],
+) -> impl Fn(&str, &serde_json::Map<String, serde_json::Value>) -> Option<Compiled> + 'a {
+    move |cycle, vars| {
+        let set = vars.iter().map(|(name, value)| (name.clone(), value.to_string())).collect();
+        let options = CompileOptions { cycle: cycle.to_string(), set, sections: sections.to_vec() };
+        Compiled::from_file(path, &options, registry).ok()
+    }
 }
 
 /// Workers, budget and spill speed: `run`'s defaults, or a cluster's (no local budget).

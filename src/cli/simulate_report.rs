@@ -91,6 +91,7 @@ fn page(compiled: &Compiled, prediction: &Prediction) -> RunPage {
             workers: report.workers as u32,
             tasks_total: Some(compiled.graph.total_tasks()),
             wall_ms: Some(wall_ms),
+            wall_us: Some(report.wall.as_micros() as u64),
             peak_rss_bytes: Some(simulated.peak_memory),
             peak_reserved_bytes: Some(report.peak_reserved),
             spilled_bytes: Some(report.spilled_bytes),

@@ -178,7 +178,7 @@ mod tests {
         let run_id = recorder.run_id();
         recorder
             .finish(RunOutcome {
-                wall_ms: 420,
+                wall: Duration::from_millis(420),
                 peak_rss_bytes: 60 * MIB,
                 peak_reserved_bytes: 40 * MIB,
                 ..RunOutcome::new(RunStatus::Failed)

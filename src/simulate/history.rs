@@ -30,6 +30,9 @@ pub struct Recorded {
     pub file_bytes: u64,
     /// How long it took, in µs: like its output, what its weather made it.
     pub wall_us: u64,
+    /// What its inputs held (with its plugin estimate, what its time is scaled from when this
+    /// cycle's task is another size).
+    pub input_bytes: u64,
 }
 
 /// A step's recorded tasks.
@@ -48,6 +51,9 @@ pub struct StepRecords {
     pub alike_by_index: HashMap<u64, Recorded>,
     /// The cycle of the run those figures come from.
     pub alike_cycle: Option<String>,
+    /// The nearest alike run's cycle id and vars (JSON text), under which its plugins
+    /// estimated: what this cycle's metadata changes is measured against them.
+    pub alike_vars: Option<(String, String)>,
     pub longest: Option<Duration>,
 }
 
@@ -178,6 +184,7 @@ struct Alike {
     plugin_estimate: Option<u64>,
     file_bytes: Option<u64>,
     cycle: String,
+    vars: Option<String>,
 }
 
 /// The figures of `run`'s tasks of `step` that only a real run measures.
@@ -197,6 +204,7 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, Stor
                 output_bytes: task.output_bytes,
                 file_bytes: task.file_bytes,
                 wall_us: task.wall_us,
+                input_bytes: task.input_bytes,
             };
             by_index.insert(index, recorded);
         }
@@ -212,6 +220,7 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, Stor
         plugin_estimate: median(&mut estimates),
         file_bytes: median(&mut files),
         cycle: run.cycle.clone(),
+        vars: run.vars.clone(),
     })
 }
 
@@ -237,6 +246,7 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
                     // Interpolated, never extended: a line through two noisy times of a
                     // sub-millisecond task can reach 0.
                     wall_us: if other < 0.0 { recorded.wall_us } else { mix(recorded.wall_us, across.wall_us) },
+                    input_bytes: mix(recorded.input_bytes, across.input_bytes),
                 };
             }
         }
@@ -250,6 +260,7 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
     records.alike_output_bytes = first.output_bytes;
     records.alike_plugin_estimate = first.plugin_estimate;
     records.alike_file_bytes = first.file_bytes;
+    records.alike_vars = first.vars.map(|vars| (first.cycle, vars));
     records.alike_cycle = Some(cycles);
 }
 
@@ -267,13 +278,14 @@ mod tests {
     use super::*;
 
     fn alike(cycle: &str, output_bytes: u64, wall_us: u64) -> Alike {
-        let recorded = Recorded { plugin_estimate: 0, output_bytes, file_bytes: 0, wall_us };
+        let recorded = Recorded { plugin_estimate: 0, output_bytes, file_bytes: 0, wall_us, input_bytes: 0 };
         Alike {
             by_index: HashMap::from([(0, recorded)]),
             output_bytes: Some(output_bytes),
             plugin_estimate: None,
             file_bytes: None,
             cycle: cycle.into(),
+            vars: None,
         }
     }
 

@@ -6,6 +6,7 @@
 //! result is what `run` reports, plus the [`critical_path`].
 
 pub mod alike;
+pub mod alike_plan;
 pub mod cluster;
 pub mod critical_path;
 pub mod durations;
@@ -15,6 +16,7 @@ pub mod predict;
 pub(crate) mod variants;
 
 use crate::plan::Compiled;
+pub use alike_plan::Recompile;
 pub use cluster::{Cluster, ClusterShape};
 pub use critical_path::CriticalPath;
 pub use engine::{SimOptions, Simulated};
@@ -36,17 +38,20 @@ pub struct Prediction {
 /// Predicts a run of `compiled` from `history`: its plan learns from it (as `run` learns from
 /// the store), then the scheduler runs it on the virtual clock. A task of a step without recorded
 /// times runs for its estimate at `guess_speed` bytes a second. `record_tasks` keeps every task
-/// and the memory over time.
+/// and the memory over time. `recompile` compiles the recipe with an alike run's vars, to learn
+/// what this cycle's metadata changes ([`alike_plan`]).
 pub fn predict(
     compiled: &mut Compiled,
     history: &History,
+    recompile: &Recompile<'_>,
     options: &SimOptions,
     guess_speed: u64,
     cluster: Option<ClusterShape>,
     record_tasks: bool,
 ) -> Prediction {
     history.learn_footprints(compiled);
-    let predictor = Predictor::new(compiled, history, guess_speed);
+    let alike_plans = alike_plan::per_step(history, compiled, recompile);
+    let predictor = Predictor::new(compiled, history, alike_plans, guess_speed);
     let simulated = engine::simulate(compiled, &predictor, options, cluster.map(Cluster::new), record_tasks);
     let critical_path = critical_path::critical_path(&compiled.graph, &simulated.longest);
     let durations = (0..compiled.recipe.steps.len()).map(|s| predictor.duration_model(s).copied()).collect();

@@ -5,10 +5,12 @@
 //! (bytes a second: a task that touches its memory once at that speed), and counts as a guess.
 
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::time::Duration;
 
 use crate::plan::Compiled;
 
+use super::alike_plan::AlikePlan;
 use super::durations::DurationModel;
 use super::history::{History, Recorded};
 use super::variants::Variants;
@@ -35,6 +37,10 @@ struct StepPrediction {
     /// cycle with 6 thresholds instead of 2 triples each threshold task's).
     estimate_scale: f64,
     output_scale: f64,
+    /// The plan's sample task's estimate.
+    sample_estimate: u64,
+    /// What the plugins said under the alike run's vars, where they differ from this cycle's.
+    then: Option<Rc<AlikePlan>>,
 }
 
 /// One task as the simulator has it run.
@@ -61,7 +67,14 @@ pub struct Predictor {
 impl Predictor {
     /// Predictions for `compiled` (whose plan has learned from `history` already); a task of a
     /// step without recorded times runs for its estimate at `guess_speed` bytes a second.
-    pub fn new(compiled: &Compiled, history: &History, guess_speed: u64) -> Predictor {
+    /// `alike_plans`: per step, the plan under its alike run's vars where they differ
+    /// ([`super::alike_plan::per_step`]).
+    pub fn new(
+        compiled: &Compiled,
+        history: &History,
+        alike_plans: Vec<Option<Rc<AlikePlan>>>,
+        guess_speed: u64,
+    ) -> Predictor {
         let durations = history.durations();
         let steps = compiled
             .plan
@@ -70,7 +83,10 @@ impl Predictor {
             .zip(&history.steps)
             .zip(durations)
             .zip(&compiled.recipe.steps)
-            .map(|(((plan, records), duration), step)| StepPrediction {
+            .zip(alike_plans)
+            .map(|((((plan, records), duration), step), then)| StepPrediction {
+                sample_estimate: plan.plugin_estimate,
+                then,
                 // A plugin estimating from its data at dispatch saw that cycle's weather, which
                 // the plan's metadata estimate cannot scale.
                 estimate_scale: match records.alike_by_index.get(&0).map(|r| r.plugin_estimate) {
@@ -103,7 +119,40 @@ impl Predictor {
     pub fn dispatch_estimate(&self, step: usize, index: u64) -> u64 {
         let prediction = &self.steps[step];
         let estimate = prediction.by_index.get(&index).map_or(prediction.dispatch_estimate, |r| r.plugin_estimate);
-        (estimate as f64 * prediction.estimate_scale) as u64
+        if prediction.follows_data {
+            self.moved_to_now(step, index, estimate)
+        } else {
+            (estimate as f64 * prediction.estimate_scale) as u64
+        }
+    }
+
+    /// What the plugin of `step` says of task `index`'s kind from this cycle's metadata.
+    fn planned_now(&self, step: usize, index: u64) -> u64 {
+        self.variants.of(step, index).map_or(self.steps[step].sample_estimate, |variant| variant.plugin_estimate)
+    }
+
+    /// What the plugin of `step` says of task `index`'s kind now and said under the alike run's
+    /// metadata, where that differs.
+    fn planned_now_and_then(&self, step: usize, index: u64) -> Option<(u64, u64)> {
+        let then = self.steps[step].then.as_ref()?.estimate(step, index);
+        let now = self.planned_now(step, index);
+        (now != then && then > 0).then_some((now, then))
+    }
+
+    /// A data-following estimate the alike run recorded for task `index` of `step`, moved by
+    /// what its plugin says this cycle's metadata adds or takes away (six thresholds where it
+    /// had two): what followed that cycle's data is kept, what the metadata adds is added in
+    /// full, and what it takes away is taken at most in proportion (the estimate was below the
+    /// plan's, which assumed the worst of the data).
+    fn moved_to_now(&self, step: usize, index: u64, recorded: u64) -> u64 {
+        match self.planned_now_and_then(step, index) {
+            Some((now, then)) if now > then => recorded + (now - then),
+            Some((now, then)) => {
+                let in_proportion = (recorded as f64 * now as f64 / then as f64) as u64;
+                recorded.saturating_sub(then - now).max(in_proportion)
+            }
+            None => recorded,
+        }
     }
 
     /// Whether the plan's figures hold for a task of `step` reading `input_bytes` (as the
@@ -125,7 +174,11 @@ impl Predictor {
             return Some(variant.plugin_estimate).filter(|&e| e > 0);
         }
         let recorded = prediction.by_index.get(&index).map(|r| r.plugin_estimate).filter(|&e| e > 0)?;
-        Some((recorded as f64 * prediction.estimate_scale) as u64)
+        Some(if prediction.follows_data {
+            self.moved_to_now(step, index, recorded)
+        } else {
+            (recorded as f64 * prediction.estimate_scale) as u64
+        })
     }
 
     /// Task `index` of `step`, whose plugin estimates `plugin_estimate`, reading `input_bytes`:
@@ -158,8 +211,17 @@ impl Predictor {
             recorded.map_or(prediction.output_bytes, |bytes| (bytes as f64 * prediction.output_scale) as u64)
         };
         // The alike run's time for the same task, which followed that cycle's weather as its
-        // output did; else the step's duration model; else a guess.
-        let recorded_wall = alike.map(|r| Duration::from_micros(r.wall_us));
+        // output did (scaled as the step's model scales a task of the size the metadata now
+        // makes it); else the step's duration model; else a guess.
+        let recorded_wall = alike.map(|r| {
+            let wall = Duration::from_micros(r.wall_us);
+            match (&prediction.duration, self.planned_now_and_then(step, index)) {
+                (Some(model), Some(_)) => {
+                    wall.mul_f64(model.scale((plugin_estimate, input_bytes), (r.plugin_estimate, r.input_bytes)))
+                }
+                _ => wall,
+            }
+        });
         let (duration, guessed) = match (recorded_wall, &prediction.duration) {
             (Some(wall), _) => (wall, false),
             (None, Some(model)) => (model.predict(plugin_estimate, input_bytes), false),

@@ -381,7 +381,8 @@ mod tests {
             });
         }
         let run_id = recorder.run_id();
-        let written = recorder.finish(RunOutcome { wall_ms: 5, ..RunOutcome::new(RunStatus::Ok) }).unwrap();
+        let written =
+            recorder.finish(RunOutcome { wall: Duration::from_millis(5), ..RunOutcome::new(RunStatus::Ok) }).unwrap();
         assert_eq!(written.rows, 10);
         let row = store.run(run_id).unwrap().unwrap();
         assert_eq!(row.status, RunStatus::Ok);

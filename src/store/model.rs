@@ -4,6 +4,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::Serialize;
 
@@ -268,7 +269,7 @@ pub struct RunOutcome {
     /// [`RunStatus::Ok`], [`RunStatus::Failed`] or [`RunStatus::Interrupted`] (any status is
     /// stored as given).
     pub status: RunStatus,
-    pub wall_ms: u64,
+    pub wall: Duration,
     pub peak_rss_bytes: u64,
     pub peak_reserved_bytes: u64,
     pub spilled_bytes: u64,
@@ -283,7 +284,7 @@ impl RunOutcome {
     pub fn new(status: RunStatus) -> RunOutcome {
         RunOutcome {
             status,
-            wall_ms: 0,
+            wall: Duration::ZERO,
             peak_rss_bytes: 0,
             peak_reserved_bytes: 0,
             spilled_bytes: 0,
@@ -309,6 +310,8 @@ pub struct RunRow {
     pub workers: u32,
     pub tasks_total: Option<u64>,
     pub wall_ms: Option<u64>,
+    /// `wall_ms` to the µs (runs from before schema version 7: the middle of their whole ms).
+    pub wall_us: Option<u64>,
     pub peak_rss_bytes: Option<u64>,
     pub peak_reserved_bytes: Option<u64>,
     pub spilled_bytes: Option<u64>,

@@ -1,0 +1,69 @@
+//! What the plugins said of each kind of task under the vars of the run a prediction takes its
+//! measured figures from (the nearest alike run, [`super::alike`]). A plugin estimating from its
+//! data at dispatch saw that cycle's weather *and* its metadata (two thresholds where this cycle
+//! has six); a recorded time, too, is that of a task of that cycle's size. The weather only the
+//! data shows, but what the metadata changes each plugin says itself when asked of both: the
+//! recipe is compiled again with the alike run's vars, and its plugins' estimates for the same
+//! kinds of task are what the recorded figures are moved from ([`super::predict`]).
+
+use std::rc::Rc;
+
+use serde_json::{Map, Value};
+
+use crate::plan::Compiled;
+
+use super::history::History;
+use super::variants::Variants;
+
+/// Compiles the predicted recipe with another run's cycle id and vars; `None` when it no
+/// longer compiles with them.
+pub type Recompile<'a> = dyn Fn(&str, &Map<String, Value>) -> Option<Compiled> + 'a;
+
+/// The plugins' estimates for a recipe compiled with an alike run's vars.
+#[derive(Debug)]
+pub struct AlikePlan {
+    /// Per step: the plan's sample task's estimate.
+    sample_estimates: Vec<u64>,
+    variants: Variants,
+}
+
+impl AlikePlan {
+    fn new(compiled: &Compiled) -> AlikePlan {
+        AlikePlan {
+            sample_estimates: compiled.plan.steps.iter().map(|step| step.plugin_estimate).collect(),
+            variants: Variants::new(compiled),
+        }
+    }
+
+    /// What the plugin of `step` said, under that run's vars, of the kind of task `index` is.
+    pub fn estimate(&self, step: usize, index: u64) -> u64 {
+        self.variants.of(step, index).map_or(self.sample_estimates[step], |variant| variant.plugin_estimate)
+    }
+}
+
+/// Per step of `now`: the plan under the vars of the step's alike run, where they differ from
+/// `now`'s (`None` where they are the same, unknown, or no longer compile). The recipe is
+/// compiled once per distinct vars.
+pub fn per_step(history: &History, now: &Compiled, recompile: &Recompile<'_>) -> Vec<Option<Rc<AlikePlan>>> {
+    let vars_now = now.recipe.vars_map();
+    let mut compiled: Vec<(&str, Option<Rc<AlikePlan>>)> = Vec::new();
+    let same_steps = |then: &Compiled| then.plan.steps.len() == now.plan.steps.len();
+    history
+        .steps
+        .iter()
+        .map(|records| {
+            let (cycle, text) = records.alike_vars.as_ref()?;
+            if let Some((_, plan)) = compiled.iter().find(|(seen, _)| *seen == text.as_str()) {
+                return plan.clone();
+            }
+            let plan = match serde_json::from_str::<Map<String, Value>>(text) {
+                Ok(vars) if vars != vars_now => {
+                    recompile(cycle, &vars).filter(same_steps).map(|then| Rc::new(AlikePlan::new(&then)))
+                }
+                _ => None,
+            };
+            compiled.push((text, plan.clone()));
+            plan
+        })
+        .collect()
+}
