@@ -368,6 +368,47 @@ fn a_spill_is_predicted_where_the_real_run_spilled() {
 }
 
 #[test]
+fn a_spilled_buffer_is_predicted_written_and_read_back_at_the_spill_bandwidth() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "g.yaml", GATHER);
+    run_cycle(dir.path(), "g.yaml", "c1", "r1.json");
+    let predict = |bandwidth: &str, summary: &str| {
+        let args = ["simulate", "g.yaml", "--cycle", "c2", "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
+        let more = ["--spill-bandwidth", bandwidth, "--summary", summary];
+        let out = runner(dir.path(), &args.into_iter().chain(more).collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json(&dir.path().join(summary))
+    };
+    let predicted = predict("64MiB", "p.json");
+    let spilled = predicted["spilled_bytes"].as_f64().unwrap();
+    assert!(spilled > 0.0, "{predicted}");
+    let seconds_at_64_mib = spilled / (64.0 * MIB);
+    let steps = predicted["steps"].as_array().unwrap();
+    let gather = steps.iter().find(|step| step["step"] == "all").unwrap()["wall_s"].as_f64().unwrap();
+    // The gather reads its spilled inputs back; the run waits for them to be written first.
+    assert!(gather >= seconds_at_64_mib, "the gather takes {gather} s, reading {spilled} spilled bytes at 64 MiB/s");
+    let wall = predicted["wall_s"].as_f64().unwrap();
+    assert!(wall >= 2.0 * seconds_at_64_mib, "the run takes {wall} s, spilling {spilled} bytes at 64 MiB/s");
+    // Ten times the bandwidth, a tenth of the time (what the steps themselves take aside).
+    let faster = predict("640MiB", "q.json");
+    assert_eq!(faster["spilled_bytes"], predicted["spilled_bytes"]);
+    assert!(faster["wall_s"].as_f64().unwrap() < wall / 5.0, "{faster}");
+    assert_eq!(faster["spill_bandwidth"]["from"], "flag");
+    // Without the flag: as fast as the real run's spills were written, as the store has it.
+    let recorded = common::query(&dir.path().join("h.db"), "SELECT spilled_bytes, spill_us FROM runs");
+    let (bytes, micros): (f64, f64) = (recorded[0][0].parse().unwrap(), recorded[0][1].parse().unwrap());
+    assert!(bytes > 0.0 && micros > 0.0, "{recorded:?}");
+    let args = ["simulate", "g.yaml", "--cycle", "c2", "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
+    let out = runner(dir.path(), &args.into_iter().chain(["--summary", "l.json"]).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stderr(&out).contains("as fast as the recipe's recorded spills were written"), "{}", stderr(&out));
+    let learned = json(&dir.path().join("l.json"))["spill_bandwidth"].clone();
+    assert_eq!(learned["from"], "history");
+    let speed = learned["bytes_per_second"].as_f64().unwrap();
+    assert!((speed - bytes / (micros / 1e6)).abs() <= 1.0, "{learned} from {recorded:?}");
+}
+
+#[test]
 fn replay_simulate_prints_a_row_per_cycle_and_writes_predicted_and_recorded() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();

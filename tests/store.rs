@@ -193,6 +193,7 @@ fn schema_version_tables_and_columns() {
         "recorded_ms",
         "vars",
         "wall_us_rest",
+        "spill_us",
     ] {
         assert!(runs.iter().any(|c| c == column), "runs has no column {column}: {runs:?}");
     }

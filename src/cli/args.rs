@@ -144,9 +144,10 @@ pub(super) struct SimulateArgs {
     /// a second (a guess: a task touching its memory once).
     #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_speed)]
     pub(super) guess_speed: u64,
-    /// How fast a spill is taken to be written, per second.
-    #[arg(long, value_name = "SIZE", default_value = "1GiB", value_parser = parse_speed)]
-    pub(super) spill_bandwidth: u64,
+    /// How fast a spill is taken to be written, and read back by the tasks reading it, per
+    /// second [default: as fast as the recipe's recorded spills were written, else 1GiB]
+    #[arg(long, value_name = "SIZE", value_parser = parse_speed)]
+    pub(super) spill_bandwidth: Option<u64>,
     /// Have the ledger read every running task at each admission, as a local run's does: the
     /// same prediction, slower; for measuring what that costs as workers grow.
     #[arg(long, hide = true)]

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::ReplayArgs;
 use super::record;
-use super::simulate_cmd::{CriticalPathSummary, PredictedSummary};
+use super::simulate_cmd::{CriticalPathSummary, PredictedSummary, SpillBandwidth};
 use super::summary::RunSummary;
 use crate::plan::Compiled;
 use crate::simulate::{History, Recompile, SimOptions};
@@ -85,15 +85,16 @@ pub fn replay(
             continue;
         };
         let history = History::read(&store, &compiled, Some(row.run_id))?;
+        let spill = SpillBandwidth::choose(None, &history);
         let options = SimOptions {
             workers: workers.unwrap_or(row.workers.max(1) as usize),
             budget: budget.unwrap_or(row.budget_bytes),
-            spill_bandwidth: 1 << 30,
+            spill_bandwidth: spill.bytes_per_second,
             read_every_task: false,
         };
         let prediction =
             crate::simulate::predict(&mut compiled, &history, recompile, &options, guess_speed, None, false);
-        let summary = PredictedSummary::new(&compiled, &prediction, guess_speed);
+        let summary = PredictedSummary::new(&compiled, &prediction, guess_speed, spill);
         let entry = entry(summary, &row);
         print_row(&entry);
         predicted_any = true;

@@ -331,6 +331,7 @@ pub fn execute(
             peak_reserved_bytes: report.peak_reserved,
             spilled_bytes: report.spilled_bytes,
             spill_count: report.spill_count,
+            spill_wall: report.spills.iter().map(|spill| spill.wall).sum(),
             spill_error: report.spill_error.clone(),
             oversized: summary.oversized,
         }) {

@@ -33,12 +33,14 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
         Some(store) => History::read(&store, &compiled, None)?,
         None => History::none(&compiled),
     };
+    let spill = SpillBandwidth::choose(args.spill_bandwidth, &history);
+    let options = SimOptions { spill_bandwidth: spill.bytes_per_second, ..options };
     let sections = args.recipe.python.sections();
     let recompile = recompiler(registry, &args.recipe.recipe, &sections);
     let report = args.report.is_some();
     let prediction =
         crate::simulate::predict(&mut compiled, &history, &recompile, &options, args.guess_speed, cluster, report);
-    let summary = PredictedSummary::new(&compiled, &prediction, args.guess_speed);
+    let summary = PredictedSummary::new(&compiled, &prediction, args.guess_speed, spill);
     summary.print(&prediction);
     if let Some(path) = &args.summary {
         summary.write(path)?;
@@ -66,6 +68,53 @@ pub fn recompiler<'a>(
     }
 }
 
+/// Bytes a second a spill is taken to be written (and read back) at when neither
+/// `--spill-bandwidth` nor the recorded spills say.
+const DEFAULT_SPILL_BANDWIDTH: u64 = 1 << 30;
+
+/// Where the spill bandwidth of a prediction comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SpillBandwidthFrom {
+    /// `--spill-bandwidth`.
+    Flag,
+    /// The recipe's recorded spills.
+    History,
+    /// Neither: [`DEFAULT_SPILL_BANDWIDTH`].
+    Default,
+}
+
+/// How fast a prediction writes its spills and reads them back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct SpillBandwidth {
+    pub bytes_per_second: u64,
+    pub from: SpillBandwidthFrom,
+}
+
+impl SpillBandwidth {
+    /// `given` (the flag), else the speed of the recipe's recorded spills, else the default.
+    pub fn choose(given: Option<u64>, history: &History) -> SpillBandwidth {
+        match (given, history.spill_speed) {
+            (Some(bytes_per_second), _) => SpillBandwidth { bytes_per_second, from: SpillBandwidthFrom::Flag },
+            (None, Some(speed)) => {
+                SpillBandwidth { bytes_per_second: speed.bytes_per_second().max(1), from: SpillBandwidthFrom::History }
+            }
+            (None, None) => {
+                SpillBandwidth { bytes_per_second: DEFAULT_SPILL_BANDWIDTH, from: SpillBandwidthFrom::Default }
+            }
+        }
+    }
+
+    fn said(&self) -> String {
+        let source = match self.from {
+            SpillBandwidthFrom::Flag => "--spill-bandwidth",
+            SpillBandwidthFrom::History => "as fast as the recipe's recorded spills were written",
+            SpillBandwidthFrom::Default => "the default: no recorded run of the recipe spilled",
+        };
+        format!("{}/s ({source})", format_size(self.bytes_per_second))
+    }
+}
+
 /// Workers, budget and spill speed: `run`'s defaults, or a cluster's (no local budget).
 pub fn sim_options(args: &SimulateArgs, cluster: bool) -> anyhow::Result<SimOptions> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -82,7 +131,7 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool) -> anyhow::Result<SimOpti
     Ok(SimOptions {
         workers: args.workers.map_or(default_workers, |w| w as usize),
         budget,
-        spill_bandwidth: args.spill_bandwidth,
+        spill_bandwidth: DEFAULT_SPILL_BANDWIDTH,
         read_every_task: args.read_every_task,
     })
 }
@@ -146,6 +195,8 @@ pub struct PredictedSummary {
     /// The recorded cycles (nearest in vars) whose output sizes and data-following estimates
     /// the prediction took.
     pub alike_cycles: Vec<String>,
+    /// How fast spills were taken to be written and read back.
+    pub spill_bandwidth: SpillBandwidth,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSummary>,
 }
@@ -170,7 +221,12 @@ pub struct ClusterSummary {
 }
 
 impl PredictedSummary {
-    pub fn new(compiled: &Compiled, prediction: &Prediction, guess_speed: u64) -> PredictedSummary {
+    pub fn new(
+        compiled: &Compiled,
+        prediction: &Prediction,
+        guess_speed: u64,
+        spill_bandwidth: SpillBandwidth,
+    ) -> PredictedSummary {
         let simulated = &prediction.simulated;
         let mut run = RunSummary::new(&compiled.recipe, &simulated.report, simulated.peak_memory);
         let cluster = simulated.cluster.as_ref().map(|cluster| {
@@ -194,6 +250,7 @@ impl PredictedSummary {
             guess_speed_bytes: guess_speed,
             critical_path: CriticalPathSummary { steps: names, wall_s: prediction.critical_path.length.as_secs_f64() },
             alike_cycles: prediction.alike_cycles.clone(),
+            spill_bandwidth,
             cluster,
         }
     }
@@ -260,6 +317,9 @@ impl PredictedSummary {
                 "  output sizes and data-following estimates as recorded for the cycle with the nearest vars: {}",
                 self.alike_cycles.join(", ")
             );
+        }
+        if run.spilled_bytes > 0 {
+            say!("  spills written and read back at {}", self.spill_bandwidth.said());
         }
         if self.guesses > 0 {
             say!(

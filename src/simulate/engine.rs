@@ -370,7 +370,7 @@ impl Loop<'_> {
         state.collect_inputs(picked.task, &mut held.inputs, &mut held.counts);
         let model_peak =
             plan.steps[step].model.as_ref().map(|model| model.predict_peak(picked.plugin_estimate, picked.input_bytes));
-        let prediction = self.predictor.task(
+        let mut prediction = self.predictor.task(
             step,
             picked.task.index,
             as_planned,
@@ -379,6 +379,12 @@ impl Loop<'_> {
             model_peak,
             picked.estimate,
         );
+        // Its spilled inputs are read back from their files as fast as they were written.
+        let read_back = state.spilled_input_bytes(picked.task);
+        if read_back > 0 {
+            prediction.duration +=
+                Duration::from_secs_f64(read_back as f64 / self.options.spill_bandwidth.max(1) as f64);
+        }
         if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot(), prediction.peak) {
             state.ledger.stop_growing(picked.slot());
         }

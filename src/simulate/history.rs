@@ -16,7 +16,7 @@ use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN};
 use crate::estimate::{Observation, Params};
 use crate::plan::Compiled;
 use crate::plan::EstimateSource;
-use crate::store::{HistoryRun, RunFilter, Store, StoreError, TaskStatus};
+use crate::store::{HistoryRun, RunFilter, SpillSpeed, Store, StoreError, TaskStatus};
 
 use super::alike;
 use super::durations::{DurationModel, Timing};
@@ -61,6 +61,8 @@ pub struct StepRecords {
 #[derive(Debug, Clone, Default)]
 pub struct History {
     pub steps: Vec<StepRecords>,
+    /// How fast the recipe's recent spills were written (`None`: none recorded).
+    pub spill_speed: Option<SpillSpeed>,
 }
 
 impl History {
@@ -73,12 +75,13 @@ impl History {
             .iter()
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, Some(&vars)))
             .collect::<Result<_, _>>()?;
-        Ok(History { steps })
+        let spill_speed = store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?;
+        Ok(History { steps, spill_speed })
     }
 
     /// No history at all (every task's time and peak a guess).
     pub fn none(compiled: &Compiled) -> History {
-        History { steps: vec![StepRecords::default(); compiled.recipe.steps.len()] }
+        History { steps: vec![StepRecords::default(); compiled.recipe.steps.len()], spill_speed: None }
     }
 
     /// Makes each step's history the source of its estimates, as `run` does before it starts.

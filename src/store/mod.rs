@@ -54,6 +54,7 @@ pub use step_figures::StepFigures;
 pub use writer::{RunRecorder, RunWritten};
 
 use connect::Found;
+pub use runs::SpillSpeed;
 use runs::run_owner;
 pub(crate) use runs::status_now;
 

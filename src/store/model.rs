@@ -274,6 +274,8 @@ pub struct RunOutcome {
     pub peak_reserved_bytes: u64,
     pub spilled_bytes: u64,
     pub spill_count: u64,
+    /// How long writing the spills took, summed over them.
+    pub spill_wall: Duration,
     pub spill_error: Option<String>,
     pub oversized: u64,
 }
@@ -289,6 +291,7 @@ impl RunOutcome {
             peak_reserved_bytes: 0,
             spilled_bytes: 0,
             spill_count: 0,
+            spill_wall: Duration::ZERO,
             spill_error: None,
             oversized: 0,
         }

@@ -68,7 +68,49 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     })
 }
 
+/// What a recipe's recorded spills wrote, and how long writing took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpillSpeed {
+    pub bytes: u64,
+    pub wall_us: u64,
+    pub runs: u64,
+}
+
+impl SpillSpeed {
+    /// Bytes a second.
+    pub fn bytes_per_second(&self) -> u64 {
+        (self.bytes as f64 / (self.wall_us.max(1) as f64 / 1e6)) as u64
+    }
+}
+
 impl Store {
+    /// How fast the spills of the last `last` runs of `recipe` that spilled (before
+    /// `before_run` when given) were written; `None` when none of them recorded a spill's time.
+    pub fn spill_speed(
+        &self,
+        recipe: &str,
+        before_run: Option<i64>,
+        last: usize,
+    ) -> Result<Option<SpillSpeed>, StoreError> {
+        let what = "reading how fast a recipe's spills were written";
+        let (bytes, wall_us, runs): (Option<i64>, Option<i64>, i64) = self
+            .conn()
+            .query_row(
+                "SELECT sum(spilled_bytes), sum(spill_us), count(*) FROM (SELECT spilled_bytes, spill_us FROM runs \
+                 WHERE recipe = ?1 AND spill_us > 0 AND spilled_bytes > 0 AND (?2 IS NULL OR run_id < ?2) \
+                 ORDER BY run_id DESC LIMIT ?3)",
+                params![recipe, before_run, last as i64],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(|e| self.err(what, e))?;
+        Ok(match (bytes, wall_us) {
+            (Some(bytes), Some(wall_us)) if runs > 0 => {
+                Some(SpillSpeed { bytes: from_sql_int(bytes), wall_us: from_sql_int(wall_us), runs: runs as u64 })
+            }
+            _ => None,
+        })
+    }
+
     /// One run row.
     pub fn run(&self, run_id: i64) -> Result<Option<RunRow>, StoreError> {
         self.conn

@@ -317,8 +317,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 6: the microseconds past `wall_ms` (0-999; NULL in rows from before): `wall_ms` is
     // truncated, and a prediction of a cycle of sub-millisecond tasks needs their times.
     "ALTER TABLE task_rows ADD COLUMN wall_us_rest INTEGER;",
-    // 7: the same for a run's `wall_ms`: a prediction of a 5 ms cycle is compared with it.
-    "ALTER TABLE runs ADD COLUMN wall_us_rest INTEGER;",
+    // 7: the same for a run's `wall_ms` (a prediction of a 5 ms cycle is compared with it), and
+    // how long the run's spills took to write, in µs (how fast a simulation writes its spills).
+    "ALTER TABLE runs ADD COLUMN wall_us_rest INTEGER; ALTER TABLE runs ADD COLUMN spill_us INTEGER;",
 ];
 
 /// The schema version this code writes and understands.
