@@ -103,6 +103,34 @@ fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_
     assert_eq!(common::query(&dir.path().join("h.db"), "SELECT count(*) FROM runs"), [["3"]]);
 }
 
+#[test]
+fn what_a_run_costs_beyond_its_tasks_is_what_the_simulation_missed_of_the_alike_run() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    let simulate = |cycle: &str, summary: &str| {
+        let args = ["simulate", "h.yaml", "--cycle", cycle, "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
+        let out = runner(dir.path(), &args.into_iter().chain(["--summary", summary]).collect::<Vec<_>>());
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        (stderr(&out), json(&dir.path().join(summary)))
+    };
+    run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
+    // The first run ran its first tasks alone to measure them: no simulation with history
+    // repeats that, so its wall is no measure of the rest.
+    let (said, after_first) = simulate("c2", "p1.json");
+    assert!(after_first["overhead_s"].is_null(), "{after_first}");
+    assert!(!said.contains("of the wall beyond the tasks"), "{said}");
+    run_cycle(dir.path(), "h.yaml", "c2", "r2.json");
+    let (said, predicted) = simulate("c3", "p2.json");
+    assert!(said.contains("of the wall beyond the tasks"), "{said}");
+    // The same recipe and vars, so the same tasks at the times c2 recorded (the newest of the
+    // alike): the prediction is c2's recorded wall, its overhead what the clock missed of it.
+    let recorded = common::query(&dir.path().join("h.db"), "SELECT wall_ms * 1000 + wall_us_rest FROM runs");
+    let recorded_s = recorded[1][0].parse::<f64>().unwrap() / 1e6;
+    let (wall, overhead) = (predicted["wall_s"].as_f64().unwrap(), predicted["overhead_s"].as_f64().unwrap());
+    assert!((wall - recorded_s).abs() < 1e-4, "predicted {wall} s, c2 took {recorded_s} s");
+    assert!(overhead > 0.0, "the run took {recorded_s} s beside its tasks' {} s", wall - overhead);
+}
+
 /// Outputs whose size is a var: what a consumer's inputs hold follows the cycle's "weather".
 const FOLLOWING: &str = "recipe: sim-following
 vars:

@@ -197,6 +197,9 @@ pub struct PredictedSummary {
     pub alike_cycles: Vec<String>,
     /// How fast spills were taken to be written and read back.
     pub spill_bandwidth: SpillBandwidth,
+    /// Seconds of `wall_s` for what a run costs beyond its tasks, as the simulator missed it
+    /// on the alike runs (`null`: no recorded alike run, or a cluster).
+    pub overhead_s: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSummary>,
 }
@@ -251,6 +254,7 @@ impl PredictedSummary {
             critical_path: CriticalPathSummary { steps: names, wall_s: prediction.critical_path.length.as_secs_f64() },
             alike_cycles: prediction.alike_cycles.clone(),
             spill_bandwidth,
+            overhead_s: prediction.overhead,
             cluster,
         }
     }
@@ -320,6 +324,13 @@ impl PredictedSummary {
         }
         if run.spilled_bytes > 0 {
             say!("  spills written and read back at {}", self.spill_bandwidth.said());
+        }
+        if let Some(seconds) = self.overhead_s {
+            say!(
+                "  {:+.1} ms of the wall beyond the tasks (starting, claiming and recording tasks, freeing buffers): \
+                 what the simulation missed of the alike runs' recorded walls",
+                seconds * 1e3
+            );
         }
         if self.guesses > 0 {
             say!(

@@ -25,13 +25,17 @@ pub struct AlikePlan {
     /// Per step: the plan's sample task's estimate.
     sample_estimates: Vec<u64>,
     variants: Variants,
+    /// The recipe as compiled with those vars, its plan learned from the history (what the
+    /// alike run is simulated on, [`super::calibrate`]).
+    pub compiled: Compiled,
 }
 
 impl AlikePlan {
-    fn new(compiled: &Compiled) -> AlikePlan {
+    fn new(compiled: Compiled) -> AlikePlan {
         AlikePlan {
             sample_estimates: compiled.plan.steps.iter().map(|step| step.plugin_estimate).collect(),
-            variants: Variants::new(compiled),
+            variants: Variants::new(&compiled),
+            compiled,
         }
     }
 
@@ -57,9 +61,12 @@ pub fn per_step(history: &History, now: &Compiled, recompile: &Recompile<'_>) ->
                 return plan.clone();
             }
             let plan = match serde_json::from_str::<Map<String, Value>>(text) {
-                Ok(vars) if vars != vars_now => {
-                    recompile(cycle, &vars).filter(same_steps).map(|then| Rc::new(AlikePlan::new(&then)))
-                }
+                Ok(vars) if vars != vars_now => recompile(cycle, &vars).filter(same_steps).map(|then| {
+                    // What the plugins said, then the plan learned as this cycle's has.
+                    let mut plan = AlikePlan::new(then);
+                    history.learn_footprints(&mut plan.compiled);
+                    Rc::new(plan)
+                }),
                 _ => None,
             };
             compiled.push((text, plan.clone()));

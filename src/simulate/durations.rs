@@ -98,15 +98,6 @@ impl DurationModel {
         Duration::from_secs_f64(seconds.max(0.0))
     }
 
-    /// How many times longer a task of figures `now` (plugin estimate, input bytes) takes than
-    /// one of figures `then`: 1 where either's basis is unknown or zero.
-    pub fn scale(&self, now: (u64, u64), then: (u64, u64)) -> f64 {
-        match (self.basis.of(now.0, now.1), self.basis.of(then.0, then.1)) {
-            (Some(now), Some(then)) if now > 0.0 && then > 0.0 => now / then,
-            _ => 1.0,
-        }
-    }
-
     /// A typical task's time (the window's mean), for people.
     pub fn typical(&self) -> Duration {
         Duration::from_secs_f64(self.mean)

@@ -16,7 +16,7 @@ use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN};
 use crate::estimate::{Observation, Params};
 use crate::plan::Compiled;
 use crate::plan::EstimateSource;
-use crate::store::{HistoryRun, RunFilter, SpillSpeed, Store, StoreError, TaskStatus};
+use crate::store::{HistoryRun, RunFilter, RunRow, RunStatus, SpillSpeed, Store, StoreError, TaskStatus};
 
 use super::alike;
 use super::durations::{DurationModel, Timing};
@@ -54,6 +54,8 @@ pub struct StepRecords {
     /// The nearest alike run's cycle id and vars (JSON text), under which its plugins
     /// estimated: what this cycle's metadata changes is measured against them.
     pub alike_vars: Option<(String, String)>,
+    /// The alike runs (run ids) and their weights.
+    pub alike_runs: Vec<(i64, f64)>,
     pub longest: Option<Duration>,
 }
 
@@ -63,6 +65,19 @@ pub struct History {
     pub steps: Vec<StepRecords>,
     /// How fast the recipe's recent spills were written (`None`: none recorded).
     pub spill_speed: Option<SpillSpeed>,
+    /// The runs the alike figures come from, as they ran (empty when any of them did not
+    /// finish ok or has no wall recorded).
+    pub alike_runs: Vec<AlikeRun>,
+}
+
+/// A run the alike figures come from: how long it took, with which workers and budget.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AlikeRun {
+    pub wall: Duration,
+    pub workers: usize,
+    pub budget: u64,
+    /// Its weight among the alike runs (they sum to 1).
+    pub weight: f64,
 }
 
 impl History {
@@ -74,14 +89,19 @@ impl History {
             .steps
             .iter()
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, Some(&vars)))
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
         let spill_speed = store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?;
-        Ok(History { steps, spill_speed })
+        let alike_runs = alike_runs(store, &steps)?;
+        Ok(History { steps, spill_speed, alike_runs })
     }
 
     /// No history at all (every task's time and peak a guess).
     pub fn none(compiled: &Compiled) -> History {
-        History { steps: vec![StepRecords::default(); compiled.recipe.steps.len()], spill_speed: None }
+        History {
+            steps: vec![StepRecords::default(); compiled.recipe.steps.len()],
+            spill_speed: None,
+            alike_runs: Vec::new(),
+        }
     }
 
     /// Makes each step's history the source of its estimates, as `run` does before it starts.
@@ -119,6 +139,30 @@ impl History {
     }
 }
 
+/// The runs the first step with alike figures took them from, as they ran; none when any of
+/// them did not finish ok, has no recorded wall, or was the recipe's first (without history,
+/// its first tasks ran alone to be measured, which a simulation with history does not repeat).
+fn alike_runs(store: &Store, steps: &[StepRecords]) -> Result<Vec<AlikeRun>, StoreError> {
+    let Some(records) = steps.iter().find(|records| !records.alike_runs.is_empty()) else { return Ok(Vec::new()) };
+    let mut runs = Vec::with_capacity(records.alike_runs.len());
+    for &(run_id, weight) in &records.alike_runs {
+        match store.run(run_id)? {
+            Some(RunRow { status: RunStatus::Ok, wall_us: Some(wall_us), workers, budget_bytes, recipe, .. })
+                if store.has_run_before(&recipe, run_id)? =>
+            {
+                runs.push(AlikeRun {
+                    wall: Duration::from_micros(wall_us),
+                    workers: workers.max(1) as usize,
+                    budget: budget_bytes,
+                    weight,
+                })
+            }
+            _ => return Ok(Vec::new()),
+        }
+    }
+    Ok(runs)
+}
+
 /// Recorded runs a prediction looks through for the cycle most like its own.
 pub const ALIKE_RUNS: usize = 64;
 
@@ -142,6 +186,7 @@ pub fn read_step(
         Some(vars) => alike::alike(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>()),
         None => runs.len().checked_sub(1).map(|newest| (newest, 1.0)).into_iter().collect(),
     };
+    records.alike_runs = alike.iter().map(|&(at, weight)| (runs[at].run_id, weight)).collect();
     let mut taken = Vec::with_capacity(alike.len());
     for (at, weight) in alike {
         taken.push((read_alike(store, &runs[at], step)?, weight));

@@ -7,6 +7,7 @@
 
 pub mod alike;
 pub mod alike_plan;
+pub mod calibrate;
 pub mod cluster;
 pub mod critical_path;
 pub mod durations;
@@ -33,6 +34,10 @@ pub struct Prediction {
     /// The recorded cycles, nearest in vars to this one, whose output sizes and data-following
     /// estimates the prediction used ([`History::alike_cycles`]).
     pub alike_cycles: Vec<String>,
+    /// Seconds added to the simulated wall for what a run costs beyond its tasks, as the
+    /// simulator missed it on the alike runs ([`calibrate`]; `None`: none recorded, or a
+    /// cluster).
+    pub overhead: Option<f64>,
 }
 
 /// Predicts a run of `compiled` from `history`: its plan learns from it (as `run` learns from
@@ -51,9 +56,18 @@ pub fn predict(
 ) -> Prediction {
     history.learn_footprints(compiled);
     let alike_plans = alike_plan::per_step(history, compiled, recompile);
+    // The alike runs ran the recipe as compiled with their vars (this cycle's, when the same).
+    let then = alike_plans.iter().flatten().next().cloned();
     let predictor = Predictor::new(compiled, history, alike_plans, guess_speed);
-    let simulated = engine::simulate(compiled, &predictor, options, cluster.map(Cluster::new), record_tasks);
+    let local = cluster.is_none();
+    let mut simulated = engine::simulate(compiled, &predictor, options, cluster.map(Cluster::new), record_tasks);
     let critical_path = critical_path::critical_path(&compiled.graph, &simulated.longest);
     let durations = (0..compiled.recipe.steps.len()).map(|s| predictor.duration_model(s).copied()).collect();
-    Prediction { simulated, critical_path, durations, alike_cycles: history.alike_cycles() }
+    let then = then.as_ref().map_or(&*compiled, |plan| &plan.compiled);
+    let overhead = local.then(|| calibrate::overhead(then, history, options, guess_speed)).flatten();
+    if let Some(seconds) = overhead {
+        let report = &mut simulated.report;
+        report.wall = calibrate::with_overhead(report.wall, seconds, critical_path.length);
+    }
+    Prediction { simulated, critical_path, durations, alike_cycles: history.alike_cycles(), overhead }
 }

@@ -210,14 +210,20 @@ impl Predictor {
             let recorded = alike.map(|r| r.output_bytes).or(prediction.recorded_output_bytes);
             recorded.map_or(prediction.output_bytes, |bytes| (bytes as f64 * prediction.output_scale) as u64)
         };
+        // A file's size no plan knows: the alike run's, of the same task or the step's median.
+        let file_bytes = alike.map_or(prediction.recorded_file_bytes, |r| r.file_bytes);
         // The alike run's time for the same task, which followed that cycle's weather as its
-        // output did (scaled as the step's model scales a task of the size the metadata now
-        // makes it); else the step's duration model; else a guess.
+        // output did; where this cycle's metadata makes the task another size (six thresholds
+        // where it had two), scaled by the bytes it reads and writes (a threshold task writes
+        // three times as much, and a smoothing of its output reads and writes three times as
+        // much). Else the step's duration model; else a guess.
         let recorded_wall = alike.map(|r| {
             let wall = Duration::from_micros(r.wall_us);
-            match (&prediction.duration, self.planned_now_and_then(step, index)) {
-                (Some(model), Some(_)) => {
-                    wall.mul_f64(model.scale((plugin_estimate, input_bytes), (r.plugin_estimate, r.input_bytes)))
+            let touched_then = r.input_bytes + r.output_bytes + r.file_bytes;
+            let touched_now = input_bytes + output_bytes + file_bytes;
+            match self.planned_now_and_then(step, index) {
+                Some(_) if touched_then > 0 && touched_now > 0 => {
+                    wall.mul_f64(touched_now as f64 / touched_then as f64)
                 }
                 _ => wall,
             }
@@ -227,8 +233,6 @@ impl Predictor {
             (None, Some(model)) => (model.predict(plugin_estimate, input_bytes), false),
             (None, None) => (Duration::from_secs_f64(reserved as f64 / self.guess_speed as f64), true),
         };
-        // A file's size no plan knows: the alike run's, of the same task or the step's median.
-        let file_bytes = alike.map_or(prediction.recorded_file_bytes, |r| r.file_bytes);
         TaskPrediction { duration, peak: peak.unwrap_or(reserved), output_bytes, file_bytes, guessed }
     }
 

@@ -111,6 +111,17 @@ impl Store {
         })
     }
 
+    /// Whether `recipe` has a run recorded before run `run_id`.
+    pub fn has_run_before(&self, recipe: &str, run_id: i64) -> Result<bool, StoreError> {
+        self.conn()
+            .query_row(
+                "SELECT EXISTS (SELECT 1 FROM runs WHERE recipe = ?1 AND run_id < ?2)",
+                params![recipe, run_id],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err("looking for an earlier run of a recipe", e))
+    }
+
     /// One run row.
     pub fn run(&self, run_id: i64) -> Result<Option<RunRow>, StoreError> {
         self.conn
