@@ -28,13 +28,12 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
     guard.protect_store(&db).protect_recipe(&args.recipe.recipe, &compiled);
     guard.check_summary_and_report(args.summary.as_deref(), args.report.as_deref())?;
     let cluster = cluster_shape(&args)?;
-    let options = sim_options(&args, cluster.is_some())?;
     let history = match record::open_history(&db)? {
         Some(store) => History::read(&store, &compiled, None)?,
         None => History::none(&compiled),
     };
     let spill = SpillBandwidth::choose(args.spill_bandwidth, &history);
-    let options = SimOptions { spill_bandwidth: spill.bytes_per_second, ..options };
+    let options = sim_options(&args, cluster.is_some(), spill.bytes_per_second)?;
     let sections = args.recipe.python.sections();
     let recompile = recompiler(registry, &args.recipe.recipe, &sections);
     let report = args.report.is_some();
@@ -97,7 +96,7 @@ impl SpillBandwidth {
         match (given, history.spill_speed) {
             (Some(bytes_per_second), _) => SpillBandwidth { bytes_per_second, from: SpillBandwidthFrom::Flag },
             (None, Some(speed)) => {
-                SpillBandwidth { bytes_per_second: speed.bytes_per_second().max(1), from: SpillBandwidthFrom::History }
+                SpillBandwidth { bytes_per_second: speed.bytes_per_second(), from: SpillBandwidthFrom::History }
             }
             (None, None) => {
                 SpillBandwidth { bytes_per_second: DEFAULT_SPILL_BANDWIDTH, from: SpillBandwidthFrom::Default }
@@ -116,7 +115,7 @@ impl SpillBandwidth {
 }
 
 /// Workers, budget and spill speed: `run`'s defaults, or a cluster's (no local budget).
-pub fn sim_options(args: &SimulateArgs, cluster: bool) -> anyhow::Result<SimOptions> {
+pub fn sim_options(args: &SimulateArgs, cluster: bool, spill_bandwidth: u64) -> anyhow::Result<SimOptions> {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let default_workers = if cluster { SLURM_JOBS_IN_FLIGHT } else { cpus };
     let budget = match (args.budget, cluster) {
@@ -131,7 +130,7 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool) -> anyhow::Result<SimOpti
     Ok(SimOptions {
         workers: args.workers.map_or(default_workers, |w| w as usize),
         budget,
-        spill_bandwidth: DEFAULT_SPILL_BANDWIDTH,
+        spill_bandwidth,
         read_every_task: args.read_every_task,
     })
 }

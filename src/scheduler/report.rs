@@ -68,11 +68,6 @@ impl TaskFigures {
     pub fn start_ms(&self) -> u64 {
         self.started.as_millis() as u64
     }
-
-    /// The microseconds of its wall time past [`Self::wall_ms`] (0-999), as the store keeps them.
-    pub fn wall_us_rest(&self) -> u64 {
-        u64::from(self.wall.subsec_micros() % 1000)
-    }
 }
 
 impl Default for TaskFigures {

@@ -30,8 +30,8 @@ pub struct Recorded {
     pub file_bytes: u64,
     /// How long it took, in µs: like its output, what its weather made it.
     pub wall_us: u64,
-    /// What its inputs held (with its plugin estimate, what its time is scaled from when this
-    /// cycle's task is another size).
+    /// What its inputs held (with its output and file, the bytes its time is scaled from when
+    /// this cycle's metadata makes the task another size).
     pub input_bytes: u64,
 }
 
@@ -66,7 +66,7 @@ pub struct History {
     /// How fast the recipe's recent spills were written (`None`: none recorded).
     pub spill_speed: Option<SpillSpeed>,
     /// The runs the alike figures come from, as they ran (empty when any of them did not
-    /// finish ok or has no wall recorded).
+    /// finish ok, has no wall recorded or was the recipe's first).
     pub alike_runs: Vec<AlikeRun>,
 }
 

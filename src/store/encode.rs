@@ -213,7 +213,7 @@ fn row_cells<'a>(task: &'a TaskRecord, block: &BlockDefaults) -> [Cell<'a>; ROW_
         int(task.figures.wall_ms()),
         Cell::Int(i64::from(task.worker)),
         int(task.figures.start_ms()),
-        int(task.figures.wall_us_rest()),
+        int(super::micros_past_ms(task.figures.wall)),
     ]
 }
 
@@ -396,7 +396,7 @@ fn finish_run(
             to_sql_int(counts.estimate_sum),
             to_sql_int(counts.peak_sum),
             to_sql_int(counts.recorded_ms.max(wall_ms)),
-            figure(outcome.wall.as_micros() as u64 % 1000),
+            figure(super::micros_past_ms(outcome.wall)),
             figure(outcome.spill_wall.as_micros() as u64),
         ],
     )?;

@@ -130,6 +130,17 @@ pub(crate) fn from_sql_int(value: i64) -> u64 {
     u64::try_from(value).unwrap_or(0)
 }
 
+/// The µs of `wall` past its whole ms (0-999): what the store keeps beside a truncated `_ms`.
+pub(crate) fn micros_past_ms(wall: std::time::Duration) -> u64 {
+    u64::from(wall.subsec_micros() % 1000)
+}
+
+/// A time kept as whole ms and the µs past them, in µs; rows from before the µs were kept
+/// (`rest` NULL) read as the middle of their ms.
+pub(crate) fn micros(ms: u64, rest: Option<u64>) -> u64 {
+    ms * 1000 + rest.unwrap_or(500)
+}
+
 /// Hashes are any 64 bits; SQLite keeps them as the i64 with the same bits.
 pub(crate) fn hash_to_sql(hash: u64) -> i64 {
     hash as i64

@@ -185,7 +185,7 @@ fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask
         peak_source: text(9)?.and_then(PeakSource::parse),
         output_bytes: int(10)?,
         wall_ms: int(11)?,
-        wall_us: int(11)? * 1000 + row.get::<_, Option<i64>>(13)?.map_or(500, from_sql_int),
+        wall_us: super::micros(int(11)?, row.get::<_, Option<i64>>(13)?.map(from_sql_int)),
         file_bytes: int(12)?,
     })
 }

@@ -36,6 +36,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     let opt = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map(from_sql_int));
     let status: String = row.get(5)?;
     let executor: String = row.get(6)?;
+    let wall_us_rest = opt(31)?;
     Ok(RunRow {
         run_id: row.get(0)?,
         recipe: row.get(1)?,
@@ -48,7 +49,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         workers: row.get(8)?,
         tasks_total: opt(9)?,
         wall_ms: opt(10)?,
-        wall_us: opt(10)?.map(|ms| Ok::<_, rusqlite::Error>(ms * 1000 + opt(31)?.unwrap_or(500))).transpose()?,
+        wall_us: opt(10)?.map(|ms| super::micros(ms, wall_us_rest)),
         peak_rss_bytes: opt(11)?,
         peak_reserved_bytes: opt(12)?,
         spilled_bytes: opt(13)?,
@@ -73,13 +74,12 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
 pub struct SpillSpeed {
     pub bytes: u64,
     pub wall_us: u64,
-    pub runs: u64,
 }
 
 impl SpillSpeed {
-    /// Bytes a second.
+    /// Bytes a second (at least 1).
     pub fn bytes_per_second(&self) -> u64 {
-        (self.bytes as f64 / (self.wall_us.max(1) as f64 / 1e6)) as u64
+        ((self.bytes as f64 / (self.wall_us.max(1) as f64 / 1e6)) as u64).max(1)
     }
 }
 
@@ -93,22 +93,20 @@ impl Store {
         last: usize,
     ) -> Result<Option<SpillSpeed>, StoreError> {
         let what = "reading how fast a recipe's spills were written";
-        let (bytes, wall_us, runs): (Option<i64>, Option<i64>, i64) = self
+        let (bytes, wall_us): (Option<i64>, Option<i64>) = self
             .conn()
             .query_row(
-                "SELECT sum(spilled_bytes), sum(spill_us), count(*) FROM (SELECT spilled_bytes, spill_us FROM runs \
+                "SELECT sum(spilled_bytes), sum(spill_us) FROM (SELECT spilled_bytes, spill_us FROM runs \
                  WHERE recipe = ?1 AND spill_us > 0 AND spilled_bytes > 0 AND (?2 IS NULL OR run_id < ?2) \
                  ORDER BY run_id DESC LIMIT ?3)",
                 params![recipe, before_run, last as i64],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .map_err(|e| self.err(what, e))?;
-        Ok(match (bytes, wall_us) {
-            (Some(bytes), Some(wall_us)) if runs > 0 => {
-                Some(SpillSpeed { bytes: from_sql_int(bytes), wall_us: from_sql_int(wall_us), runs: runs as u64 })
-            }
-            _ => None,
-        })
+        // Sums over no rows are NULL.
+        Ok(bytes
+            .zip(wall_us)
+            .map(|(bytes, wall_us)| SpillSpeed { bytes: from_sql_int(bytes), wall_us: from_sql_int(wall_us) }))
     }
 
     /// Whether `recipe` has a run recorded before run `run_id`.

@@ -130,6 +130,9 @@ impl<'g> State<'g> {
     /// Bytes of `task`'s inputs that are in spill files now, which it reads back from disk (a
     /// simulation's cost of reading them).
     pub fn spilled_input_bytes(&self, task: TaskRef) -> u64 {
+        if self.spill_count == 0 {
+            return 0;
+        }
         let mut spilled = 0;
         for &edge in &self.graph.steps[task.step].inputs {
             let producer = self.graph.edges[edge].producer;
