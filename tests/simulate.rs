@@ -566,3 +566,62 @@ fn history_durations_shows_each_step_s_time_model_as_text_and_json() {
         assert!(model["basis"].is_string() && model["error"].is_number(), "{row}");
     }
 }
+
+/// Rain whose cells fall anew each cycle (`{cycle}` in the seed) or in the same places every
+/// cycle, over members and a grid that sets each task's size.
+fn rain(seed: &str) -> String {
+    format!(
+        r#"recipe: sim-rain
+dims:
+  member: 6
+  grid: [300, 600]
+steps:
+  field:
+    plugin: synth
+    over: [member, grid]
+    args: {{ny: "{{grid}}", nx: "{{grid}}", wet_fraction: 0.3, seed: "{seed}"}}
+  smooth:
+    plugin: nbhood
+    over: [member, grid]
+    inputs: {{field: field}}
+    args: {{radius: 5, shape: square}}
+"#
+    )
+}
+
+/// [`rain`] run for three cycles, then its fourth predicted: what `simulate` said, and its summary.
+fn rain_predicted(seed: &str) -> (String, Json) {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", &rain(seed));
+    for cycle in ["c1", "c2", "c3"] {
+        run_cycle(dir.path(), "f.yaml", cycle, &format!("{cycle}.json"));
+    }
+    let args = ["simulate", "f.yaml", "--cycle", "c4", "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
+    let out = runner(dir.path(), &args.into_iter().chain(["--summary", "p.json"]).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    (stderr(&out), json(&dir.path().join("p.json")))
+}
+
+#[test]
+fn where_rain_falls_anew_each_cycle_the_recorded_figures_are_dealt_out_over_the_members() {
+    let _shared = beside_others();
+    let (said, predicted) = rain_predicted("{cycle}/{member}/{grid}");
+    let dealings = &predicted["dealings"];
+    // Not over `grid`: it sets each task's size, which no dealing may move.
+    assert_eq!(dealings["dims"], serde_json::json!(["member"]), "{predicted}");
+    assert_eq!(dealings["count"], 9);
+    let range = &dealings["peak_reserved_bytes"];
+    let (low, high) = (range["min"].as_u64().unwrap(), range["max"].as_u64().unwrap());
+    let peak = predicted["peak_reserved_bytes"].as_u64().unwrap();
+    assert!(low < high, "the dealings put other tasks together: {range}");
+    assert!((low..=high).contains(&peak), "the median dealing's {peak} is within {range}");
+    assert!(said.contains("over 9 dealings of the recorded figures over member"), "{said}");
+}
+
+#[test]
+fn where_rain_falls_in_the_same_places_each_cycle_each_task_keeps_its_recorded_figures() {
+    let _shared = beside_others();
+    let (said, predicted) = rain_predicted("{member}/{grid}");
+    assert_eq!(predicted["dealings"], Json::Null, "{predicted}");
+    assert!(!said.contains("dealings"), "{said}");
+}

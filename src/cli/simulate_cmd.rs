@@ -199,8 +199,27 @@ pub struct PredictedSummary {
     /// Seconds of `wall_s` for what a run costs beyond its tasks, as the simulator missed it
     /// on the alike runs (`null`: no recorded alike run, or a cluster).
     pub overhead_s: Option<f64>,
+    /// The range over the dealings of where the recorded weather falls (`null`: the recorded
+    /// tasks' figures kept to their tasks).
+    pub dealings: Option<DealingsSummary>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cluster: Option<ClusterSummary>,
+}
+
+/// What the dealings of a prediction gave ([`crate::simulate::deal`]).
+#[derive(Debug, Serialize)]
+pub struct DealingsSummary {
+    pub count: u64,
+    /// The dims whose coordinates the recorded figures were dealt out over.
+    pub dims: Vec<String>,
+    pub peak_reserved_bytes: Range<u64>,
+    pub wall_s: Range<f64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Range<T> {
+    pub min: T,
+    pub max: T,
 }
 
 #[derive(Debug, Serialize)]
@@ -254,6 +273,12 @@ impl PredictedSummary {
             alike_cycles: prediction.alike_cycles.clone(),
             spill_bandwidth,
             overhead_s: prediction.overhead,
+            dealings: prediction.dealt.as_ref().map(|dealt| DealingsSummary {
+                count: dealt.dealings,
+                dims: dealt.dims.clone(),
+                peak_reserved_bytes: Range { min: dealt.peak_reserved.0, max: dealt.peak_reserved.1 },
+                wall_s: Range { min: dealt.wall.0.as_secs_f64(), max: dealt.wall.1.as_secs_f64() },
+            }),
             cluster,
         }
     }
@@ -319,6 +344,18 @@ impl PredictedSummary {
             say!(
                 "  output sizes and data-following estimates as recorded for the cycle with the nearest vars: {}",
                 self.alike_cycles.join(", ")
+            );
+        }
+        if let Some(dealt) = &self.dealings {
+            say!(
+                "  peak reserved {} to {} and wall {:.2} to {:.2} s over {} dealings of the recorded figures over {} \
+                 (the median dealing shown): the recent runs' tasks did not keep their sizes from run to run",
+                format_size(dealt.peak_reserved_bytes.min),
+                format_size(dealt.peak_reserved_bytes.max),
+                dealt.wall_s.min,
+                dealt.wall_s.max,
+                dealt.count,
+                dealt.dims.join(" × "),
             );
         }
         if run.spilled_bytes > 0 {

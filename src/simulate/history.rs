@@ -57,7 +57,14 @@ pub struct StepRecords {
     /// The alike runs (run ids) and their weights.
     pub alike_runs: Vec<(i64, f64)>,
     pub longest: Option<Duration>,
+    /// Of the last [`PATTERN_RUNS`] runs (oldest first), what each sampled task's data made
+    /// of it (its plugin estimate, output and file bytes, summed), by task index: whether
+    /// these keep to their tasks from one run to the next ([`super::deal`]).
+    pub data_figures: Vec<HashMap<u64, u64>>,
 }
+
+/// Runs whose per-task figures are compared, each with the one before it.
+pub const PATTERN_RUNS: usize = 4;
 
 /// Each step's records, in the recipe's step order.
 #[derive(Debug, Clone, Default)]
@@ -197,12 +204,16 @@ pub fn read_step(
     let mut longest_ms = 0;
     for (index, run) in runs.iter().enumerate() {
         let age = (runs.len() - 1 - index) as u32;
+        let mut figures = (age < PATTERN_RUNS as u32).then(HashMap::new);
         store.step_tasks(run.run_id, step, HISTORY_TASKS_PER_RUN, |task| {
             // Reused tasks were measured by the run they come from; skipped ones not at all.
             if matches!(task.status, TaskStatus::Skipped | TaskStatus::Reused) {
                 return;
             }
             let plugin_estimate = task.plugin_estimate_bytes.unwrap_or(0);
+            if let (Some(figures), Some(index)) = (figures.as_mut(), task.task_index) {
+                figures.insert(index, plugin_estimate + task.output_bytes + task.file_bytes);
+            }
             records.observations.push(Observation {
                 age,
                 peak: task.peak_bytes,
@@ -220,6 +231,7 @@ pub fn read_step(
             });
             longest_ms = longest_ms.max(task.wall_ms);
         })?;
+        records.data_figures.extend(figures);
     }
     records.longest = (!runs.is_empty()).then(|| Duration::from_millis(longest_ms));
     Ok(records)

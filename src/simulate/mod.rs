@@ -10,6 +10,7 @@ pub mod alike_plan;
 pub mod calibrate;
 pub mod cluster;
 pub mod critical_path;
+pub mod deal;
 pub mod durations;
 pub mod engine;
 pub mod history;
@@ -38,6 +39,9 @@ pub struct Prediction {
     /// simulator missed it on the alike runs ([`calibrate`]; `None`: none recorded, or a
     /// cluster).
     pub overhead: Option<f64>,
+    /// The range the dealings of the recorded weather gave ([`deal`]; `None`: the recorded
+    /// labels kept).
+    pub dealt: Option<deal::Dealt>,
 }
 
 /// Predicts a run of `compiled` from `history`: its plan learns from it (as `run` learns from
@@ -58,16 +62,25 @@ pub fn predict(
     let alike_plans = alike_plan::per_step(history, compiled, recompile);
     // The alike runs ran the recipe as compiled with their vars (this cycle's, when the same).
     let then = alike_plans.iter().flatten().next().cloned();
-    let predictor = Predictor::new(compiled, history, alike_plans, guess_speed);
+    let mut predictor = Predictor::new(compiled, history, alike_plans, guess_speed);
     let local = cluster.is_none();
-    let mut simulated = engine::simulate(compiled, &predictor, options, cluster.map(Cluster::new), record_tasks);
+    let simulate = |predictor: &Predictor, record_tasks| {
+        engine::simulate(compiled, predictor, options, cluster.map(Cluster::new), record_tasks)
+    };
+    let dealt = deal::dims_to_deal(compiled, predictor.variants(), history);
+    let mut dealt = dealt.map(|dims| deal::median(compiled, &dims, &mut predictor, |p| simulate(p, false).report));
+    let mut simulated = simulate(&predictor, record_tasks);
     let critical_path = critical_path::critical_path(&compiled.graph, &simulated.longest);
     let durations = (0..compiled.recipe.steps.len()).map(|s| predictor.duration_model(s).copied()).collect();
     let then = then.as_ref().map_or(&*compiled, |plan| &plan.compiled);
     let overhead = local.then(|| calibrate::overhead(then, history, options, guess_speed)).flatten();
     if let Some(seconds) = overhead {
+        let with_overhead = |wall| calibrate::with_overhead(wall, seconds, critical_path.length);
         let report = &mut simulated.report;
-        report.wall = calibrate::with_overhead(report.wall, seconds, critical_path.length);
+        report.wall = with_overhead(report.wall);
+        if let Some(dealt) = &mut dealt {
+            dealt.wall = (with_overhead(dealt.wall.0), with_overhead(dealt.wall.1));
+        }
     }
-    Prediction { simulated, critical_path, durations, alike_cycles: history.alike_cycles(), overhead }
+    Prediction { simulated, critical_path, durations, alike_cycles: history.alike_cycles(), overhead, dealt }
 }

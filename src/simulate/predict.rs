@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::plan::Compiled;
 
 use super::alike_plan::AlikePlan;
+use super::deal::Dealing;
 use super::durations::DurationModel;
 use super::history::{History, Recorded};
 use super::variants::Variants;
@@ -62,6 +63,8 @@ pub struct Predictor {
     /// What the plugins say of each kind of task where the plan's sample task may not speak for all.
     variants: Variants,
     guess_speed: u64,
+    /// Which recorded task each task takes its data-made figures from ([`super::deal`]).
+    dealing: Dealing,
 }
 
 impl Predictor {
@@ -110,7 +113,27 @@ impl Predictor {
                 follows_data: step.plugin.estimate_follows_data(),
             })
             .collect();
-        Predictor { steps, variants: Variants::new(compiled), guess_speed: guess_speed.max(1) }
+        Predictor {
+            steps,
+            variants: Variants::new(compiled),
+            guess_speed: guess_speed.max(1),
+            dealing: Dealing::as_recorded(),
+        }
+    }
+
+    /// From now on, each task takes its data-made figures from the recorded task `dealing` gives.
+    pub fn deal(&mut self, dealing: Dealing) {
+        self.dealing = dealing;
+    }
+
+    /// What the plugins say of each kind of task.
+    pub(crate) fn variants(&self) -> &Variants {
+        &self.variants
+    }
+
+    /// The alike run's record whose data-made figures task `index` of `step` takes.
+    fn dealt(&self, step: usize, index: u64) -> Option<&Recorded> {
+        self.steps[step].by_index.get(&self.dealing.task(step, index))
     }
 
     /// What a plugin that estimates at dispatch from its inputs (which a simulation does not
@@ -118,7 +141,7 @@ impl Predictor {
     /// cycle — else its estimate on the plan's metadata.
     pub fn dispatch_estimate(&self, step: usize, index: u64) -> u64 {
         let prediction = &self.steps[step];
-        let estimate = prediction.by_index.get(&index).map_or(prediction.dispatch_estimate, |r| r.plugin_estimate);
+        let estimate = self.dealt(step, index).map_or(prediction.dispatch_estimate, |r| r.plugin_estimate);
         if prediction.follows_data {
             self.moved_to_now(step, index, estimate)
         } else {
@@ -173,7 +196,7 @@ impl Predictor {
         {
             return Some(variant.plugin_estimate).filter(|&e| e > 0);
         }
-        let recorded = prediction.by_index.get(&index).map(|r| r.plugin_estimate).filter(|&e| e > 0)?;
+        let recorded = self.dealt(step, index).map(|r| r.plugin_estimate).filter(|&e| e > 0)?;
         Some(if prediction.follows_data {
             self.moved_to_now(step, index, recorded)
         } else {
@@ -199,8 +222,8 @@ impl Predictor {
         reserved: u64,
     ) -> TaskPrediction {
         let prediction = &self.steps[step];
-        // The alike run's record of the same task, looked up once.
-        let alike = prediction.by_index.get(&index);
+        // The alike run's record whose data-made figures this task takes, looked up once.
+        let alike = self.dealt(step, index);
         let known = || self.variants.of(step, index).and_then(|variant| variant.output.bytes());
         let output_bytes = if as_planned {
             prediction.output_bytes
@@ -212,13 +235,15 @@ impl Predictor {
         };
         // A file's size no plan knows: the alike run's, of the same task or the step's median.
         let file_bytes = alike.map_or(prediction.recorded_file_bytes, |r| r.file_bytes);
-        // The alike run's time for the same task, which followed that cycle's weather as its
-        // output did; where this cycle's metadata makes the task another size (six thresholds
-        // where it had two), scaled by the bytes it reads and writes (a threshold task writes
-        // three times as much, and a smoothing of its output reads and writes three times as
-        // much). Else the step's duration model; else a guess.
-        let recorded_wall = alike.map(|r| {
-            let wall = Duration::from_micros(r.wall_us);
+        // The alike run's time for the same task (never dealt: see `super::deal`), which
+        // followed that cycle's weather as its output did; where this cycle's metadata makes
+        // the task another size (six thresholds where it had two), scaled by the bytes it reads
+        // and writes (a threshold task writes three times as much, and a smoothing of its
+        // output reads and writes three times as much). Else the step's duration model; else a
+        // guess.
+        let recorded_wall = prediction.by_index.get(&index).map(|own| {
+            let wall = Duration::from_micros(own.wall_us);
+            let r = alike.unwrap_or(own);
             let touched_then = r.input_bytes + r.output_bytes + r.file_bytes;
             let touched_now = input_bytes + output_bytes + file_bytes;
             match self.planned_now_and_then(step, index) {

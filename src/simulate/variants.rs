@@ -23,6 +23,20 @@ pub struct Variant {
     pub plugin_estimate: u64,
 }
 
+impl Variant {
+    /// Whether the two kinds of task are about the same size: their outputs' bytes and their
+    /// plugin's estimates within a tenth of each other (an estimate that counts the bytes of
+    /// a task's seed or file name does not make it another size).
+    fn same_size(&self, other: &Variant) -> bool {
+        let near = |a: u64, b: u64| a.abs_diff(b) as f64 <= 0.1 * a.max(b) as f64;
+        let outputs = match (self.output.bytes(), other.output.bytes()) {
+            (Some(a), Some(b)) => near(a, b),
+            (a, b) => a == b,
+        };
+        outputs && near(self.plugin_estimate, other.plugin_estimate)
+    }
+}
+
 /// One step's kinds of task.
 #[derive(Debug, Clone)]
 struct StepVariants {
@@ -33,12 +47,28 @@ struct StepVariants {
     radices: Vec<(u64, u64)>,
     /// By combination of those dims' coordinates (mixed radix, as task indices are).
     variants: Vec<Variant>,
+    /// By combination: the first combination whose tasks are about the same size.
+    kinds: Vec<u64>,
 }
 
 impl StepVariants {
     fn of(&self, index: u64) -> &Variant {
-        let at = self.radices.iter().fold(0, |at, &(divisor, size)| at * size + (index / divisor) % size);
-        &self.variants[at as usize]
+        &self.variants[self.at(index) as usize]
+    }
+
+    /// The combination task `index` is of.
+    fn at(&self, index: u64) -> u64 {
+        self.radices.iter().fold(0, |at, &(divisor, size)| at * size + (index / divisor) % size)
+    }
+
+    /// Whether the variants differ along the `j`th of the dims that may set the size.
+    fn vary_at(&self, j: usize) -> bool {
+        let stride: u64 = self.radices[j + 1..].iter().map(|&(_, size)| size).product();
+        let size = self.radices[j].1;
+        (0..self.variants.len() as u64).any(|at| {
+            let first = at - (at / stride % size) * stride;
+            !self.variants[at as usize].same_size(&self.variants[first as usize])
+        })
     }
 }
 
@@ -62,6 +92,23 @@ impl Variants {
     /// speak for it.
     pub fn of(&self, step: usize, index: u64) -> Option<&Variant> {
         self.steps.get(step)?.as_ref().map(|variants| variants.of(index))
+    }
+
+    /// Which kind of task of `step` task `index` is: tasks of the same kind are about the same
+    /// size (0 for every task of a step whose plan's sample task speaks for all).
+    pub fn kind(&self, step: usize, index: u64) -> u64 {
+        self.steps.get(step).and_then(Option::as_ref).map_or(0, |variants| variants.kinds[variants.at(index) as usize])
+    }
+
+    /// Whether a plugin says something else of two tasks of a step that differ only in their
+    /// coordinate along recipe dim `dim` (`grid: [240, 480]`), as opposed to a dim whose
+    /// values only name a task's files.
+    pub fn vary_along(&self, compiled: &Compiled, dim: usize) -> bool {
+        self.steps.iter().enumerate().any(|(step, variants)| {
+            let Some(variants) = variants else { return false };
+            let dims = &compiled.graph.steps[step].dims;
+            variants.positions.iter().enumerate().any(|(j, &pos)| dims[pos] == dim && variants.vary_at(j))
+        })
     }
 }
 
@@ -98,8 +145,21 @@ fn step_variants(compiled: &Compiled, steps: &[Option<StepVariants>], id: usize)
         found.iter().try_fold(1u64, |n, &pos| n.checked_mul(shape.sizes[pos]).filter(|&n| n <= MAX_VARIANTS))?;
     let divisors = divisors(shape);
     let radices = found.iter().map(|&pos| (divisors[pos], shape.sizes[pos])).collect();
-    let variants = (0..count).map(|at| variant(compiled, steps, id, &coords_of(shape, &found, at))).collect();
-    Some(StepVariants { positions: found, radices, variants })
+    let variants: Vec<Variant> =
+        (0..count).map(|at| variant(compiled, steps, id, &coords_of(shape, &found, at))).collect();
+    let mut sizes: Vec<u64> = Vec::new();
+    let kinds = variants
+        .iter()
+        .enumerate()
+        .map(|(at, variant)| match sizes.iter().find(|&&first| variants[first as usize].same_size(variant)) {
+            Some(&first) => first,
+            None => {
+                sizes.push(at as u64);
+                at as u64
+            }
+        })
+        .collect();
+    Some(StepVariants { positions: found, radices, variants, kinds })
 }
 
 /// What the plugin of step `id` says of the task at `coords`.
