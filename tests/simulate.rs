@@ -625,3 +625,39 @@ fn where_rain_falls_in_the_same_places_each_cycle_each_task_keeps_its_recorded_f
     assert_eq!(predicted["dealings"], Json::Null, "{predicted}");
     assert!(!said.contains("dealings"), "{said}");
 }
+
+/// Commands whose time differs from cycle to cycle under the same vars: 50 ms in `c1`, 150 ms
+/// after.
+const UNEVEN: &str = r#"recipe: sim-uneven
+vars:
+  v: 1
+dims:
+  i: 4
+steps:
+  wait:
+    plugin: exec
+    over: [i]
+    args:
+      command: [python3, -c, "import sys, time; time.sleep(0.05 if sys.argv[1] == 'c1' else 0.15)", "{cycle}"]
+"#;
+
+#[test]
+fn a_task_takes_the_mean_time_of_the_recorded_tasks_like_it_not_one_run_s_draw() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", UNEVEN);
+    let task_seconds = |s: &Json| s["steps"][0]["wall_s"].as_f64().unwrap();
+    let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "v=1", "1GiB").1;
+    let (c1, c2) = (cycle("run", "c1"), cycle("run", "c2"));
+    let predicted = cycle("simulate", "c3");
+    // Both runs' tasks are alike (the same vars and sizes): each predicted task takes their
+    // mean, not the newest run's time.
+    let mean = (task_seconds(&c1) + task_seconds(&c2)) / 2.0;
+    assert!(
+        (task_seconds(&predicted) - mean).abs() <= 0.01 * mean,
+        "predicted {:.3} s of tasks, the recorded runs' mean {mean:.3} s (c1 {:.3}, c2 {:.3})",
+        task_seconds(&predicted),
+        task_seconds(&c1),
+        task_seconds(&c2)
+    );
+}

@@ -72,6 +72,14 @@ fn parse(candidates: &[Option<&str>]) -> Vec<Option<Map<String, Value>>> {
     candidates.iter().map(|text| text.and_then(|t| serde_json::from_str(t).ok())).collect()
 }
 
+/// How far each candidate's vars are from `now`'s (0: the same; infinite for a run without
+/// them), as [`alike`] measures nearness.
+pub fn distances(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Vec<f64> {
+    let parsed = parse(candidates);
+    let spans = spans(now, parsed.iter().flatten());
+    parsed.iter().map(|vars| vars.as_ref().map_or(f64::INFINITY, |vars| distance(now, vars, &spans))).collect()
+}
+
 /// The index in `parsed` of the run nearest to `now`, the newest of equals; `None` when there
 /// are none. A run without vars is farther than any with them.
 fn nearest(now: &Map<String, Value>, parsed: &[Option<Map<String, Value>>]) -> Option<usize> {

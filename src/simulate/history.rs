@@ -20,6 +20,7 @@ use crate::store::{HistoryRun, RunFilter, RunRow, RunStatus, SpillSpeed, Store, 
 
 use super::alike;
 use super::durations::{DurationModel, Timing};
+use super::like_tasks::{self, LikeTasks};
 
 /// What one task of the alike run was estimated at and produced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +31,9 @@ pub struct Recorded {
     pub file_bytes: u64,
     /// How long it took, in µs: like its output, what its weather made it.
     pub wall_us: u64,
+    /// The mean µs of the recorded tasks like it ([`super::like_tasks`]), else `wall_us`: the
+    /// time a prediction gives it.
+    pub typical_wall_us: u64,
     /// What its inputs held (with its output and file, the bytes its time is scaled from when
     /// this cycle's metadata makes the task another size).
     pub input_bytes: u64,
@@ -200,6 +204,8 @@ pub fn read_step(
     }
     blend_alike(taken, &mut records);
     let skip = runs.len().saturating_sub(HISTORY_RUNS);
+    let near = near_the_alike_run(&records, &runs[skip..]);
+    let mut like = Vec::new();
     let runs = &runs[skip..];
     let mut longest_ms = 0;
     for (index, run) in runs.iter().enumerate() {
@@ -211,8 +217,12 @@ pub fn read_step(
                 return;
             }
             let plugin_estimate = task.plugin_estimate_bytes.unwrap_or(0);
+            let figure = like_tasks::figure(plugin_estimate, task.output_bytes, task.file_bytes);
             if let (Some(figures), Some(index)) = (figures.as_mut(), task.task_index) {
-                figures.insert(index, plugin_estimate + task.output_bytes + task.file_bytes);
+                figures.insert(index, figure);
+            }
+            if near[index] && task.status == TaskStatus::Ok {
+                like.push((figure, task.wall_us));
             }
             records.observations.push(Observation {
                 age,
@@ -234,7 +244,25 @@ pub fn read_step(
         records.data_figures.extend(figures);
     }
     records.longest = (!runs.is_empty()).then(|| Duration::from_millis(longest_ms));
+    let like = LikeTasks::new(like);
+    for recorded in records.alike_by_index.values_mut() {
+        let figure = like_tasks::figure(recorded.plugin_estimate, recorded.output_bytes, recorded.file_bytes);
+        recorded.typical_wall_us = like.mean_wall_us(figure).unwrap_or(recorded.wall_us);
+    }
     Ok(records)
+}
+
+/// Which of `runs` have vars near the (nearest) alike run's, whose tasks are like this
+/// cycle's ([`like_tasks::NEAR_VARS`]); none without its vars.
+fn near_the_alike_run(records: &StepRecords, runs: &[HistoryRun]) -> Vec<bool> {
+    let vars = records.alike_vars.as_ref().and_then(|(_, text)| serde_json::from_str(text).ok());
+    match vars {
+        Some(vars) => alike::distances(&vars, &runs.iter().map(|run| run.vars.as_deref()).collect::<Vec<_>>())
+            .into_iter()
+            .map(|distance| distance <= like_tasks::NEAR_VARS)
+            .collect(),
+        None => vec![false; runs.len()],
+    }
 }
 
 /// What one run measured of a step's tasks that only a real run measures.
@@ -264,6 +292,7 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, Stor
                 output_bytes: task.output_bytes,
                 file_bytes: task.file_bytes,
                 wall_us: task.wall_us,
+                typical_wall_us: task.wall_us,
                 input_bytes: task.input_bytes,
             };
             by_index.insert(index, recorded);
@@ -299,13 +328,15 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
         };
         for (index, recorded) in &mut first.by_index {
             if let Some(across) = second.by_index.get(index) {
+                // Interpolated, never extended: a line through two noisy times of a
+                // sub-millisecond task can reach 0.
+                let wall_us = if other < 0.0 { recorded.wall_us } else { mix(recorded.wall_us, across.wall_us) };
                 *recorded = Recorded {
                     plugin_estimate: mix(recorded.plugin_estimate, across.plugin_estimate),
                     output_bytes: mix(recorded.output_bytes, across.output_bytes),
                     file_bytes: mix(recorded.file_bytes, across.file_bytes),
-                    // Interpolated, never extended: a line through two noisy times of a
-                    // sub-millisecond task can reach 0.
-                    wall_us: if other < 0.0 { recorded.wall_us } else { mix(recorded.wall_us, across.wall_us) },
+                    wall_us,
+                    typical_wall_us: wall_us,
                     input_bytes: mix(recorded.input_bytes, across.input_bytes),
                 };
             }
@@ -338,7 +369,14 @@ mod tests {
     use super::*;
 
     fn alike(cycle: &str, output_bytes: u64, wall_us: u64) -> Alike {
-        let recorded = Recorded { plugin_estimate: 0, output_bytes, file_bytes: 0, wall_us, input_bytes: 0 };
+        let recorded = Recorded {
+            plugin_estimate: 0,
+            output_bytes,
+            file_bytes: 0,
+            wall_us,
+            typical_wall_us: wall_us,
+            input_bytes: 0,
+        };
         Alike {
             by_index: HashMap::from([(0, recorded)]),
             output_bytes: Some(output_bytes),

@@ -14,6 +14,7 @@ pub mod deal;
 pub mod durations;
 pub mod engine;
 pub mod history;
+pub mod like_tasks;
 pub mod predict;
 pub(crate) mod variants;
 

@@ -222,7 +222,7 @@ impl Predictor {
         reserved: u64,
     ) -> TaskPrediction {
         let prediction = &self.steps[step];
-        // The alike run's record whose data-made figures this task takes, looked up once.
+        // The alike run's record whose figures this task takes, looked up once.
         let alike = self.dealt(step, index);
         let known = || self.variants.of(step, index).and_then(|variant| variant.output.bytes());
         let output_bytes = if as_planned {
@@ -235,15 +235,14 @@ impl Predictor {
         };
         // A file's size no plan knows: the alike run's, of the same task or the step's median.
         let file_bytes = alike.map_or(prediction.recorded_file_bytes, |r| r.file_bytes);
-        // The alike run's time for the same task (never dealt: see `super::deal`), which
-        // followed that cycle's weather as its output did; where this cycle's metadata makes
-        // the task another size (six thresholds where it had two), scaled by the bytes it reads
-        // and writes (a threshold task writes three times as much, and a smoothing of its
-        // output reads and writes three times as much). Else the step's duration model; else a
-        // guess.
-        let recorded_wall = prediction.by_index.get(&index).map(|own| {
-            let wall = Duration::from_micros(own.wall_us);
-            let r = alike.unwrap_or(own);
+        // The time of the recorded tasks like the one whose figures it took (their mean, see
+        // `super::like_tasks`), which followed that cycle's weather as its output did; where
+        // this cycle's metadata makes the task another size (six thresholds where it had two),
+        // scaled by the bytes it reads and writes (a threshold task writes three times as much,
+        // and a smoothing of its output reads and writes three times as much). Else the step's
+        // duration model; else a guess.
+        let recorded_wall = alike.map(|r| {
+            let wall = Duration::from_micros(r.typical_wall_us);
             let touched_then = r.input_bytes + r.output_bytes + r.file_bytes;
             let touched_now = input_bytes + output_bytes + file_bytes;
             match self.planned_now_and_then(step, index) {
