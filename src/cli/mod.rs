@@ -161,9 +161,13 @@ enum Command {
         Nothing runs: no plugin, no command, nothing is written but --summary and --report, and the store is only \
         read. The recipe compiles as for `run`, estimates are learned from the store as `run` learns them, and \
         the real scheduler (order, admission, batching, spill victims) runs on a virtual clock: each task takes \
-        the time and peak its step's history predicts (`runner history --durations` shows the time models); a \
-        task of a step without recorded times runs for its memory estimate at --guess-speed bytes a second, and such \
-        tasks are counted as guesses. \
+        the output size and data-following estimate it had in the recorded run whose vars are nearest this \
+        cycle's, the mean time of the recorded tasks like it, and the peak its step's history predicts (`runner \
+        history --durations` shows the time models); a task of a step without recorded times runs for its memory \
+        estimate at --guess-speed bytes a second, and such tasks are counted as guesses. Where the recent runs' \
+        tasks did not keep their sizes from run to run (rain falling anew on each member), the recorded sizes are \
+        dealt out 9 times over the members (the dims that set no size) and the dealing with the median peak \
+        reserved is shown, with the range of all. \
         The critical path is the chain of steps whose longest tasks add up to the most: no schedule is shorter.\n\n\
         Exit codes: 0 predicted (whatever the prediction says); 2 invalid recipe or command line; 3 the store \
         or an output file failed.")]

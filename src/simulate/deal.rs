@@ -33,7 +33,7 @@ pub const MAX_DEALT_TASKS: u64 = 100_000;
 /// average, to be taken to keep to their tasks.
 const KEEPS_TO_TASKS: f64 = 0.5;
 
-/// Which recorded task each task takes its data-made figures from.
+/// Which recorded task each task takes its figures from.
 #[derive(Debug, Clone, Default)]
 pub struct Dealing {
     /// Per step: the sizes of its dims and which recipe dims they are, innermost last. Empty:
@@ -67,7 +67,7 @@ impl Dealing {
         Dealing { steps, coordinates }
     }
 
-    /// The recorded task of `step` whose data-made figures task `index` takes.
+    /// The recorded task of `step` whose figures task `index` takes.
     #[inline]
     pub fn task(&self, step: usize, index: u64) -> u64 {
         let Some((sizes, dims)) = self.steps.get(step) else { return index };

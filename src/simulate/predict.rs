@@ -63,7 +63,8 @@ pub struct Predictor {
     /// What the plugins say of each kind of task where the plan's sample task may not speak for all.
     variants: Variants,
     guess_speed: u64,
-    /// Which recorded task each task takes its data-made figures from ([`super::deal`]).
+    /// Which recorded task each task takes its figures (sizes, estimate, time) from
+    /// ([`super::deal`]).
     dealing: Dealing,
 }
 
@@ -121,7 +122,7 @@ impl Predictor {
         }
     }
 
-    /// From now on, each task takes its data-made figures from the recorded task `dealing` gives.
+    /// From now on, each task takes its figures from the recorded task `dealing` gives.
     pub fn deal(&mut self, dealing: Dealing) {
         self.dealing = dealing;
     }
@@ -131,7 +132,7 @@ impl Predictor {
         &self.variants
     }
 
-    /// The alike run's record whose data-made figures task `index` of `step` takes.
+    /// The alike run's record whose figures task `index` of `step` takes.
     fn dealt(&self, step: usize, index: u64) -> Option<&Recorded> {
         self.steps[step].by_index.get(&self.dealing.task(step, index))
     }
