@@ -661,3 +661,35 @@ fn a_task_takes_the_mean_time_of_the_recorded_tasks_like_it_not_one_run_s_draw()
         task_seconds(&c2)
     );
 }
+
+#[test]
+fn a_store_of_an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_was() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
+    run_cycle(dir.path(), "h.yaml", "c2", "r2.json");
+    // The store as schema version 6 left it: without the columns version 7 added.
+    let db = dir.path().join("h.db");
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(
+        "ALTER TABLE runs DROP COLUMN wall_us_rest; ALTER TABLE runs DROP COLUMN spill_us; PRAGMA user_version = 6;",
+    )
+    .unwrap();
+    drop(conn);
+    let before = std::fs::read(&db).unwrap();
+    let args = ["simulate", "h.yaml", "--cycle", "c3", "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
+    let out = runner(dir.path(), &args.into_iter().chain(["--summary", "p.json"]).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("has schema version 6, older than this runner's (7): reading a copy"),
+        "{}",
+        stderr(&out)
+    );
+    // Predicted from the recorded runs, not as if there were none.
+    assert_eq!(json(&dir.path().join("p.json"))["guesses"], 0);
+    let history = runner(dir.path(), &["history", "--db", "h.db"]);
+    assert_eq!(history.status.code(), Some(0), "{}", stderr(&history));
+    assert!(String::from_utf8_lossy(&history.stdout).contains("c2"));
+    assert_eq!(std::fs::read(&db).unwrap(), before, "a command that only reads changed the store");
+}

@@ -10,7 +10,7 @@ use crate::registry::Registry;
 pub fn plan(registry: &Registry, args: PlanArgs) -> anyhow::Result<u8> {
     let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
     let db = args.db.clone().unwrap_or_else(record::default_db);
-    if let Some(store) = record::open_history(&db)? {
+    if let Some(store) = record::open_for_reading(&db)? {
         record::learn(&store, &mut compiled);
     }
     let text = match args.format {

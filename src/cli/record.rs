@@ -22,20 +22,27 @@ pub fn open_for_recording(path: &Path) -> anyhow::Result<Store> {
 }
 
 /// Opens the store at `path` for reading only: `None` when there is none. Nothing is written
-/// (`plan`, `history`, `run --no-record`).
+/// to it (`plan`, `history`, `report`, `simulate`, `run --no-record`). A store of an older
+/// schema is read from a copy migrated to this runner's, in this process's scratch folder
+/// (removed at the end of the command): a command that only reads never changes the store, and
+/// never predicts or plans as if it had no history.
 pub fn open_for_reading(path: &Path) -> Result<Option<Store>, StoreError> {
-    Store::open_read_only(path)
-}
-
-/// [`open_for_reading`] for commands that can do without history (`plan`, `run --no-record`):
-/// a store of an older schema is skipped with a warning rather than refused.
-pub fn open_history(path: &Path) -> anyhow::Result<Option<Store>> {
-    match open_for_reading(path) {
-        Err(error @ StoreError::TooOld { .. }) => {
-            tracing::warn!("{error}; estimates do not use its history until then");
-            Ok(None)
+    match Store::open_read_only(path) {
+        Err(StoreError::TooOld { path, found, known }) => {
+            let dir = super::scratch::run_dir();
+            std::fs::create_dir_all(&dir).map_err(|error| StoreError::Io {
+                path: dir.clone(),
+                what: "making a folder for a migrated copy of the store",
+                error,
+            })?;
+            tracing::warn!(
+                "feedback store {} has schema version {found}, older than this runner's ({known}): reading a copy \
+                 migrated to it (the store itself is migrated by the next `runner run` that records into it)",
+                path.display()
+            );
+            Store::open_migrated_copy(&path, &dir.join("store.db")).map(Some)
         }
-        other => Ok(other?),
+        other => other,
     }
 }
 

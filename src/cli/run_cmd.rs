@@ -40,7 +40,7 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let slurm = args.executor.executor == super::ExecutorKind::Slurm;
     refuse_slurm_options_without_slurm(&args.executor, slurm)?;
     let mut options = if slurm { remote_options(&args.resources)? } else { run_options(&args.resources)? };
-    let store = if args.no_record { record::open_history(&db)? } else { Some(record::open_for_recording(&db)?) };
+    let store = if args.no_record { record::open_for_reading(&db)? } else { Some(record::open_for_recording(&db)?) };
     let remote = if slurm { Some(slurm_executor(&compiled, &args)?) } else { None };
     let reuse = match (&store, args.resume) {
         (Some(store), true) => plan_resume(store, &compiled)?,

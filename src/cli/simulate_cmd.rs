@@ -28,7 +28,7 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
     guard.protect_store(&db).protect_recipe(&args.recipe.recipe, &compiled);
     guard.check_summary_and_report(args.summary.as_deref(), args.report.as_deref())?;
     let cluster = cluster_shape(&args)?;
-    let history = match record::open_history(&db)? {
+    let history = match record::open_for_reading(&db)? {
         Some(store) => History::read(&store, &compiled, None)?,
         None => History::none(&compiled),
     };
