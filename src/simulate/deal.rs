@@ -36,9 +36,10 @@ const KEEPS_TO_TASKS: f64 = 0.5;
 /// Which recorded task each task takes its figures from.
 #[derive(Debug, Clone, Default)]
 pub struct Dealing {
-    /// Per step: the sizes of its dims and which recipe dims they are, innermost last. Empty:
-    /// every task takes its own.
-    steps: Vec<(Vec<u64>, Vec<usize>)>,
+    /// Per step: the sizes of its dims and, for each, the recipe dim whose dealt coordinates
+    /// it takes (`None`: its own, for a dim not dealt or of another size in this step, such as a
+    /// blocked one), innermost last. Empty: every task takes its own.
+    steps: Vec<(Vec<u64>, Vec<Option<usize>>)>,
     /// Per recipe dim: its coordinates dealt out (empty: not dealt).
     coordinates: Vec<Vec<u64>>,
 }
@@ -63,7 +64,15 @@ impl Dealing {
             rng.shuffle(&mut dealt);
             coordinates[dim] = dealt;
         }
-        let steps = graph.steps.iter().map(|shape| (shape.sizes.clone(), shape.dims.clone())).collect();
+        let steps = graph
+            .steps
+            .iter()
+            .map(|shape| {
+                let dealt = shape.dims.iter().zip(&shape.sizes);
+                let dealt = dealt.map(|(&dim, &size)| (coordinates[dim].len() as u64 == size).then_some(dim));
+                (shape.sizes.clone(), dealt.collect())
+            })
+            .collect();
         Dealing { steps, coordinates }
     }
 
@@ -72,10 +81,10 @@ impl Dealing {
     pub fn task(&self, step: usize, index: u64) -> u64 {
         let Some((sizes, dims)) = self.steps.get(step) else { return index };
         let (mut rest, mut dealt, mut scale) = (index, 0, 1);
-        for (size, &dim) in sizes.iter().zip(dims).rev() {
+        for (size, dim) in sizes.iter().zip(dims).rev() {
             let coordinate = rest % size;
             rest /= size;
-            dealt += self.coordinates[dim].get(coordinate as usize).copied().unwrap_or(coordinate) * scale;
+            dealt += dim.map_or(coordinate, |dim| self.coordinates[dim][coordinate as usize]) * scale;
             scale *= size;
         }
         dealt
@@ -234,6 +243,38 @@ fn correlation(pairs: &[(f64, f64)]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::recipe::CompileOptions;
+    use crate::registry::Registry;
+
+    fn compiled(text: &str) -> Compiled {
+        let registry = Registry::new(runner_std_plugins::all());
+        let options = CompileOptions { cycle: "c".into(), ..CompileOptions::default() };
+        Compiled::from_text(std::path::Path::new("r.yaml"), text, &options, &registry).unwrap()
+    }
+
+    #[test]
+    fn a_dealing_permutes_each_dim_s_coordinates_the_same_way_in_every_step() {
+        let c = compiled(
+            "recipe: r\ndims:\n  member: 3\n  lead: [1, 3, 6, 12]\nsteps:\n  each:\n    plugin: noop\n    over: [member, lead]\n  all:\n    plugin: noop\n    over: [lead]\n    inputs: {x: each}\n",
+        );
+        let (member, lead) = (0, 1);
+        assert_eq!(
+            (0..12).map(|i| Dealing::new(&c.graph, &[member, lead], 0).task(0, i)).collect::<Vec<_>>(),
+            (0..12).collect::<Vec<_>>()
+        );
+        let dealing = Dealing::new(&c.graph, &[member, lead], 3);
+        let mut each: Vec<u64> = (0..12).map(|i| dealing.task(0, i)).collect();
+        // The gather over `lead` takes the lead the tasks it reads were dealt.
+        for l in 0..4 {
+            let dealt_lead = dealing.task(0, l) % 4;
+            assert_eq!(dealing.task(1, l), dealt_lead);
+        }
+        each.sort_unstable();
+        assert_eq!(each, (0..12).collect::<Vec<_>>(), "every recorded task is dealt once");
+        // Only `lead` dealt: each task keeps its member.
+        let leads_only = Dealing::new(&c.graph, &[lead], 5);
+        assert!((0..12).all(|i| leads_only.task(0, i) / 4 == i / 4));
+    }
 
     #[test]
     fn ties_share_their_mean_rank_and_equal_values_rank_nothing() {
