@@ -242,8 +242,10 @@ fn a_data_following_estimate_recorded_under_other_metadata_moves_as_its_plugin_s
     assert_reserved_within_10_percent(&predicted, &real, " (as recorded for two thresholds it would be far below)");
 }
 
-/// Commands whose time follows a var (a sleep of `ms`).
-const SLEEPS: &str = r#"recipe: sim-sleeps
+/// Four commands that sleep for `seconds` (a Python expression of `arg`, their one argument).
+fn sleeping(seconds: &str, arg: &str) -> String {
+    format!(
+        r#"recipe: sim-sleeps
 vars:
   ms: 20
 dims:
@@ -253,14 +255,17 @@ steps:
     plugin: exec
     over: [i]
     args:
-      command: [python3, -c, "import sys, time; time.sleep(int(sys.argv[1]) / 1000)", "{ms}"]
-"#;
+      command: [python3, -c, "import sys, time; time.sleep({seconds})", "{arg}"]
+"#
+    )
+}
 
 #[test]
 fn a_task_is_predicted_to_take_as_long_as_it_took_in_the_cycle_with_the_nearest_vars() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.yaml", SLEEPS);
+    // Their time follows a var: a sleep of `ms`.
+    write(dir.path(), "f.yaml", &sleeping("int(sys.argv[1]) / 1000", "{ms}"));
     let cycle = |verb: &str, cycle: &str, ms: u32| with_var(dir.path(), verb, cycle, &format!("ms={ms}"), "1GiB").1;
     cycle("run", "c1", 400);
     cycle("run", "c2", 20);
@@ -626,28 +631,14 @@ fn where_rain_falls_in_the_same_places_each_cycle_each_task_keeps_its_recorded_f
     assert!(!said.contains("dealings"), "{said}");
 }
 
-/// Commands whose time differs from cycle to cycle under the same vars: 50 ms in `c1`, 150 ms
-/// after.
-const UNEVEN: &str = r#"recipe: sim-uneven
-vars:
-  v: 1
-dims:
-  i: 4
-steps:
-  wait:
-    plugin: exec
-    over: [i]
-    args:
-      command: [python3, -c, "import sys, time; time.sleep(0.05 if sys.argv[1] == 'c1' else 0.15)", "{cycle}"]
-"#;
-
 #[test]
 fn a_task_takes_the_mean_time_of_the_recorded_tasks_like_it_not_one_run_s_draw() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.yaml", UNEVEN);
+    // Their time differs from cycle to cycle under the same vars: 50 ms in `c1`, 150 ms after.
+    write(dir.path(), "f.yaml", &sleeping("0.05 if sys.argv[1] == 'c1' else 0.15", "{cycle}"));
     let task_seconds = |s: &Json| s["steps"][0]["wall_s"].as_f64().unwrap();
-    let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "v=1", "1GiB").1;
+    let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "ms=20", "1GiB").1;
     let (c1, c2) = (cycle("run", "c1"), cycle("run", "c2"));
     let predicted = cycle("simulate", "c3");
     // Both runs' tasks are alike (the same vars and sizes): each predicted task takes their

@@ -166,36 +166,38 @@ fn size_of(graph: &Graph, dim: usize) -> u64 {
 /// recorded three tasks of a kind whose figures differ.
 fn keeps_to_tasks(history: &History, variants: &Variants) -> Option<f64> {
     let runs = history.steps.iter().map(|records| records.data_figures.len()).max()?;
-    let mut correlations = Vec::new();
-    for newer in 1..runs {
-        let mut ranked: Vec<(f64, f64)> = Vec::new();
-        for (step, records) in history.steps.iter().enumerate() {
-            // Counted from the newest: a step added later has fewer runs.
-            let back = runs - newer;
-            let figures = &records.data_figures;
-            let (Some(then), Some(now)) = (
-                figures.len().checked_sub(back + 1).map(|at| &figures[at]),
-                figures.len().checked_sub(back).map(|at| &figures[at]),
-            ) else {
-                continue;
-            };
-            let mut by_kind: std::collections::BTreeMap<u64, Vec<(u64, u64)>> = Default::default();
-            for (&index, &figure) in now {
-                if let Some(&before) = then.get(&index) {
-                    by_kind.entry(variants.kind(step, index)).or_default().push((before, figure));
-                }
-            }
-            for pairs in by_kind.values() {
-                let before = ranks(pairs.iter().map(|p| p.0));
-                let after = ranks(pairs.iter().map(|p| p.1));
-                if let (Some(before), Some(after)) = (before, after) {
-                    ranked.extend(before.into_iter().zip(after));
-                }
+    // Counted back from the newest run (a step added later has fewer): each run with the one
+    // before it.
+    let correlations: Vec<f64> =
+        (1..runs).filter_map(|back| correlation(&ranked_pairs(history, variants, back))).collect();
+    (!correlations.is_empty()).then(|| correlations.iter().sum::<f64>() / correlations.len() as f64)
+}
+
+/// Each task's rank among its step's tasks of its kind in the run `back` runs before the newest
+/// and in the one before that, for the tasks both recorded.
+fn ranked_pairs(history: &History, variants: &Variants, back: usize) -> Vec<(f64, f64)> {
+    let mut ranked = Vec::new();
+    for (step, records) in history.steps.iter().enumerate() {
+        let figures = &records.data_figures;
+        let (Some(then), Some(now)) = (
+            figures.len().checked_sub(back + 1).map(|at| &figures[at]),
+            figures.len().checked_sub(back).map(|at| &figures[at]),
+        ) else {
+            continue;
+        };
+        let mut by_kind: std::collections::BTreeMap<u64, Vec<(u64, u64)>> = Default::default();
+        for (&index, &figure) in now {
+            if let Some(&before) = then.get(&index) {
+                by_kind.entry(variants.kind(step, index)).or_default().push((before, figure));
             }
         }
-        correlations.extend(correlation(&ranked));
+        for pairs in by_kind.values() {
+            if let (Some(before), Some(after)) = (ranks(pairs.iter().map(|p| p.0)), ranks(pairs.iter().map(|p| p.1))) {
+                ranked.extend(before.into_iter().zip(after));
+            }
+        }
     }
-    (!correlations.is_empty()).then(|| correlations.iter().sum::<f64>() / correlations.len() as f64)
+    ranked
 }
 
 /// Each value's rank among `values` (ties at their mean rank), from -1 (the least) to 1;

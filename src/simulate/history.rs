@@ -29,11 +29,9 @@ pub struct Recorded {
     pub output_bytes: u64,
     /// The size of the file its path output named (0 for an output in memory).
     pub file_bytes: u64,
-    /// How long it took, in µs: like its output, what its weather made it.
+    /// The µs a prediction gives it: the mean of the recorded tasks like it
+    /// ([`super::like_tasks`]), else how long it took. Like its output, what its weather made it.
     pub wall_us: u64,
-    /// The mean µs of the recorded tasks like it ([`super::like_tasks`]), else `wall_us`: the
-    /// time a prediction gives it.
-    pub typical_wall_us: u64,
     /// What its inputs held (with its output and file, the bytes its time is scaled from when
     /// this cycle's metadata makes the task another size).
     pub input_bytes: u64,
@@ -203,10 +201,9 @@ pub fn read_step(
         taken.push((read_alike(store, &runs[at], step)?, weight));
     }
     blend_alike(taken, &mut records);
-    let skip = runs.len().saturating_sub(HISTORY_RUNS);
-    let near = near_the_alike_run(&records, &runs[skip..]);
+    let runs = &runs[runs.len().saturating_sub(HISTORY_RUNS)..];
+    let near = near_the_alike_run(&records, runs);
     let mut like = Vec::new();
-    let runs = &runs[skip..];
     let mut longest_ms = 0;
     for (index, run) in runs.iter().enumerate() {
         let age = (runs.len() - 1 - index) as u32;
@@ -247,7 +244,7 @@ pub fn read_step(
     let like = LikeTasks::new(like);
     for recorded in records.alike_by_index.values_mut() {
         let figure = like_tasks::figure(recorded.plugin_estimate, recorded.output_bytes, recorded.file_bytes);
-        recorded.typical_wall_us = like.mean_wall_us(figure).unwrap_or(recorded.wall_us);
+        recorded.wall_us = like.mean_wall_us(figure).unwrap_or(recorded.wall_us);
     }
     Ok(records)
 }
@@ -292,7 +289,6 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, Stor
                 output_bytes: task.output_bytes,
                 file_bytes: task.file_bytes,
                 wall_us: task.wall_us,
-                typical_wall_us: task.wall_us,
                 input_bytes: task.input_bytes,
             };
             by_index.insert(index, recorded);
@@ -328,15 +324,13 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
         };
         for (index, recorded) in &mut first.by_index {
             if let Some(across) = second.by_index.get(index) {
-                // Interpolated, never extended: a line through two noisy times of a
-                // sub-millisecond task can reach 0.
-                let wall_us = if other < 0.0 { recorded.wall_us } else { mix(recorded.wall_us, across.wall_us) };
                 *recorded = Recorded {
                     plugin_estimate: mix(recorded.plugin_estimate, across.plugin_estimate),
                     output_bytes: mix(recorded.output_bytes, across.output_bytes),
                     file_bytes: mix(recorded.file_bytes, across.file_bytes),
-                    wall_us,
-                    typical_wall_us: wall_us,
+                    // Interpolated, never extended: a line through two noisy times of a
+                    // sub-millisecond task can reach 0.
+                    wall_us: if other < 0.0 { recorded.wall_us } else { mix(recorded.wall_us, across.wall_us) },
                     input_bytes: mix(recorded.input_bytes, across.input_bytes),
                 };
             }
@@ -369,14 +363,7 @@ mod tests {
     use super::*;
 
     fn alike(cycle: &str, output_bytes: u64, wall_us: u64) -> Alike {
-        let recorded = Recorded {
-            plugin_estimate: 0,
-            output_bytes,
-            file_bytes: 0,
-            wall_us,
-            typical_wall_us: wall_us,
-            input_bytes: 0,
-        };
+        let recorded = Recorded { plugin_estimate: 0, output_bytes, file_bytes: 0, wall_us, input_bytes: 0 };
         Alike {
             by_index: HashMap::from([(0, recorded)]),
             output_bytes: Some(output_bytes),

@@ -12,9 +12,14 @@
 /// the alike run's for its tasks to count as like this cycle's.
 pub const NEAR_VARS: f64 = 0.1;
 
-/// How near (a share of the larger) two tasks' data-made figures must be to count as the same
+/// How near (a share of the larger) two figures must be for their tasks to count as the same
 /// size.
 const SAME_SIZE: f64 = 0.1;
+
+/// Whether two tasks' figures are about the same size: within [`SAME_SIZE`] of the larger.
+pub fn about_the_same(a: u64, b: u64) -> bool {
+    a.abs_diff(b) as f64 <= SAME_SIZE * a.max(b) as f64
+}
 
 /// Fewer like tasks than this, and a task keeps the alike run's time.
 const AT_LEAST: usize = 3;
@@ -48,9 +53,11 @@ impl LikeTasks {
         LikeTasks { figures: tasks.into_iter().map(|(figure, _)| figure).collect(), sums }
     }
 
-    /// The mean µs of the tasks within [`SAME_SIZE`] of `figure`, when there are at least
+    /// The mean µs of the tasks [`about_the_same`] size as `figure`, when there are at least
     /// [`AT_LEAST`].
     pub fn mean_wall_us(&self, figure: u64) -> Option<u64> {
+        // The figures about the same as `figure` are those from (1 - SAME_SIZE) × figure to
+        // figure / (1 - SAME_SIZE).
         let low = (figure as f64 * (1.0 - SAME_SIZE)).ceil() as u64;
         let high = (figure as f64 / (1.0 - SAME_SIZE)).floor() as u64;
         let from = self.figures.partition_point(|&f| f < low);

@@ -243,7 +243,7 @@ impl Predictor {
         // and a smoothing of its output reads and writes three times as much). Else the step's
         // duration model; else a guess.
         let recorded_wall = alike.map(|r| {
-            let wall = Duration::from_micros(r.typical_wall_us);
+            let wall = Duration::from_micros(r.wall_us);
             let touched_then = r.input_bytes + r.output_bytes + r.file_bytes;
             let touched_now = input_bytes + output_bytes + file_bytes;
             match self.planned_now_and_then(step, index) {

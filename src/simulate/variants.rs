@@ -12,6 +12,8 @@ use crate::graph::{Coords, ProducerRule, StepShape};
 use crate::plan::Compiled;
 use crate::recipe::limits::MAX_DIMS;
 
+use super::like_tasks::about_the_same;
+
 /// More combinations than this in one step and its tasks keep the plan's figures (as do its
 /// consumers'): a dim of 10⁶ file names sets no size worth 10⁶ plugin calls.
 const MAX_VARIANTS: u64 = 4096;
@@ -25,15 +27,14 @@ pub struct Variant {
 
 impl Variant {
     /// Whether the two kinds of task are about the same size: their outputs' bytes and their
-    /// plugin's estimates within a tenth of each other (an estimate that counts the bytes of
-    /// a task's seed or file name does not make it another size).
+    /// plugin's estimates [`about_the_same`] (an estimate that counts the bytes of a task's
+    /// seed or file name does not make it another size).
     fn same_size(&self, other: &Variant) -> bool {
-        let near = |a: u64, b: u64| a.abs_diff(b) as f64 <= 0.1 * a.max(b) as f64;
         let outputs = match (self.output.bytes(), other.output.bytes()) {
-            (Some(a), Some(b)) => near(a, b),
+            (Some(a), Some(b)) => about_the_same(a, b),
             (a, b) => a == b,
         };
-        outputs && near(self.plugin_estimate, other.plugin_estimate)
+        outputs && about_the_same(self.plugin_estimate, other.plugin_estimate)
     }
 }
 
@@ -61,13 +62,13 @@ impl StepVariants {
         self.radices.iter().fold(0, |at, &(divisor, size)| at * size + (index / divisor) % size)
     }
 
-    /// Whether the variants differ along the `j`th of the dims that may set the size.
+    /// Whether tasks of other kinds differ only along the `j`th of the dims that may set the size.
     fn vary_at(&self, j: usize) -> bool {
         let stride: u64 = self.radices[j + 1..].iter().map(|&(_, size)| size).product();
         let size = self.radices[j].1;
-        (0..self.variants.len() as u64).any(|at| {
+        (0..self.kinds.len() as u64).any(|at| {
             let first = at - (at / stride % size) * stride;
-            !self.variants[at as usize].same_size(&self.variants[first as usize])
+            self.kinds[at as usize] != self.kinds[first as usize]
         })
     }
 }
@@ -147,19 +148,22 @@ fn step_variants(compiled: &Compiled, steps: &[Option<StepVariants>], id: usize)
     let radices = found.iter().map(|&pos| (divisors[pos], shape.sizes[pos])).collect();
     let variants: Vec<Variant> =
         (0..count).map(|at| variant(compiled, steps, id, &coords_of(shape, &found, at))).collect();
-    let mut sizes: Vec<u64> = Vec::new();
-    let kinds = variants
-        .iter()
-        .enumerate()
-        .map(|(at, variant)| match sizes.iter().find(|&&first| variants[first as usize].same_size(variant)) {
-            Some(&first) => first,
-            None => {
-                sizes.push(at as u64);
-                at as u64
-            }
-        })
-        .collect();
+    let kinds = kinds(&variants);
     Some(StepVariants { positions: found, radices, variants, kinds })
+}
+
+/// By combination: the first combination about the same size as it (its kind).
+fn kinds(variants: &[Variant]) -> Vec<u64> {
+    let mut firsts: Vec<u64> = Vec::new();
+    let mut kinds = Vec::with_capacity(variants.len());
+    for (at, variant) in variants.iter().enumerate() {
+        let first = firsts.iter().copied().find(|&first| variants[first as usize].same_size(variant));
+        kinds.push(first.unwrap_or_else(|| {
+            firsts.push(at as u64);
+            at as u64
+        }));
+    }
+    kinds
 }
 
 /// What the plugin of step `id` says of the task at `coords`.

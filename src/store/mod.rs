@@ -204,9 +204,10 @@ impl Store {
     /// migrated: for a command that only reads but needs the history. The store itself is only
     /// read (`VACUUM INTO` from a read-only connection); the copy is opened read-only after.
     pub fn open_migrated_copy(path: &Path, copy: &Path) -> Result<Store, StoreError> {
-        let io = |what, error| StoreError::Io { path: copy.to_path_buf(), what, error };
-        let target = copy.to_str().ok_or_else(|| {
-            io("copying the store to a path that is not UTF-8", std::io::Error::from(std::io::ErrorKind::InvalidInput))
+        let target = copy.to_str().ok_or_else(|| StoreError::Io {
+            path: copy.to_path_buf(),
+            what: "copying the store to a path that is not UTF-8",
+            error: std::io::Error::from(std::io::ErrorKind::InvalidInput),
         })?;
         let reader = connect::open_reader(path)?;
         reader.execute("VACUUM INTO ?1", [target]).map_err(|error| StoreError::Sql {
