@@ -25,13 +25,22 @@ const FINALIZE: &str = "  finalize:\n    plugin: noop\n    inputs: {paths: save}
 /// One 1000×1000 f32 field, about what one task of the pipeline holds beyond its inputs.
 const ONE_TASK: u64 = 4 * MIB;
 
+/// The least peak RSS of three runs of `recipe` on two workers. One run's peak also holds what
+/// the allocator had not yet given back when the next task grew: the same recipe peaks
+/// anywhere from 69 to 84 MiB on a loaded machine, more than one task's footprint apart.
+fn least_peak_rss(recipe: &str) -> u64 {
+    let runs = (0..3).map(|_| run_measured(recipe, &["--workers", "2", "--no-record"]));
+    runs.map(|m| {
+        assert_ok(&m);
+        m.peak_rss
+    })
+    .min()
+    .unwrap()
+}
+
 #[test]
 fn a_terminal_gather_does_not_raise_the_peak() {
-    let plain = run_measured(&weather(""), &["--workers", "2", "--no-record"]);
-    assert_ok(&plain);
-    let with_tail = run_measured(&weather(FINALIZE), &["--workers", "2", "--no-record"]);
-    assert_ok(&with_tail);
-    let (a, b) = (plain.peak_rss, with_tail.peak_rss);
+    let (a, b) = (least_peak_rss(&weather("")), least_peak_rss(&weather(FINALIZE)));
     assert!(b <= a + a / 10 + ONE_TASK, "peak RSS {} MiB with a terminal gather, {} MiB without", b / MIB, a / MIB);
 }
 
@@ -49,11 +58,7 @@ fn three_levels_of_gathers_finish_what_they_start() {
         )
     };
     let collect = "  collect:\n    plugin: noop\n    inputs: {blends: blend}\n";
-    let plain = run_measured(&recipe(""), &["--workers", "2", "--no-record"]);
-    assert_ok(&plain);
-    let gathered = run_measured(&recipe(collect), &["--workers", "2", "--no-record"]);
-    assert_ok(&gathered);
-    let (a, b) = (plain.peak_rss, gathered.peak_rss);
+    let (a, b) = (least_peak_rss(&recipe("")), least_peak_rss(&recipe(collect)));
     assert!(b <= a + a / 10 + 12 * ONE_TASK, "peak RSS {} MiB with the collect, {} MiB without", b / MIB, a / MIB);
     assert!(b < 250 * MIB, "peak RSS {} MiB: gathers were not finished before new sources started", b / MIB);
 }
