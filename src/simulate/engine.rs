@@ -380,7 +380,7 @@ impl Loop<'_> {
             picked.estimate,
         );
         // Its spilled inputs are read back from their files as fast as they were written.
-        let read_back = state.spilled_input_bytes(picked.task);
+        let read_back = picked.spilled_input_bytes;
         if read_back > 0 {
             prediction.duration +=
                 Duration::from_secs_f64(read_back as f64 / self.options.spill_bandwidth.max(1) as f64);

@@ -33,6 +33,7 @@ struct Admitted {
     source: EstimateSource,
     admission: Admission,
     input_bytes: u64,
+    spilled_input_bytes: u64,
 }
 
 /// A task chosen to run, holding its reservation: neither `Copy` nor `Clone`, it is consumed
@@ -49,6 +50,8 @@ pub struct Picked {
     pub plugin_estimate: u64,
     /// Its inputs' buffer bytes, resident or spilled.
     pub input_bytes: u64,
+    /// Of those, the bytes in spill files when it was picked: mapped back in as it reads them.
+    pub spilled_input_bytes: u64,
     /// Its reservation in the ledger.
     pub reservation: Reservation,
     pub admission: Admission,
@@ -174,7 +177,7 @@ impl<'g> State<'g> {
     /// it. Returns the task as it may now run, or `None` when deferred.
     pub fn reestimate(&mut self, plan: &Plan, picked: Picked, plugin_estimate: u64) -> Option<Picked> {
         let (estimate, source) = self.predict(plan, picked.task.step, plugin_estimate, picked.input_bytes);
-        let reserved = estimate.saturating_add(picked.reserved - picked.estimate);
+        let reserved = estimate.saturating_add(picked.spilled_input_bytes);
         if self.ledger.try_resize(picked.slot(), reserved) {
             self.ledger.stop_growing(picked.slot());
             return Some(Picked { estimate, reserved, source, plugin_estimate, ..picked });
@@ -205,10 +208,11 @@ impl<'g> State<'g> {
         for slot in slots.take(admitted) {
             let Some(index) = self.pop_ready(step) else { break };
             let task = TaskRef { step, index };
-            let input_bytes = self.input_sums(task).bytes;
+            let inputs = self.input_sums(task);
             out.push(Picked {
                 task,
-                input_bytes,
+                input_bytes: inputs.bytes,
+                spilled_input_bytes: inputs.spilled,
                 reservation: self.ledger.reserve_unpeaked(slot, first.reserved),
                 estimate: first.estimate,
                 reserved: first.reserved,
@@ -240,7 +244,14 @@ impl<'g> State<'g> {
                     Admission::Fits if oversized => Admission::Alone { oversized },
                     other => other,
                 };
-                Ok(Admitted { estimate, reserved, source, admission, input_bytes: inputs.bytes })
+                Ok(Admitted {
+                    estimate,
+                    reserved,
+                    source,
+                    admission,
+                    input_bytes: inputs.bytes,
+                    spilled_input_bytes: inputs.spilled,
+                })
             }
         }
     }
@@ -276,8 +287,18 @@ impl<'g> State<'g> {
     fn start(&mut self, task: TaskRef, admitted: Admitted, plugin_estimate: u64, slot: TaskSlot) -> Picked {
         let reservation = self.ledger.reserve(slot, admitted.reserved);
         self.steps[task.step].running += 1;
-        let Admitted { estimate, reserved, source, admission, input_bytes } = admitted;
-        Picked { task, estimate, reserved, source, plugin_estimate, input_bytes, reservation, admission }
+        let Admitted { estimate, reserved, source, admission, input_bytes, spilled_input_bytes } = admitted;
+        Picked {
+            task,
+            estimate,
+            reserved,
+            source,
+            plugin_estimate,
+            input_bytes,
+            spilled_input_bytes,
+            reservation,
+            admission,
+        }
     }
 
     /// A task peaked at `peak` beyond its estimate: the step's footprint reacts at once, even

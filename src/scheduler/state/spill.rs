@@ -127,24 +127,6 @@ impl<'g> State<'g> {
         }
     }
 
-    /// Bytes of `task`'s inputs that are in spill files now, which it reads back from disk (a
-    /// simulation's cost of reading them).
-    pub fn spilled_input_bytes(&self, task: TaskRef) -> u64 {
-        if self.spill_count == 0 {
-            return 0;
-        }
-        let mut spilled = 0;
-        for &edge in &self.graph.steps[task.step].inputs {
-            let producer = self.graph.edges[edge].producer;
-            self.graph.for_each_producer(edge, task.index, |index| {
-                if let Some(live) = self.outputs.get(&TaskRef { step: producer, index }) {
-                    spilled += live.bytes - live.resident_bytes;
-                }
-            });
-        }
-        spilled
-    }
-
     /// The live output of `task` is now in its spill file: out of the ledger, into the totals.
     pub(super) fn count_spilled(&mut self, task: TaskRef) {
         let Some(live) = self.outputs.get_mut(&task) else { return };
