@@ -128,7 +128,11 @@ fn what_a_run_costs_beyond_its_tasks_is_what_the_simulation_missed_of_the_alike_
     let recorded_s = recorded[1][0].parse::<f64>().unwrap() / 1e6;
     let (wall, overhead) = (predicted["wall_s"].as_f64().unwrap(), predicted["overhead_s"].as_f64().unwrap());
     assert!((wall - recorded_s).abs() < 1e-4, "predicted {wall} s, c2 took {recorded_s} s");
-    assert!(overhead > 0.0, "the run took {recorded_s} s beside its tasks' {} s", wall - overhead);
+    // Its sign is not fixed: the simulation gives each task the mean time of the tasks like it
+    // in c1 and c2, and on a loaded machine c1's may be the longer. Its size is a run's own
+    // cost, a few ms beside tasks that hold 40–60 ms each.
+    assert!(overhead.abs() < wall / 4.0, "the run took {recorded_s} s beside its tasks' {} s", wall - overhead);
+    assert!(said.contains(&format!("{:+.1} ms of the wall beyond the tasks", overhead * 1e3)), "{said}");
 }
 
 /// Outputs whose size is a var: what a consumer's inputs hold follows the cycle's "weather".
