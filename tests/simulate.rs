@@ -67,6 +67,16 @@ fn run_cycle(dir: &Path, recipe: &str, cycle: &str, summary: &str) -> Json {
     json(&dir.join(summary))
 }
 
+/// `runner simulate RECIPE --cycle CYCLE` in `dir` on the workers, budget and store
+/// [`run_cycle`] records with, `--summary SUMMARY` and `more`: what it said, and its summary.
+fn simulate_cycle(dir: &Path, recipe: &str, cycle: &str, summary: &str, more: &[&str]) -> (String, Json) {
+    let args = ["simulate", recipe, "--cycle", cycle, "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
+    let out =
+        runner(dir, &args.into_iter().chain(["--summary", summary]).chain(more.iter().copied()).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    (stderr(&out), json(&dir.join(summary)))
+}
+
 #[test]
 fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_predicted() {
     let _shared = beside_others();
@@ -74,19 +84,10 @@ fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_
     write(dir.path(), "h.yaml", HOLDING);
     run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
     run_cycle(dir.path(), "h.yaml", "c2", "r2.json");
-    let out = runner(
-        dir.path(),
-        &["simulate", "h.yaml", "--cycle", "c3", "--workers", "2", "--budget", "64MiB", "--db", "h.db"]
-            .into_iter()
-            .chain(["--summary", "p.json", "--report", "p.html"])
-            .collect::<Vec<_>>(),
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let text = stderr(&out);
+    let (text, predicted) = simulate_cycle(dir.path(), "h.yaml", "c3", "p.json", &["--report", "p.html"]);
     assert!(text.contains("predicted ok"), "{text}");
     assert!(text.contains("critical path: make → use"), "{text}");
     let real = run_cycle(dir.path(), "h.yaml", "c3", "r3.json");
-    let predicted = json(&dir.path().join("p.json"));
     assert_eq!(predicted["predicted"], true);
     assert_eq!(predicted["guesses"], 0);
     for field in ["recipe", "cycle", "status", "tasks_total", "tasks_ok", "wall_s", "budget_bytes"] {
@@ -107,12 +108,7 @@ fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_
 fn what_a_run_costs_beyond_its_tasks_is_what_the_simulation_missed_of_the_alike_run() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.yaml", HOLDING);
-    let simulate = |cycle: &str, summary: &str| {
-        let args = ["simulate", "h.yaml", "--cycle", cycle, "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
-        let out = runner(dir.path(), &args.into_iter().chain(["--summary", summary]).collect::<Vec<_>>());
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        (stderr(&out), json(&dir.path().join(summary)))
-    };
+    let simulate = |cycle: &str, summary: &str| simulate_cycle(dir.path(), "h.yaml", cycle, summary, &[]);
     run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
     // The first run ran its first tasks alone to measure them: no simulation with history
     // repeats that, so its wall is no measure of the rest.
@@ -390,15 +386,7 @@ fn a_spill_is_predicted_where_the_real_run_spilled() {
     write(dir.path(), "g.yaml", GATHER);
     let real = run_cycle(dir.path(), "g.yaml", "c1", "r1.json");
     assert!(real["spilled_bytes"].as_u64().unwrap() > 0, "{real}");
-    let out = runner(
-        dir.path(),
-        &["simulate", "g.yaml", "--cycle", "c2", "--workers", "2", "--budget", "64MiB", "--db", "h.db"]
-            .into_iter()
-            .chain(["--summary", "p.json"])
-            .collect::<Vec<_>>(),
-    );
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let predicted = json(&dir.path().join("p.json"));
+    let (_, predicted) = simulate_cycle(dir.path(), "g.yaml", "c2", "p.json", &[]);
     assert!(predicted["spilled_bytes"].as_u64().unwrap() > 0, "{predicted}");
     // The gather runs alone over the budget with its spilled inputs mapped, in both.
     assert_reserved_within_10_percent(&predicted, &real, &format!("\npredicted {predicted}\nreal {real}"));
@@ -410,11 +398,7 @@ fn a_spilled_buffer_is_predicted_written_and_read_back_at_the_spill_bandwidth() 
     write(dir.path(), "g.yaml", GATHER);
     run_cycle(dir.path(), "g.yaml", "c1", "r1.json");
     let predict = |bandwidth: &str, summary: &str| {
-        let args = ["simulate", "g.yaml", "--cycle", "c2", "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
-        let more = ["--spill-bandwidth", bandwidth, "--summary", summary];
-        let out = runner(dir.path(), &args.into_iter().chain(more).collect::<Vec<_>>());
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        json(&dir.path().join(summary))
+        simulate_cycle(dir.path(), "g.yaml", "c2", summary, &["--spill-bandwidth", bandwidth]).1
     };
     let predicted = predict("64MiB", "p.json");
     let spilled = predicted["spilled_bytes"].as_f64().unwrap();
@@ -435,11 +419,9 @@ fn a_spilled_buffer_is_predicted_written_and_read_back_at_the_spill_bandwidth() 
     let recorded = common::query(&dir.path().join("h.db"), "SELECT spilled_bytes, spill_us FROM runs");
     let (bytes, micros): (f64, f64) = (recorded[0][0].parse().unwrap(), recorded[0][1].parse().unwrap());
     assert!(bytes > 0.0 && micros > 0.0, "{recorded:?}");
-    let args = ["simulate", "g.yaml", "--cycle", "c2", "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
-    let out = runner(dir.path(), &args.into_iter().chain(["--summary", "l.json"]).collect::<Vec<_>>());
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(stderr(&out).contains("as fast as the recipe's recorded spills were written"), "{}", stderr(&out));
-    let learned = json(&dir.path().join("l.json"))["spill_bandwidth"].clone();
+    let (said, summary) = simulate_cycle(dir.path(), "g.yaml", "c2", "l.json", &[]);
+    assert!(said.contains("as fast as the recipe's recorded spills were written"), "{said}");
+    let learned = summary["spill_bandwidth"].clone();
     assert_eq!(learned["from"], "history");
     let speed = learned["bytes_per_second"].as_f64().unwrap();
     assert!((speed - bytes / (micros / 1e6)).abs() <= 1.0, "{learned} from {recorded:?}");
@@ -676,16 +658,10 @@ fn a_store_of_an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_was() 
     .unwrap();
     drop(conn);
     let before = std::fs::read(&db).unwrap();
-    let args = ["simulate", "h.yaml", "--cycle", "c3", "--workers", "2", "--budget", "64MiB", "--db", "h.db"];
-    let out = runner(dir.path(), &args.into_iter().chain(["--summary", "p.json"]).collect::<Vec<_>>());
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("has schema version 6, older than this runner's (7): reading a copy"),
-        "{}",
-        stderr(&out)
-    );
+    let (said, predicted) = simulate_cycle(dir.path(), "h.yaml", "c3", "p.json", &[]);
+    assert!(said.contains("has schema version 6, older than this runner's (7): reading a copy"), "{said}");
     // Predicted from the recorded runs, not as if there were none.
-    assert_eq!(json(&dir.path().join("p.json"))["guesses"], 0);
+    assert_eq!(predicted["guesses"], 0);
     let history = runner(dir.path(), &["history", "--db", "h.db"]);
     assert_eq!(history.status.code(), Some(0), "{}", stderr(&history));
     assert!(String::from_utf8_lossy(&history.stdout).contains("c2"));

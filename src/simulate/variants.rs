@@ -62,7 +62,7 @@ impl StepVariants {
         self.radices.iter().fold(0, |at, &(divisor, size)| at * size + (index / divisor) % size)
     }
 
-    /// Whether tasks of other kinds differ only along the `j`th of the dims that may set the size.
+    /// Whether the kinds of task differ along the `j`th of the dims that may set the size.
     fn vary_at(&self, j: usize) -> bool {
         let stride: u64 = self.radices[j + 1..].iter().map(|&(_, size)| size).product();
         let size = self.radices[j].1;
