@@ -67,6 +67,15 @@ fn run_cycle(dir: &Path, recipe: &str, cycle: &str, summary: &str) -> Json {
     json(&dir.join(summary))
 }
 
+/// A folder with [`HOLDING`] as `h.yaml`, run for cycles `c1` and `c2` into `h.db`.
+fn holding_run_twice() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
+    run_cycle(dir.path(), "h.yaml", "c2", "r2.json");
+    dir
+}
+
 /// `runner simulate RECIPE --cycle CYCLE` in `dir` on the workers, budget and store
 /// [`run_cycle`] records with, `--summary SUMMARY` and `more`: what it said, and its summary.
 fn simulate_cycle(dir: &Path, recipe: &str, cycle: &str, summary: &str, more: &[&str]) -> (String, Json) {
@@ -80,10 +89,7 @@ fn simulate_cycle(dir: &Path, recipe: &str, cycle: &str, summary: &str, more: &[
 #[test]
 fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_predicted() {
     let _shared = beside_others();
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "h.yaml", HOLDING);
-    run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
-    run_cycle(dir.path(), "h.yaml", "c2", "r2.json");
+    let dir = holding_run_twice();
     let (text, predicted) = simulate_cycle(dir.path(), "h.yaml", "c3", "p.json", &["--report", "p.html"]);
     assert!(text.contains("predicted ok"), "{text}");
     assert!(text.contains("critical path: make → use"), "{text}");
@@ -645,10 +651,7 @@ fn a_task_takes_the_mean_time_of_the_recorded_tasks_like_it_not_one_run_s_draw()
 #[test]
 fn a_store_of_an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_was() {
     let _shared = beside_others();
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "h.yaml", HOLDING);
-    run_cycle(dir.path(), "h.yaml", "c1", "r1.json");
-    run_cycle(dir.path(), "h.yaml", "c2", "r2.json");
+    let dir = holding_run_twice();
     // The store as schema version 6 left it: without the columns version 7 added.
     let db = dir.path().join("h.db");
     let conn = rusqlite::Connection::open(&db).unwrap();
