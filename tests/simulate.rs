@@ -111,7 +111,7 @@ fn a_simulated_cycle_is_within_bounds_of_the_real_run_and_its_summary_is_marked_
 }
 
 #[test]
-fn what_a_run_costs_beyond_its_tasks_is_what_the_simulation_missed_of_the_alike_run() {
+fn what_a_run_costs_beyond_its_tasks_is_what_the_simulation_missed_of_the_alike_and_recent_runs() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "h.yaml", HOLDING);
     let simulate = |cycle: &str, summary: &str| simulate_cycle(dir.path(), "h.yaml", cycle, summary, &[]);
@@ -124,17 +124,30 @@ fn what_a_run_costs_beyond_its_tasks_is_what_the_simulation_missed_of_the_alike_
     run_cycle(dir.path(), "h.yaml", "c2", "r2.json");
     let (said, predicted) = simulate("c3", "p2.json");
     assert!(said.contains("of the wall beyond the tasks"), "{said}");
-    // The same recipe and vars, so the same tasks at the times c2 recorded (the newest of the
-    // alike): the prediction is c2's recorded wall, its overhead what the clock missed of it.
-    let recorded = common::query(&dir.path().join("h.db"), "SELECT wall_ms * 1000 + wall_us_rest FROM runs");
-    let recorded_s = recorded[1][0].parse::<f64>().unwrap() / 1e6;
+    // The same recipe and vars, so the same tasks at the same times (the mean of c1's and
+    // c2's like tasks) in every simulation: the prediction is c2's recorded wall (the newest
+    // of the alike, and no other run after the first), its overhead what the clock missed.
+    let recorded_s = |run: usize| {
+        let walls = common::query(&dir.path().join("h.db"), "SELECT wall_ms * 1000 + wall_us_rest FROM runs");
+        walls[run][0].parse::<f64>().unwrap() / 1e6
+    };
     let (wall, overhead) = (predicted["wall_s"].as_f64().unwrap(), predicted["overhead_s"].as_f64().unwrap());
-    assert!((wall - recorded_s).abs() < 1e-4, "predicted {wall} s, c2 took {recorded_s} s");
-    // Its sign is not fixed: the simulation gives each task the mean time of the tasks like it
-    // in c1 and c2, and on a loaded machine c1's may be the longer. Its size is a run's own
-    // cost, a few ms beside tasks that hold 40–60 ms each.
-    assert!(overhead.abs() < wall / 4.0, "the run took {recorded_s} s beside its tasks' {} s", wall - overhead);
+    assert!((wall - recorded_s(1)).abs() < 1e-4, "predicted {wall} s, c2 took {} s", recorded_s(1));
+    // Its sign is not fixed: on a loaded machine c1's tasks may have been the longer. Its size
+    // is a run's own cost, a few ms beside tasks that hold 40–60 ms each.
+    assert!(overhead.abs() < wall / 4.0, "the run took {} s beside its tasks' {} s", recorded_s(1), wall - overhead);
     assert!(said.contains(&format!("{:+.1} ms of the wall beyond the tasks", overhead * 1e3)), "{said}");
+    // After c3, c3 is the alike run and c2 the newest other: the machine's pace is the mean
+    // of both, and so is the prediction (their simulations are alike).
+    run_cycle(dir.path(), "h.yaml", "c3", "r3.json");
+    let (_, predicted) = simulate("c4", "p3.json");
+    let (wall, both) = (predicted["wall_s"].as_f64().unwrap(), (recorded_s(1) + recorded_s(2)) / 2.0);
+    assert!(
+        (wall - both).abs() < 1e-4,
+        "predicted {wall} s, c2 and c3 took {} s and {} s",
+        recorded_s(1),
+        recorded_s(2)
+    );
 }
 
 /// Outputs whose size is a var: what a consumer's inputs hold follows the cycle's "weather".

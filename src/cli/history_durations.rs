@@ -2,7 +2,7 @@
 //! predicts with (basis, rate, typical time, error, tasks and runs behind it) — per recipe.
 
 use crate::simulate::durations::DurationModel;
-use crate::simulate::history::read_step;
+use crate::simulate::history::{AlikeBy, read_step};
 use crate::store::Store;
 
 /// Prints the duration model of every step of `recipe` (or of every recipe), or of `step`: a
@@ -15,7 +15,7 @@ pub fn print(store: &Store, recipe: Option<&str>, step: Option<&str>, json: bool
     let mut rows = Vec::new();
     for recipe in &recipes {
         for name in store.steps(Some(recipe))?.iter().filter(|s| step.is_none_or(|wanted| wanted == s.as_str())) {
-            let records = read_step(store, recipe, name, None, None)?;
+            let records = read_step(store, recipe, name, None, AlikeBy::Newest)?;
             rows.push((recipe.clone(), name.clone(), DurationModel::learn(&records.timings)));
         }
     }

@@ -196,8 +196,9 @@ pub struct PredictedSummary {
     pub alike_cycles: Vec<String>,
     /// How fast spills were taken to be written and read back.
     pub spill_bandwidth: SpillBandwidth,
-    /// Seconds of `wall_s` for what a run costs beyond its tasks, as the simulator missed it
-    /// on the alike runs (`null`: no recorded alike run, or a cluster).
+    /// Seconds of `wall_s` for what a run costs beyond its tasks and the machine's pace, as
+    /// the simulator missed them on the alike and recent runs (`null`: no recorded alike run,
+    /// or a cluster).
     pub overhead_s: Option<f64>,
     /// The range over the dealings of where the recorded weather falls (`null`: the recorded
     /// tasks' figures kept to their tasks).
@@ -363,8 +364,8 @@ impl PredictedSummary {
         }
         if let Some(seconds) = self.overhead_s {
             say!(
-                "  {:+.1} ms of the wall beyond the tasks (starting, claiming and recording tasks, freeing buffers): \
-                 what the simulation missed of the alike runs' recorded walls",
+                "  {:+.1} ms of the wall beyond the tasks (starting, claiming and recording tasks, freeing buffers, \
+                 the machine's pace): what the simulation missed of the alike and recent runs' recorded walls",
                 seconds * 1e3
             );
         }

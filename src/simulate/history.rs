@@ -16,9 +16,10 @@ use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN};
 use crate::estimate::{Observation, Params};
 use crate::plan::Compiled;
 use crate::plan::EstimateSource;
-use crate::store::{HistoryRun, RunFilter, RunRow, RunStatus, SpillSpeed, Store, StoreError, TaskStatus};
+use crate::store::{Executor, HistoryRun, RunFilter, RunRow, RunStatus, SpillSpeed, Store, StoreError, TaskStatus};
 
 use super::alike;
+use super::calibrate;
 use super::durations::{DurationModel, Timing};
 use super::like_tasks::{self, LikeTasks};
 
@@ -77,15 +78,46 @@ pub struct History {
     /// The runs the alike figures come from, as they ran (empty when any of them did not
     /// finish ok, has no wall recorded or was the recipe's first).
     pub alike_runs: Vec<AlikeRun>,
+    /// The newest runs besides those ([`super::calibrate::RECENT_RUNS`]), each with its own
+    /// figures as a prediction of its own cycle takes them: how fast the machine has run lately
+    /// ([`super::calibrate`]). None without alike runs, or for a recipe of more than
+    /// [`super::calibrate::MAX_TASKS`] tasks.
+    pub recent: Vec<RecentRun>,
 }
 
-/// A run the alike figures come from: how long it took, with which workers and budget.
+/// A recent run, and each step's records with its own figures as the alike ones.
+#[derive(Debug, Clone)]
+pub struct RecentRun {
+    pub ran: RanAs,
+    pub cycle: String,
+    pub vars: serde_json::Map<String, serde_json::Value>,
+    pub steps: Vec<StepRecords>,
+}
+
+/// Which recorded run a step's measured-only figures come from.
+#[derive(Debug, Clone, Copy)]
+pub enum AlikeBy<'a> {
+    /// The run whose vars are nearest to these, or two about them ([`alike`]).
+    Vars(&'a serde_json::Map<String, serde_json::Value>),
+    /// The newest.
+    Newest,
+    /// This one (by run id).
+    Run(i64),
+}
+
+/// A recorded run as it ran: how long it took, with which workers and budget.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AlikeRun {
+pub struct RanAs {
+    pub run_id: i64,
     pub wall: Duration,
     pub workers: usize,
     pub budget: u64,
-    /// Its weight among the alike runs (they sum to 1).
+}
+
+/// A run the alike figures come from, and its weight among them (they sum to 1).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AlikeRun {
+    pub ran: RanAs,
     pub weight: f64,
 }
 
@@ -97,11 +129,16 @@ impl History {
         let steps = recipe
             .steps
             .iter()
-            .map(|step| read_step(store, &recipe.name, &step.name, before_run, Some(&vars)))
+            .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Vars(&vars)))
             .collect::<Result<Vec<_>, _>>()?;
         let spill_speed = store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?;
         let alike_runs = alike_runs(store, &steps)?;
-        Ok(History { steps, spill_speed, alike_runs })
+        let recent = if alike_runs.is_empty() || compiled.graph.total_tasks() > calibrate::MAX_TASKS {
+            Vec::new()
+        } else {
+            recent_runs(store, compiled, before_run, &alike_runs)?
+        };
+        Ok(History { steps, spill_speed, alike_runs, recent })
     }
 
     /// No history at all (every task's time and peak a guess).
@@ -110,6 +147,7 @@ impl History {
             steps: vec![StepRecords::default(); compiled.recipe.steps.len()],
             spill_speed: None,
             alike_runs: Vec::new(),
+            recent: Vec::new(),
         }
     }
 
@@ -149,27 +187,72 @@ impl History {
 }
 
 /// The runs the first step with alike figures took them from, as they ran; none when any of
-/// them did not finish ok, has no recorded wall, or was the recipe's first (without history,
-/// its first tasks ran alone to be measured, which a simulation with history does not repeat).
+/// them is not [`ran_as`] a measure of a run.
 fn alike_runs(store: &Store, steps: &[StepRecords]) -> Result<Vec<AlikeRun>, StoreError> {
     let Some(records) = steps.iter().find(|records| !records.alike_runs.is_empty()) else { return Ok(Vec::new()) };
     let mut runs = Vec::with_capacity(records.alike_runs.len());
     for &(run_id, weight) in &records.alike_runs {
-        match store.run(run_id)? {
-            Some(RunRow { status: RunStatus::Ok, wall_us: Some(wall_us), workers, budget_bytes, recipe, .. })
-                if store.has_run_before(&recipe, run_id)? =>
-            {
-                runs.push(AlikeRun {
-                    wall: Duration::from_micros(wall_us),
-                    workers: workers.max(1) as usize,
-                    budget: budget_bytes,
-                    weight,
-                })
-            }
-            _ => return Ok(Vec::new()),
+        match ran_as(store, run_id)? {
+            Some(ran) => runs.push(AlikeRun { ran, weight }),
+            None => return Ok(Vec::new()),
         }
     }
     Ok(runs)
+}
+
+/// How run `run_id` ran, when it measures what a run on this host takes: it finished ok on
+/// the workers of its process (not as a cluster's jobs), has a recorded wall, and was not its
+/// recipe's first (without history, its first tasks ran alone to be measured, which a
+/// simulation with history does not repeat).
+fn ran_as(store: &Store, run_id: i64) -> Result<Option<RanAs>, StoreError> {
+    Ok(match store.run(run_id)? {
+        Some(RunRow {
+            status: RunStatus::Ok,
+            executor: Executor::Local,
+            wall_us: Some(wall_us),
+            workers,
+            budget_bytes,
+            recipe,
+            ..
+        }) if store.has_run_before(&recipe, run_id)? => Some(RanAs {
+            run_id,
+            wall: Duration::from_micros(wall_us),
+            workers: workers.max(1) as usize,
+            budget: budget_bytes,
+        }),
+        _ => None,
+    })
+}
+
+/// The newest [`calibrate::RECENT_RUNS`] runs of `compiled`'s recipe before `before_run`,
+/// other than the `alike` ones, that kept their vars and are [`ran_as`] a measure of a run;
+/// with each step's records holding the run's own figures.
+fn recent_runs(
+    store: &Store,
+    compiled: &Compiled,
+    before_run: Option<i64>,
+    alike: &[AlikeRun],
+) -> Result<Vec<RecentRun>, StoreError> {
+    let recipe = &compiled.recipe;
+    let mut recent = Vec::with_capacity(calibrate::RECENT_RUNS);
+    let runs = store.history_runs(Some(&recipe.name), None, usize::MAX, RunFilter::default())?;
+    for run in runs.iter().rev().filter(|run| before_run.is_none_or(|before| run.run_id < before)) {
+        if recent.len() == calibrate::RECENT_RUNS {
+            break;
+        }
+        if alike.iter().any(|a| a.ran.run_id == run.run_id) {
+            continue;
+        }
+        let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { continue };
+        let Some(ran) = ran_as(store, run.run_id)? else { continue };
+        let steps = recipe
+            .steps
+            .iter()
+            .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Run(run.run_id)))
+            .collect::<Result<Vec<_>, _>>()?;
+        recent.push(RecentRun { ran, cycle: run.cycle.clone(), vars, steps });
+    }
+    Ok(recent)
 }
 
 /// Recorded runs a prediction looks through for the cycle most like its own.
@@ -183,7 +266,7 @@ pub fn read_step(
     recipe: &str,
     step: &str,
     before_run: Option<i64>,
-    vars: Option<&serde_json::Map<String, serde_json::Value>>,
+    alike_by: AlikeBy<'_>,
 ) -> Result<StepRecords, StoreError> {
     let mut runs = store.history_runs(Some(recipe), Some(step), usize::MAX, RunFilter::default())?;
     if let Some(before) = before_run {
@@ -191,9 +274,10 @@ pub fn read_step(
     }
     runs.drain(..runs.len().saturating_sub(ALIKE_RUNS.max(HISTORY_RUNS)));
     let mut records = StepRecords::default();
-    let alike = match vars {
-        Some(vars) => alike::alike(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>()),
-        None => runs.len().checked_sub(1).map(|newest| (newest, 1.0)).into_iter().collect(),
+    let alike = match alike_by {
+        AlikeBy::Vars(vars) => alike::alike(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>()),
+        AlikeBy::Newest => runs.len().checked_sub(1).map(|newest| (newest, 1.0)).into_iter().collect(),
+        AlikeBy::Run(id) => runs.iter().position(|r| r.run_id == id).map(|at| (at, 1.0)).into_iter().collect(),
     };
     records.alike_runs = alike.iter().map(|&(at, weight)| (runs[at].run_id, weight)).collect();
     let mut taken = Vec::with_capacity(alike.len());

@@ -36,9 +36,9 @@ pub struct Prediction {
     /// The recorded cycles, nearest in vars to this one, whose output sizes and data-following
     /// estimates the prediction used ([`History::alike_cycles`]).
     pub alike_cycles: Vec<String>,
-    /// Seconds added to the simulated wall for what a run costs beyond its tasks, as the
-    /// simulator missed it on the alike runs ([`calibrate`]; `None`: none recorded, or a
-    /// cluster).
+    /// Seconds added to the simulated wall (negative: taken off) for what a run costs beyond
+    /// its tasks and the machine's pace, as the simulator missed them on the alike and recent
+    /// runs ([`calibrate`]; `None`: none recorded, or a cluster).
     pub overhead: Option<f64>,
     /// The range the dealings of the recorded weather gave ([`deal`]; `None`: the recorded
     /// labels kept).
@@ -74,14 +74,16 @@ pub fn predict(
     let critical_path = critical_path::critical_path(&compiled.graph, &simulated.longest);
     let durations = (0..compiled.recipe.steps.len()).map(|s| predictor.duration_model(s).copied()).collect();
     let then = then.as_ref().map_or(&*compiled, |plan| &plan.compiled);
-    let overhead = local.then(|| calibrate::overhead(then, history, options, guess_speed)).flatten();
-    if let Some(seconds) = overhead {
-        let with_overhead = |wall| calibrate::with_overhead(wall, seconds, critical_path.length);
+    let pace = local.then(|| calibrate::pace(then, history, options, guess_speed, recompile)).flatten();
+    let overhead = pace.map(|pace| {
+        let paced = |wall| calibrate::paced(wall, pace, critical_path.length);
         let report = &mut simulated.report;
-        report.wall = with_overhead(report.wall);
+        let unpaced = report.wall;
+        report.wall = paced(report.wall);
         if let Some(dealt) = &mut dealt {
-            dealt.wall = (with_overhead(dealt.wall.0), with_overhead(dealt.wall.1));
+            dealt.wall = (paced(dealt.wall.0), paced(dealt.wall.1));
         }
-    }
+        report.wall.as_secs_f64() - unpaced.as_secs_f64()
+    });
     Prediction { simulated, critical_path, durations, alike_cycles: history.alike_cycles(), overhead, dealt }
 }
