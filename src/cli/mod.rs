@@ -167,7 +167,9 @@ enum Command {
         estimate at --guess-speed bytes a second, and such tasks are counted as guesses. Where the recent runs' \
         tasks did not keep their sizes from run to run (rain falling anew on each member), the recorded sizes are \
         dealt out 9 times over the members (the dims that set no size) and the dealing with the median peak \
-        reserved is shown, with the range of all. \
+        reserved is shown, with the range of all. The wall is then scaled by how many times longer than their \
+        own simulations the alike runs and the two newest others took: what a run costs beyond its tasks, and \
+        the pace the machine runs at now. \
         The critical path is the chain of steps whose longest tasks add up to the most: no schedule is shorter.\n\n\
         Exit codes: 0 predicted (whatever the prediction says); 2 invalid recipe or command line; 3 the store \
         or an output file failed.")]

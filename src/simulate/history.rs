@@ -75,8 +75,9 @@ pub struct History {
     pub steps: Vec<StepRecords>,
     /// How fast the recipe's recent spills were written (`None`: none recorded).
     pub spill_speed: Option<SpillSpeed>,
-    /// The runs the alike figures come from, as they ran (empty when any of them did not
-    /// finish ok, has no wall recorded or was the recipe's first).
+    /// The runs the alike figures come from, as they ran (empty when any of them is no
+    /// measure of a run on this host: it did not finish ok on the workers of its process, has
+    /// no wall recorded or was the recipe's first).
     pub alike_runs: Vec<AlikeRun>,
     /// The newest runs besides those ([`super::calibrate::RECENT_RUNS`]), each with its own
     /// figures as a prediction of its own cycle takes them: how fast the machine has run lately
