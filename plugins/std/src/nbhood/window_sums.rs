@@ -278,16 +278,11 @@ fn smooth_band(
         out_band.fill(background);
         return;
     };
+    if background != 0.0 {
+        // The output starts zeroed; cells left out of the work area are the background.
+        out_band.fill(background);
+    }
     let rows = rows.start.max(band.start)..rows.end.min(band.end);
-    // Every cell is written, the background too where the output already holds zeros: cells
-    // left as the allocator zeroed them are pages never mapped, and when a consumer reads them
-    // the kernel maps its shared zero page there; the next allocation reusing those pages then
-    // writes to a read-only mapping, and each such fault stops every other CPU running this
-    // process to flush its TLB. On a dry `precip.yaml` cycle that was 2,283 faults and 13% of
-    // the CPU samples; writing the background here made its wall 10–29% shorter (three sets of
-    // 25 runs each way, on a 2-core VM) and its peak reserved steadier (17.6–18.5 MiB against
-    // 15.8–23.5: the stalls had let other tasks' outputs pile up).
-    fill_outside(out_band, band.clone(), rows.clone(), cols.clone(), grid.nx, background);
     let mut sums = vec![0.0f64; cols.len()];
     let mut shares = vec![0.0f64; cols.len()];
     let mut counted_offsets = None;
@@ -320,29 +315,6 @@ fn smooth_band(
         for ((cell, &sum), &share) in out_row.iter_mut().zip(&sums).zip(&shares) {
             *cell = (background + sum * share) as f32;
         }
-    }
-}
-
-/// Writes `background` to the cells of `out_band` (rows `band` of a grid `nx` wide) outside
-/// `rows` × `cols`, the work area smoothed in this band, which the caller writes.
-fn fill_outside(
-    out_band: &mut [f32],
-    band: Range<usize>,
-    rows: Range<usize>,
-    cols: Range<usize>,
-    nx: usize,
-    background: f32,
-) {
-    // `rows` may lie outside the band, either way.
-    let top = rows.start.clamp(band.start, band.end);
-    let bottom = rows.end.clamp(top, band.end);
-    let (above, rest) = out_band.split_at_mut((top - band.start) * nx);
-    above.fill(background);
-    let (within, below) = rest.split_at_mut((bottom - top) * nx);
-    below.fill(background);
-    for row in within.chunks_exact_mut(nx) {
-        row[..cols.start].fill(background);
-        row[cols.end..].fill(background);
     }
 }
 
@@ -450,31 +422,5 @@ fn fill_shares(shares: &mut [f64], half_widths: &[usize], cols: Range<usize>, nx
             half_widths.iter().map(|&w| ((x + w).min(nx - 1) - x.saturating_sub(w) + 1) as u64).sum()
         };
         *share = 1.0 / cells as f64;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_background_is_written_to_every_cell_of_the_band_outside_the_work_area() {
-        // Rows 2..6 of a grid 5 wide; the work area rows 3..5 × columns 1..3.
-        let mut band = vec![f32::NAN; 4 * 5];
-        fill_outside(&mut band, 2..6, 3..5, 1..3, 5, 0.5);
-        let written: Vec<bool> = band.iter().map(|cell| *cell == 0.5).collect();
-        let outside = |at: usize| {
-            let (y, x) = (2 + at / 5, at % 5);
-            !((3..5).contains(&y) && (1..3).contains(&x))
-        };
-        assert!(written.iter().enumerate().all(|(at, &w)| w == outside(at)), "{band:?}");
-        // A work area that misses the band, above or below it (as `smooth_band` clips it, a
-        // range that may end before it starts): all of the band.
-        let clipped = |rows: Range<usize>, band: Range<usize>| rows.start.max(band.start)..rows.end.min(band.end);
-        for rows in [0..2, 7..9, clipped(7..9, 2..4), clipped(0..1, 2..4)] {
-            let mut band = vec![f32::NAN; 2 * 5];
-            fill_outside(&mut band, 2..4, rows.clone(), 1..3, 5, 0.0);
-            assert!(band.iter().all(|&cell| cell == 0.0), "{rows:?}: {band:?}");
-        }
     }
 }
