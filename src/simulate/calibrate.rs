@@ -17,7 +17,7 @@ use crate::plan::Compiled;
 
 use super::Recompile;
 use super::engine::{self, SimOptions};
-use super::history::{History, RanAs, StepRecords};
+use super::history::{History, RanAs};
 use super::predict::Predictor;
 
 /// The newest runs besides the alike ones whose pace a prediction takes. Re-predicting 16
@@ -64,22 +64,12 @@ pub fn pace(
         if compiled.plan.steps.len() != then.plan.steps.len() {
             continue;
         }
-        let own = own_history(history, recent.ran, recent.steps.clone());
-        own.learn_footprints(&mut compiled);
-        let predictor = Predictor::new(&compiled, &own, vec![None; compiled.recipe.steps.len()], guess_speed);
-        paces.push(slower_by(&recent.ran, &compiled, &predictor, &options));
+        recent.history.learn_footprints(&mut compiled);
+        let predictor =
+            Predictor::new(&compiled, &recent.history, vec![None; compiled.recipe.steps.len()], guess_speed);
+        paces.push(slower_by(recent.ran(), &compiled, &predictor, &options));
     }
     Some(paces.iter().sum::<f64>() / paces.len() as f64)
-}
-
-/// `history` with a recent run's own figures as the alike ones.
-fn own_history(history: &History, ran: RanAs, steps: Vec<StepRecords>) -> History {
-    History {
-        steps,
-        spill_speed: history.spill_speed,
-        alike_runs: vec![super::history::AlikeRun { ran, weight: 1.0 }],
-        recent: Vec::new(),
-    }
 }
 
 /// How many times longer than its simulation (of `compiled`, its tasks as `predictor` has

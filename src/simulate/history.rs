@@ -86,13 +86,20 @@ pub struct History {
     pub recent: Vec<RecentRun>,
 }
 
-/// A recent run, and each step's records with its own figures as the alike ones.
+/// A recent run, and the history a prediction of its own cycle takes: its own figures as the
+/// alike ones, and itself the one alike run.
 #[derive(Debug, Clone)]
 pub struct RecentRun {
-    pub ran: RanAs,
     pub cycle: String,
     pub vars: serde_json::Map<String, serde_json::Value>,
-    pub steps: Vec<StepRecords>,
+    pub history: History,
+}
+
+impl RecentRun {
+    /// How it ran.
+    pub fn ran(&self) -> &RanAs {
+        &self.history.alike_runs[0].ran
+    }
 }
 
 /// Which recorded run a step's measured-only figures come from.
@@ -137,7 +144,7 @@ impl History {
         let recent = if alike_runs.is_empty() || compiled.graph.total_tasks() > calibrate::MAX_TASKS {
             Vec::new()
         } else {
-            recent_runs(store, compiled, before_run, &alike_runs)?
+            recent_runs(store, compiled, before_run, spill_speed, &alike_runs)?
         };
         Ok(History { steps, spill_speed, alike_runs, recent })
     }
@@ -232,6 +239,7 @@ fn recent_runs(
     store: &Store,
     compiled: &Compiled,
     before_run: Option<i64>,
+    spill_speed: Option<SpillSpeed>,
     alike: &[AlikeRun],
 ) -> Result<Vec<RecentRun>, StoreError> {
     let recipe = &compiled.recipe;
@@ -251,7 +259,9 @@ fn recent_runs(
             .iter()
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Run(run.run_id)))
             .collect::<Result<Vec<_>, _>>()?;
-        recent.push(RecentRun { ran, cycle: run.cycle.clone(), vars, steps });
+        let history =
+            History { steps, spill_speed, alike_runs: vec![AlikeRun { ran, weight: 1.0 }], recent: Vec::new() };
+        recent.push(RecentRun { cycle: run.cycle.clone(), vars, history });
     }
     Ok(recent)
 }
