@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{MIB, query, runner, stderr, write};
+use common::{MIB, alone, beside_others, query, runner, stderr, write};
 
 /// The module the recipes call, put on the interpreters' path with `pythonpath`.
 const STEPS: &str = r#"
@@ -105,6 +105,7 @@ fn load_npy(dir: &Path, path: &str) -> Vec<f32> {
 
 #[test]
 fn values_cross_both_ways_and_interpreters_stay_warm() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -178,6 +179,7 @@ steps:
 
 #[test]
 fn one_interpreter_per_worker_imports_once() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -273,6 +275,7 @@ steps:
 
 #[test]
 fn interpreters_stay_warm_across_the_cycles_of_a_replay() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -317,6 +320,7 @@ steps:
 
 #[test]
 fn interpreters_are_forked_from_one_that_imported() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -361,6 +365,7 @@ def save(seen):
 
 #[test]
 fn an_interpreter_no_task_left_can_use_is_stopped_before_the_last_tasks_run() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -414,6 +419,7 @@ def pass_on(x, i):
 
 #[test]
 fn idle_interpreters_import_a_step_while_its_first_task_runs() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -458,6 +464,7 @@ steps:
 
 #[test]
 fn a_task_is_measured_above_the_interpreters_baseline() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -498,6 +505,7 @@ steps:
 
 #[test]
 fn an_exception_a_crash_and_a_hang_fail_only_their_task() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -537,6 +545,7 @@ steps:
 
 #[test]
 fn a_bad_callable_is_refused_before_anything_runs() {
+    let _shared = beside_others();
     let dir = setup(
         r#"
 recipe: bad
@@ -561,6 +570,7 @@ fn running(pid: i32) -> bool {
 
 #[test]
 fn interpreters_die_with_a_killed_runner() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -614,6 +624,7 @@ fn assert_gone_soon(pids: &[i32], what: &str) {
 /// when the run ends: the runner exits with nothing of its own still running.
 #[test]
 fn what_a_task_left_running_dies_with_the_interpreters_at_the_end() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -644,6 +655,7 @@ steps:
 
 #[test]
 fn an_interpreter_over_its_limit_fails_only_its_task_and_is_replaced() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -677,6 +689,7 @@ steps:
 
 #[test]
 fn the_example_suite_runs_and_matches_numpy_alone() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -707,9 +720,12 @@ fn the_example_suite_runs_and_matches_numpy_alone() {
 
 #[test]
 fn python_tasks_of_mixed_sizes_are_preempted_to_keep_the_budget() {
+    let _alone = alone();
     if !numpy_here() {
         return;
     }
+    // Alone: the budget is held by sampling every 10 ms, and a test beside it on this test's
+    // two cores would stretch those intervals.
     // Six tasks reserving 50 MiB each, then holding 100 MiB to 1.3 GiB in their interpreters:
     // three at once could hold 3.4 GiB of a 2 GiB budget. The newest of those over their
     // reservation is stopped (its interpreter killed and replaced) and runs again with what it
@@ -768,6 +784,8 @@ steps:
 
 #[test]
 fn large_python_tasks_keep_the_tree_within_the_budget_on_their_first_run() {
+    // Alone, as the preemption test above.
+    let _alone = alone();
     if !numpy_here() {
         return;
     }
@@ -794,6 +812,7 @@ steps:
 
 #[test]
 fn a_large_gather_of_python_objects_under_a_tight_budget_runs_alone_on_its_spilled_inputs() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -898,6 +917,7 @@ fn npy_header(path: &Path) -> String {
 
 #[test]
 fn rust_plugins_refuse_pickled_python_objects_naming_them_and_python_reads_them_unchanged() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -986,6 +1006,7 @@ def describe(m, path):
 
 #[test]
 fn a_masked_array_crosses_out_of_band_and_its_consumer_holds_it_once() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -1062,6 +1083,7 @@ def first(field, path):
 
 #[test]
 fn a_gathers_inputs_are_mapped_from_the_runner_not_copied_and_not_counted_again() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -1115,6 +1137,7 @@ steps:
 
 #[test]
 fn a_zero_d_array_keeps_its_empty_shape_both_ways() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -1190,6 +1213,7 @@ def talk(mode_file):
 
 #[test]
 fn a_python_tasks_log_is_bounded_framed_and_its_failure_quotes_only_its_own_attempt() {
+    let _shared = beside_others();
     if !numpy_here() {
         return;
     }
@@ -1236,6 +1260,7 @@ steps:
 
 #[test]
 fn an_import_that_hangs_fails_its_task_at_the_timeout() {
+    let _shared = beside_others();
     // Needs no numpy: the module only sleeps while it is imported.
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "lib/slow_import.py", "import time\ntime.sleep(60)\n\ndef f():\n    return 1\n");
@@ -1253,6 +1278,7 @@ fn an_import_that_hangs_fails_its_task_at_the_timeout() {
 
 #[test]
 fn the_whole_tree_s_peak_counts_what_the_interpreters_hold() {
+    let _shared = beside_others();
     // Needs no numpy: the callable holds 200 MiB of bytes for a while.
     let dir = tempfile::tempdir().unwrap();
     let module =
@@ -1272,6 +1298,7 @@ fn the_whole_tree_s_peak_counts_what_the_interpreters_hold() {
 
 #[test]
 fn an_exception_that_cannot_print_itself_or_prints_a_book_fails_only_its_task() {
+    let _shared = beside_others();
     // Needs no numpy.
     let dir = tempfile::tempdir().unwrap();
     let module = "import os\n\nclass Broken(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\n\n\
@@ -1302,6 +1329,7 @@ fn an_exception_that_cannot_print_itself_or_prints_a_book_fails_only_its_task() 
 
 #[test]
 fn a_module_that_is_not_there_is_named_with_the_interpreter_that_looked_for_it() {
+    let _shared = beside_others();
     // Needs no numpy.
     let dir = tempfile::tempdir().unwrap();
     write(
@@ -1319,6 +1347,7 @@ fn a_module_that_is_not_there_is_named_with_the_interpreter_that_looked_for_it()
 
 #[test]
 fn an_interpreter_shows_a_short_command_line_and_hands_nothing_of_the_runner_s_code_on() {
+    let _shared = beside_others();
     // Needs no numpy.
     let dir = tempfile::tempdir().unwrap();
     let module = "import os\n\ndef look(path):\n    argv = open('/proc/self/cmdline').read().split('\\0')\n    \
@@ -1340,6 +1369,7 @@ fn an_interpreter_shows_a_short_command_line_and_hands_nothing_of_the_runner_s_c
 
 #[test]
 fn a_preempted_task_is_recorded_by_the_run_that_finished_it() {
+    let _shared = beside_others();
     // Needs no numpy. Four tasks reserving 50 MiB at once, each then holding 400 MiB, under a
     // 1 GiB budget: some are preempted and run again later. Each records its own times.
     let dir = tempfile::tempdir().unwrap();
@@ -1378,6 +1408,7 @@ fn a_preempted_task_is_recorded_by_the_run_that_finished_it() {
 
 #[test]
 fn a_return_value_that_cannot_leave_the_interpreter_is_named_as_such() {
+    let _shared = beside_others();
     // Needs no numpy.
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "lib/lock.py", "import threading\n\ndef lock():\n    return threading.Lock()\n");
@@ -1395,6 +1426,7 @@ fn a_return_value_that_cannot_leave_the_interpreter_is_named_as_such() {
 
 #[test]
 fn history_says_how_python_tasks_were_measured() {
+    let _shared = beside_others();
     // Needs no numpy.
     let dir = tempfile::tempdir().unwrap();
     write(
@@ -1414,6 +1446,7 @@ fn history_says_how_python_tasks_were_measured() {
 
 #[test]
 fn arguments_that_do_not_fit_the_callable_are_named_without_the_runner_s_frames() {
+    let _shared = beside_others();
     // Needs no numpy.
     let dir = tempfile::tempdir().unwrap();
     write(
@@ -1462,6 +1495,7 @@ def slow(_):
 
 #[test]
 fn what_interpreters_print_outside_tasks_goes_to_the_bounded_warm_up_log() {
+    let _shared = beside_others();
     // Needs no numpy.
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "lib/loud.py", LOUD);

@@ -4,12 +4,18 @@
 //! ([`Watched::should_yield`]): its command is killed, and the task runs again with a reservation
 //! grown past what it was measured at (`FailureKind::Preempted`, not counted against `retries`).
 //!
+//! The run is judged by where it will be at the next sample, not where it is: the yielding
+//! task's growth since its last sample is added to what the run holds. A command filling
+//! memory at NumPy's pace grows by tens of MiB an interval, and its memory is freed only some
+//! milliseconds after the kill, so a run that waited to be over its budget would end well past it.
+//!
 //! Only tasks that went over their reservation are candidates — a task within what it reserved
 //! is exactly what admission promised room for — and a task alone is never preempted: running
 //! it again alone would change nothing. Each watcher (one per running command or service) checks
 //! for itself on every sample; the state is one word per slot, written by its owner, read by the
 //! others only while the run is over its budget.
 
+use std::cell::Cell;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU64, AtomicUsize};
 
@@ -38,6 +44,8 @@ pub struct Watched {
     slot: usize,
     seq: u64,
     reserved: u64,
+    /// What its processes held at the last sample.
+    last_above: Cell<u64>,
 }
 
 impl Watched {
@@ -48,18 +56,24 @@ impl Watched {
             return None;
         }
         WATCHED.fetch_add(1, Relaxed);
-        Some(Watched { slot: tag as usize & (SLOTS - 1), seq: NEXT_SEQ.fetch_add(1, Relaxed), reserved })
+        Some(Watched {
+            slot: tag as usize & (SLOTS - 1),
+            seq: NEXT_SEQ.fetch_add(1, Relaxed),
+            reserved,
+            last_above: Cell::new(0),
+        })
     }
 
     /// Whether the task must give way now that its processes hold `above` bytes.
     pub fn should_yield(&self, above: u64) -> bool {
+        let growth = above.saturating_sub(self.last_above.replace(above));
         let over = above > self.reserved;
         OVER[self.slot].store(if over { self.seq } else { 0 }, Relaxed);
         if !over || WATCHED.load(Relaxed) < 2 {
             return false;
         }
         let live = super::live_bytes() + external::total() + external::standing();
-        if live <= BUDGET.load(Relaxed) {
+        if live + growth <= BUDGET.load(Relaxed) {
             return false;
         }
         OVER.iter().map(|s| s.load(Relaxed)).max() == Some(self.seq)
