@@ -4,13 +4,15 @@
 //! Block layout (what jemalloc sees), for a request of `size` bytes aligned to `align`:
 //!
 //! ```text
-//! | header: max(16, align) bytes ... | tag: u32 | 12 unused | user's `size` bytes |
+//! | header: max(16, align) bytes ... | tag: u32 | zeroed: u8 | 11 unused | user's `size` bytes |
 //! ^ jemalloc's pointer, aligned to `align`                  ^ pointer handed out
 //! ```
 //!
 //! The header is a whole number of alignment units, so the user's pointer keeps the requested
 //! alignment; the tag sits in its last 16 bytes, right before the user's pointer. The bytes
-//! counted for a block are the header plus the request: what jemalloc was asked for.
+//! counted for a block are the header plus the request: what jemalloc was asked for. `zeroed`
+//! marks a zeroed block large enough that, when it is freed, the pages a reader mapped to the
+//! kernel's zero page are released ([`super::zero_pages`]).
 //!
 //! Ownership: a block is charged to the running task the allocating thread is tagged with, or to
 //! nobody (`NO_TASK`, also written when that tag's task is not running). A free is credited to
@@ -25,6 +27,7 @@ use std::alloc::{GlobalAlloc, Layout};
 use tikv_jemallocator::Jemalloc;
 
 use super::batch::{charge, release};
+use super::zero_pages;
 
 /// Header bytes before the user's pointer when the alignment is 16 or less; also where the tag
 /// sits, counted back from the user's pointer. 16 keeps the usual `malloc` alignment.
@@ -44,7 +47,7 @@ impl CountingAlloc {
 
     /// Allocates through `raw` a block for `layout` and charges it.
     #[inline]
-    fn alloc_with(&self, layout: Layout, raw: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
+    fn alloc_with(&self, layout: Layout, zeroed: bool, raw: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
         let Some(block) = Block::for_layout(layout) else {
             return std::ptr::null_mut();
         };
@@ -58,6 +61,7 @@ impl CountingAlloc {
         unsafe {
             let user = base.add(block.header);
             write_tag(user, tag);
+            write_zeroed(user, zeroed && block.layout.size() >= zero_pages::SCAN_FROM);
             user
         }
     }
@@ -104,6 +108,22 @@ unsafe fn write_tag(user: *mut u8, tag: u32) {
 }
 
 /// # Safety
+/// As [`write_tag`].
+#[inline]
+unsafe fn write_zeroed(user: *mut u8, zeroed: bool) {
+    // SAFETY: the byte after the tag, inside the header as the tag is.
+    unsafe { user.sub(MIN_HEADER - 4).write(u8::from(zeroed)) }
+}
+
+/// # Safety
+/// As [`read_tag`].
+#[inline]
+unsafe fn read_zeroed(user: *mut u8) -> bool {
+    // SAFETY: as in `write_zeroed`, written before `user` was handed out.
+    unsafe { user.sub(MIN_HEADER - 4).read() == 1 }
+}
+
+/// # Safety
 /// `user` is a pointer this allocator handed out, not yet freed.
 #[inline]
 unsafe fn read_tag(user: *mut u8) -> u32 {
@@ -119,13 +139,13 @@ unsafe impl GlobalAlloc for CountingAlloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: `block.layout` has a non-zero size (at least the header).
-        self.alloc_with(layout, |block| unsafe { self.inner.alloc(block) })
+        self.alloc_with(layout, false, |block| unsafe { self.inner.alloc(block) })
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as in `alloc`.
-        self.alloc_with(layout, |block| unsafe { self.inner.alloc_zeroed(block) })
+        self.alloc_with(layout, true, |block| unsafe { self.inner.alloc_zeroed(block) })
     }
 
     #[inline]
@@ -138,6 +158,9 @@ unsafe impl GlobalAlloc for CountingAlloc {
         // its tag is readable and `ptr - header` is jemalloc's block of `block.layout`.
         unsafe {
             let tag = read_tag(ptr);
+            if read_zeroed(ptr) {
+                zero_pages::release(ptr.sub(block.header), block.layout.size());
+            }
             self.inner.dealloc(ptr.sub(block.header), block.layout);
             release(tag, block.bytes());
         }
@@ -153,6 +176,8 @@ unsafe impl GlobalAlloc for CountingAlloc {
         // sizes (it depends on the alignment only) and `new.layout.size()` is non-zero.
         unsafe {
             let old_tag = read_tag(ptr);
+            // A moved block's old pages are jemalloc's to free; kept in place, it keeps its mark.
+            let zeroed = read_zeroed(ptr);
             let old_base = ptr.sub(old.header);
             let base = self.inner.realloc(old_base, old.layout, new.layout.size());
             if base.is_null() {
@@ -169,6 +194,7 @@ unsafe impl GlobalAlloc for CountingAlloc {
             };
             let user = base.add(new.header);
             write_tag(user, tag);
+            write_zeroed(user, zeroed && base == old_base);
             user
         }
     }

@@ -46,6 +46,7 @@ pub mod preempt;
 mod system;
 mod tally;
 mod task;
+mod zero_pages;
 
 #[cfg(test)]
 mod tests;
