@@ -229,6 +229,11 @@ steps:
     over: [member]
     inputs: {field: exceed}
     args: {radius: 5, shape: square}
+  save:
+    plugin: write_npy
+    over: [member]
+    inputs: {array: smooth}
+    args: {path: "out/{cycle}/p{member}.npy"}
 "#;
 
 #[test]
@@ -259,6 +264,28 @@ fn a_data_following_estimate_recorded_under_other_metadata_moves_as_its_plugin_s
         smooth(&real) / MIB
     );
     assert_reserved_within_10_percent(&predicted, &real, " (as recorded for two thresholds it would be far below)");
+}
+
+#[test]
+fn a_task_that_reads_more_because_of_the_metadata_is_predicted_to_take_longer_in_proportion() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", THRESHOLDED);
+    let cycle = |verb: &str, cycle: &str, thresholds: &str| {
+        with_var(dir.path(), verb, cycle, &format!("thresholds={thresholds}"), "256MiB").1
+    };
+    let recorded = [cycle("run", "c1", "[1.0, 2.0]"), cycle("run", "c2", "[1.0, 2.0]")];
+    let predicted = cycle("simulate", "c3", "[0.5, 1.0, 2.0, 4.0, 8.0, 16.0]");
+    let save_seconds = |s: &Json| {
+        let steps = s["steps"].as_array().unwrap();
+        steps.iter().find(|step| step["step"] == "save").unwrap()["wall_s"].as_f64().unwrap()
+    };
+    // `write_npy` estimates the same for any input, but its tasks now write six thresholds'
+    // smoothed fields where they wrote two: three times the bytes, so three times the time of
+    // the recorded tasks like them (the mean of both runs'), where as recorded it would be one.
+    let before = (save_seconds(&recorded[0]) + save_seconds(&recorded[1])) / 2.0;
+    let ratio = save_seconds(&predicted) / before;
+    assert!((2.5..=3.5).contains(&ratio), "save predicted at {ratio:.2}× the recorded runs' {before} s");
 }
 
 /// Four commands that sleep for `seconds` (a Python expression of `arg`, their one argument).

@@ -40,6 +40,9 @@ struct StepPrediction {
     output_scale: f64,
     /// The plan's sample task's estimate.
     sample_estimate: u64,
+    /// How many times the bytes the plan's sample task reads and writes this cycle's metadata
+    /// makes of the alike run's, where it changes them (`None`: the same).
+    planned_bytes_scale: Option<f64>,
     /// What the plugins said under the alike run's vars, where they differ from this cycle's.
     then: Option<Rc<AlikePlan>>,
 }
@@ -84,12 +87,17 @@ impl Predictor {
             .plan
             .steps
             .iter()
+            .enumerate()
             .zip(&history.steps)
             .zip(durations)
             .zip(&compiled.recipe.steps)
             .zip(alike_plans)
-            .map(|((((plan, records), duration), step), then)| StepPrediction {
+            .map(|(((((index, plan), records), duration), step), then)| StepPrediction {
                 sample_estimate: plan.plugin_estimate,
+                planned_bytes_scale: then.as_ref().and_then(|then| {
+                    let (now, then) = (planned_touched(plan), planned_touched(&then.compiled.plan.steps[index]));
+                    (now != then && then > 0).then(|| now as f64 / then as f64)
+                }),
                 then,
                 // A plugin estimating from its data at dispatch saw that cycle's weather, which
                 // the plan's metadata estimate cannot scale.
@@ -246,10 +254,13 @@ impl Predictor {
             let wall = Duration::from_micros(r.wall_us);
             let touched_then = r.input_bytes + r.output_bytes + r.file_bytes;
             let touched_now = input_bytes + output_bytes + file_bytes;
-            match self.planned_now_and_then(step, index) {
-                Some(_) if touched_then > 0 && touched_now > 0 => {
+            match (self.planned_now_and_then(step, index), prediction.planned_bytes_scale) {
+                (Some(_), _) if touched_then > 0 && touched_now > 0 => {
                     wall.mul_f64(touched_now as f64 / touched_then as f64)
                 }
+                // Its plugin says the same of it, but it reads or writes another size (a writer
+                // of six thresholds' probabilities where it had two): as the plan's bytes move.
+                (_, Some(scale)) => wall.mul_f64(scale),
                 _ => wall,
             }
         });
@@ -265,4 +276,10 @@ impl Predictor {
     pub fn duration_model(&self, step: usize) -> Option<&DurationModel> {
         self.steps[step].duration.as_ref()
     }
+}
+
+/// The bytes a step's sample task reads and writes, as its plan has them (a path output's file
+/// is not known to the plan: its inputs speak for it).
+fn planned_touched(plan: &crate::plan::StepPlan) -> u64 {
+    plan.input_bytes + plan.output.bytes().unwrap_or(0)
 }
