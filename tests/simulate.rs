@@ -150,6 +150,21 @@ fn what_a_run_costs_beyond_its_tasks_is_what_the_simulation_missed_of_the_alike_
     );
 }
 
+#[test]
+fn a_cycle_alike_only_to_the_recipe_s_first_run_is_paced_by_the_runs_since() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", FOLLOWING);
+    with_var(dir.path(), "run", "c1", "out=1MiB", "1GiB");
+    with_var(dir.path(), "run", "c2", "out=2MiB", "1GiB");
+    // c1 has c3's vars, but ran its first tasks alone to measure them: no measure of a run's
+    // pace. c2 ran as c3 will, with other outputs: its pace against its own simulation is.
+    let (said, predicted) = with_var(dir.path(), "simulate", "c3", "out=1MiB", "1GiB");
+    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c1"]));
+    let overhead = predicted["overhead_s"].as_f64().unwrap_or_else(|| panic!("no pace taken: {predicted}"));
+    assert!(said.contains(&format!("{:+.1} ms of the wall beyond the tasks", overhead * 1e3)), "{said}");
+}
+
 /// Outputs whose size is a var: what a consumer's inputs hold follows the cycle's "weather".
 const FOLLOWING: &str = "recipe: sim-following
 vars:

@@ -30,8 +30,8 @@ pub const RECENT_RUNS: usize = 2;
 pub const MAX_TASKS: u64 = 100_000;
 
 /// How many times longer than their simulation the recorded runs took (the alike runs
-/// weighted as their figures are, and counted as one beside each recent run), or `None`
-/// without recorded alike runs. `then` is the recipe compiled with the alike run's vars (its
+/// weighted as their figures are, and counted as one beside each recent run; the recent runs
+/// alone when an alike run was the recipe's first), or `None` without any of them. `then` is the recipe compiled with the alike run's vars (its
 /// plan learned from `history`); `recompile` compiles it with a recent run's.
 pub fn pace(
     then: &Compiled,
@@ -40,9 +40,6 @@ pub fn pace(
     guess_speed: u64,
     recompile: &Recompile<'_>,
 ) -> Option<f64> {
-    if history.alike_runs.is_empty() {
-        return None;
-    }
     // Their spills went as fast as the recorded spills did, whatever this prediction assumes.
     let options = SimOptions {
         spill_bandwidth: history.spill_speed.map_or(options.spill_bandwidth, |speed| speed.bytes_per_second()),
@@ -56,9 +53,10 @@ pub fn pace(
     let extended = history.alike_runs.iter().any(|run| run.weight < 0.0);
     let alike = if extended { &history.alike_runs[..1] } else { &history.alike_runs[..] };
     let weight = |weight: f64| if extended { 1.0 } else { weight };
-    let alike_pace: f64 =
-        alike.iter().map(|run| weight(run.weight) * slower_by(&run.ran, then, &predictor, &options)).sum();
-    let mut paces = vec![alike_pace];
+    let mut paces = Vec::with_capacity(1 + history.recent.len());
+    if !alike.is_empty() {
+        paces.push(alike.iter().map(|run| weight(run.weight) * slower_by(&run.ran, then, &predictor, &options)).sum());
+    }
     for recent in &history.recent {
         let Some(mut compiled) = recompile(&recent.cycle, &recent.vars) else { continue };
         if compiled.plan.steps.len() != then.plan.steps.len() {
@@ -69,7 +67,7 @@ pub fn pace(
             Predictor::new(&compiled, &recent.history, vec![None; compiled.recipe.steps.len()], guess_speed);
         paces.push(slower_by(recent.ran(), &compiled, &predictor, &options));
     }
-    Some(paces.iter().sum::<f64>() / paces.len() as f64)
+    (!paces.is_empty()).then(|| paces.iter().sum::<f64>() / paces.len() as f64)
 }
 
 /// How many times longer than its simulation (of `compiled`, its tasks as `predictor` has

@@ -141,10 +141,13 @@ impl History {
             .collect::<Result<Vec<_>, _>>()?;
         let spill_speed = store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?;
         let alike_runs = alike_runs(store, &steps)?;
-        let recent = if alike_runs.is_empty() || compiled.graph.total_tasks() > calibrate::MAX_TASKS {
+        // Without a measured alike run (it was the recipe's first), the recent runs alone tell
+        // the machine's pace; without any alike run, there is no history to pace.
+        let alike_ids = alike_run_ids(&steps);
+        let recent = if alike_ids.is_empty() || compiled.graph.total_tasks() > calibrate::MAX_TASKS {
             Vec::new()
         } else {
-            recent_runs(store, compiled, before_run, spill_speed, &alike_runs)?
+            recent_runs(store, compiled, before_run, spill_speed, &alike_ids)?
         };
         Ok(History { steps, spill_speed, alike_runs, recent })
     }
@@ -194,8 +197,17 @@ impl History {
     }
 }
 
+/// The runs the first step with alike figures took them from.
+fn alike_run_ids(steps: &[StepRecords]) -> Vec<i64> {
+    steps
+        .iter()
+        .find(|records| !records.alike_runs.is_empty())
+        .map_or_else(Vec::new, |records| records.alike_runs.iter().map(|&(run_id, _)| run_id).collect())
+}
+
 /// The runs the first step with alike figures took them from, as they ran; none when any of
-/// them is not [`ran_as`] a measure of a run.
+/// them is not [`ran_as`] a measure of a run (their figures blended are what a pace of them
+/// would be measured against).
 fn alike_runs(store: &Store, steps: &[StepRecords]) -> Result<Vec<AlikeRun>, StoreError> {
     let Some(records) = steps.iter().find(|records| !records.alike_runs.is_empty()) else { return Ok(Vec::new()) };
     let mut runs = Vec::with_capacity(records.alike_runs.len());
@@ -233,14 +245,14 @@ fn ran_as(store: &Store, run_id: i64) -> Result<Option<RanAs>, StoreError> {
 }
 
 /// The newest [`calibrate::RECENT_RUNS`] runs of `compiled`'s recipe before `before_run`,
-/// other than the `alike` ones, that kept their vars and are [`ran_as`] a measure of a run;
+/// other than the alike ones (`alike`), that kept their vars and are [`ran_as`] a measure of a run;
 /// with each step's records holding the run's own figures.
 fn recent_runs(
     store: &Store,
     compiled: &Compiled,
     before_run: Option<i64>,
     spill_speed: Option<SpillSpeed>,
-    alike: &[AlikeRun],
+    alike: &[i64],
 ) -> Result<Vec<RecentRun>, StoreError> {
     let recipe = &compiled.recipe;
     let mut recent = Vec::with_capacity(calibrate::RECENT_RUNS);
@@ -249,7 +261,7 @@ fn recent_runs(
         if recent.len() == calibrate::RECENT_RUNS {
             break;
         }
-        if alike.iter().any(|a| a.ran.run_id == run.run_id) {
+        if alike.contains(&run.run_id) {
             continue;
         }
         let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { continue };
