@@ -48,14 +48,10 @@ pub fn pace(
     // Without alike plans, the predictor gives each task the estimate and output the alike
     // runs recorded for it, and the time of the tasks like it, unmoved.
     let predictor = Predictor::new(then, history, vec![None; then.recipe.steps.len()], guess_speed);
-    // Times are interpolated between two runs but never extended past them (the nearest run's
-    // are kept), and so is the pace of them.
-    let extended = history.alike_runs.iter().any(|run| run.weight < 0.0);
-    let alike = if extended { &history.alike_runs[..1] } else { &history.alike_runs[..] };
-    let weight = |weight: f64| if extended { 1.0 } else { weight };
+    let alike = &history.alike_runs;
     let mut paces = Vec::with_capacity(1 + history.recent.len());
     if !alike.is_empty() {
-        paces.push(alike.iter().map(|run| weight(run.weight) * slower_by(&run.ran, then, &predictor, &options)).sum());
+        paces.push(alike.iter().map(|run| run.weight * slower_by(&run.ran, then, &predictor, &options)).sum());
     }
     for recent in &history.recent {
         let Some(mut compiled) = recompile(&recent.cycle, &recent.vars) else { continue };

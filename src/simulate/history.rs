@@ -6,8 +6,8 @@
 //! learns them), the duration models, and per step the figures a task's prediction needs that
 //! only a real run measures (its time, its output's size, the estimate a data-following plugin
 //! gave at dispatch), taken from the recorded run whose vars are most like the predicted cycle's, or
-//! interpolated between the two recorded runs on either side of it, or extended from the two
-//! nearest just past the recorded range ([`super::alike`]), the newest when there is no telling.
+//! interpolated between the two recorded runs on either side of it ([`super::alike`]), the
+//! newest when there is no telling.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -417,14 +417,13 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, Stor
 }
 
 /// The alike runs' figures, weighted ([`alike::alike`]: one run, or two to interpolate
-/// between or to extend the line through; an extended figure stops at 0), into `records`. A
-/// task only the first run recorded keeps its figures.
+/// between), into `records`. A task only the first run recorded keeps its figures.
 fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
     let mut taken = taken.into_iter();
     let Some((mut first, weight)) = taken.next() else { return };
     let mut cycles = first.cycle.clone();
     if let Some((second, other)) = taken.next() {
-        let mix = |a: u64, b: u64| (a as f64 * weight + b as f64 * other).round().max(0.0) as u64;
+        let mix = |a: u64, b: u64| (a as f64 * weight + b as f64 * other).round() as u64;
         let mix_median = |a: Option<u64>, b: Option<u64>| match (a, b) {
             (Some(a), Some(b)) => Some(mix(a, b)),
             (a, b) => a.or(b),
@@ -435,9 +434,7 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
                     plugin_estimate: mix(recorded.plugin_estimate, across.plugin_estimate),
                     output_bytes: mix(recorded.output_bytes, across.output_bytes),
                     file_bytes: mix(recorded.file_bytes, across.file_bytes),
-                    // Interpolated, never extended: a line through two noisy times of a
-                    // sub-millisecond task can reach 0.
-                    wall_us: if other < 0.0 { recorded.wall_us } else { mix(recorded.wall_us, across.wall_us) },
+                    wall_us: mix(recorded.wall_us, across.wall_us),
                     input_bytes: mix(recorded.input_bytes, across.input_bytes),
                 };
             }
@@ -445,8 +442,7 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
         first.output_bytes = mix_median(first.output_bytes, second.output_bytes);
         first.plugin_estimate = mix_median(first.plugin_estimate, second.plugin_estimate);
         first.file_bytes = mix_median(first.file_bytes, second.file_bytes);
-        let how = if other < 0.0 { "extrapolated" } else { "interpolated" };
-        cycles = format!("{cycles} and {} ({how})", second.cycle);
+        cycles = format!("{cycles} and {} (interpolated)", second.cycle);
     }
     records.alike_by_index = first.by_index;
     records.alike_output_bytes = first.output_bytes;
@@ -488,11 +484,8 @@ mod tests {
     }
 
     #[test]
-    fn a_tasks_time_is_interpolated_like_its_output_but_never_extended() {
+    fn a_tasks_time_is_interpolated_like_its_output() {
         let between = blended((0.75, 0.25));
         assert_eq!((between.output_bytes, between.wall_us), (1250, 500));
-        // Past the range the output's line is extended; the time stays the nearest run's.
-        let past = blended((1.25, -0.25));
-        assert_eq!((past.output_bytes, past.wall_us), (750, 400));
     }
 }
