@@ -391,6 +391,46 @@ fn between_two_recorded_weathers_a_file_is_predicted_at_the_size_between_them() 
     assert_reserved_within_10_percent(&predicted, &real, " (either recorded cycle's files alone would be 70% off)");
 }
 
+/// Tasks of one size that hold their memory for a var's milliseconds.
+const HOLDING_FOR: &str = "recipe: sim-holding-for
+vars:
+  ms: 20
+dims:
+  i: 4
+steps:
+  hold:
+    plugin: alloc
+    over: [i]
+    args: {bytes: 1MiB, hold_ms: \"{ms}\"}
+";
+
+#[test]
+fn between_two_recorded_weathers_a_task_is_predicted_to_take_the_time_between_them() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", HOLDING_FOR);
+    let cycle = |verb: &str, cycle: &str, ms: u32| with_var(dir.path(), verb, cycle, &format!("ms={ms}"), "1GiB").1;
+    cycle("run", "c1", 100);
+    let short = cycle("run", "c2", 100);
+    let long = cycle("run", "c3", 300);
+    // 200 lies halfway: each side's tasks take the mean time of the tasks like them (c1's and
+    // c2's at 100 ms, c3's at 300 ms), and the two are interpolated; the nearest side's mean
+    // taken for both would be 300 ms. (The tasks' seconds, not the wall, which the runs' pace
+    // moves as well.)
+    let predicted = cycle("simulate", "c4", 200);
+    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c3 and c2 (interpolated)"]));
+    let task_seconds = |s: &Json| s["steps"][0]["wall_s"].as_f64().unwrap();
+    let between = (task_seconds(&short) + task_seconds(&long)) / 2.0;
+    let error = (task_seconds(&predicted) - between).abs() / between;
+    assert!(
+        error <= 0.1,
+        "tasks predicted to take {} s, between {} s and {} s",
+        task_seconds(&predicted),
+        task_seconds(&short),
+        task_seconds(&long)
+    );
+}
+
 /// Tasks of one step in four sizes, all held by the gather: the plan's sample task (the
 /// smallest) speaks for none of the others.
 const SIZES: &str = "recipe: sim-sizes

@@ -307,13 +307,13 @@ pub fn read_step(
     for (at, weight) in alike {
         taken.push((read_alike(store, &runs[at], step)?, weight));
     }
-    blend_alike(taken, &mut records);
     let runs = &runs[runs.len().saturating_sub(HISTORY_RUNS)..];
-    let near = near_the_alike_run(&records, runs);
-    let mut like = Vec::new();
+    // Per run: its ok tasks' figures and times, for the tasks like each alike run's.
+    let mut like_by_run = Vec::with_capacity(runs.len());
     let mut longest_ms = 0;
     for (index, run) in runs.iter().enumerate() {
         let age = (runs.len() - 1 - index) as u32;
+        let mut like = Vec::new();
         let mut figures = (age < PATTERN_RUNS as u32).then(HashMap::new);
         store.step_tasks(run.run_id, step, HISTORY_TASKS_PER_RUN, |task| {
             // Reused tasks were measured by the run they come from; skipped ones not at all.
@@ -325,7 +325,7 @@ pub fn read_step(
             if let (Some(figures), Some(index)) = (figures.as_mut(), task.task_index) {
                 figures.insert(index, figure);
             }
-            if near[index] && task.status == TaskStatus::Ok {
+            if task.status == TaskStatus::Ok {
                 like.push((figure, task.wall_us));
             }
             records.observations.push(Observation {
@@ -346,20 +346,28 @@ pub fn read_step(
             longest_ms = longest_ms.max(task.wall_ms);
         })?;
         records.data_figures.extend(figures);
+        like_by_run.push(like);
     }
     records.longest = (!runs.is_empty()).then(|| Duration::from_millis(longest_ms));
-    let like = LikeTasks::new(like);
-    for recorded in records.alike_by_index.values_mut() {
-        let figure = like_tasks::figure(recorded.plugin_estimate, recorded.output_bytes, recorded.file_bytes);
-        recorded.wall_us = like.mean_wall_us(figure).unwrap_or(recorded.wall_us);
+    // Each alike run's tasks take the mean time of the tasks like them in the runs near it,
+    // before two alike runs are interpolated: a time between two weathers is between theirs.
+    for (alike, _) in &mut taken {
+        let near = near_vars(alike.vars.as_deref(), runs);
+        let like = like_by_run.iter().zip(near).filter(|(_, near)| *near).flat_map(|(like, _)| like.iter().copied());
+        let like = LikeTasks::new(like.collect());
+        for recorded in alike.by_index.values_mut() {
+            let figure = like_tasks::figure(recorded.plugin_estimate, recorded.output_bytes, recorded.file_bytes);
+            recorded.wall_us = like.mean_wall_us(figure).unwrap_or(recorded.wall_us);
+        }
     }
+    blend_alike(taken, &mut records);
     Ok(records)
 }
 
-/// Which of `runs` have vars near the (nearest) alike run's, whose tasks are like this
-/// cycle's ([`like_tasks::NEAR_VARS`]); none without its vars.
-fn near_the_alike_run(records: &StepRecords, runs: &[HistoryRun]) -> Vec<bool> {
-    let vars = records.alike_vars.as_ref().and_then(|(_, text)| serde_json::from_str(text).ok());
+/// Which of `runs` have vars near `vars` (an alike run's), whose tasks are like its
+/// ([`like_tasks::NEAR_VARS`]); none without them.
+fn near_vars(vars: Option<&str>, runs: &[HistoryRun]) -> Vec<bool> {
+    let vars = vars.and_then(|text| serde_json::from_str(text).ok());
     match vars {
         Some(vars) => alike::distances(&vars, &runs.iter().map(|run| run.vars.as_deref()).collect::<Vec<_>>())
             .into_iter()
