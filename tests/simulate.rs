@@ -251,14 +251,17 @@ steps:
     args: {path: "out/{cycle}/p{member}.npy"}
 "#;
 
+/// [`with_var`] for [`THRESHOLDED`]: a cycle with `thresholds` (a YAML list), its summary.
+fn thresholded(dir: &Path, verb: &str, cycle: &str, thresholds: &str) -> Json {
+    with_var(dir, verb, cycle, &format!("thresholds={thresholds}"), "256MiB").1
+}
+
 #[test]
 fn a_data_following_estimate_recorded_under_other_metadata_moves_as_its_plugin_says() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "f.yaml", THRESHOLDED);
-    let cycle = |verb: &str, cycle: &str, thresholds: &str| {
-        with_var(dir.path(), verb, cycle, &format!("thresholds={thresholds}"), "256MiB").1
-    };
+    let cycle = |verb: &str, cycle: &str, thresholds: &str| thresholded(dir.path(), verb, cycle, thresholds);
     cycle("run", "c1", "[1.0, 2.0]");
     cycle("run", "c2", "[1.0, 2.0]");
     let six = "[0.5, 1.0, 2.0, 4.0, 8.0, 16.0]";
@@ -286,9 +289,7 @@ fn a_task_that_reads_more_because_of_the_metadata_is_predicted_to_take_longer_in
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "f.yaml", THRESHOLDED);
-    let cycle = |verb: &str, cycle: &str, thresholds: &str| {
-        with_var(dir.path(), verb, cycle, &format!("thresholds={thresholds}"), "256MiB").1
-    };
+    let cycle = |verb: &str, cycle: &str, thresholds: &str| thresholded(dir.path(), verb, cycle, thresholds);
     let recorded = [cycle("run", "c1", "[1.0, 2.0]"), cycle("run", "c2", "[1.0, 2.0]")];
     let predicted = cycle("simulate", "c3", "[0.5, 1.0, 2.0, 4.0, 8.0, 16.0]");
     let save_seconds = |s: &Json| {
