@@ -31,8 +31,9 @@ pub const MAX_TASKS: u64 = 100_000;
 
 /// How many times longer than their simulation the recorded runs took (the alike runs
 /// weighted as their figures are, and counted as one beside each recent run; the recent runs
-/// alone when an alike run was the recipe's first), or `None` without any of them. `then` is the recipe compiled with the alike run's vars (its
-/// plan learned from `history`); `recompile` compiles it with a recent run's.
+/// alone when an alike run was the recipe's first), or `None` without any of them. `then` is
+/// the recipe compiled with the alike run's vars (its plan learned from `history`); `recompile`
+/// compiles it with a recent run's.
 pub fn pace(
     then: &Compiled,
     history: &History,

@@ -245,8 +245,8 @@ fn ran_as(store: &Store, run_id: i64) -> Result<Option<RanAs>, StoreError> {
 }
 
 /// The newest [`calibrate::RECENT_RUNS`] runs of `compiled`'s recipe before `before_run`,
-/// other than the alike ones (`alike`), that kept their vars and are [`ran_as`] a measure of a run;
-/// with each step's records holding the run's own figures.
+/// other than the alike ones (`alike`), that kept their vars and are [`ran_as`] a measure of a
+/// run; with each step's records holding the run's own figures.
 fn recent_runs(
     store: &Store,
     compiled: &Compiled,
