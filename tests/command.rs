@@ -252,6 +252,42 @@ fn a_timeout_kills_the_whole_tree_and_leaves_no_process() {
     }
 }
 
+/// Prints its last words and exits, leaving a daemon (setsid, double fork) that writes to the
+/// same stdout without end; the daemon's pid goes to argv[1].
+const LAST_WORDS_AND_A_CHATTY_DAEMON: &str = r#"
+import os, sys
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open(sys.argv[1], "w") as f:
+            f.write(str(os.getpid()))
+        while True:
+            os.write(1, b"chatter " * 512 + b"\n")
+    os._exit(0)
+print("last words", flush=True)
+"#;
+
+#[test]
+fn output_written_before_a_command_ended_is_logged_and_a_process_that_keeps_writing_is_cut_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("daemon.pid");
+    let log = dir.path().join("chatty.log");
+    let argv = argv(&[python(), "-c", LAST_WORDS_AND_A_CHATTY_DAEMON, pid_file.to_str().unwrap()]);
+    let mut request = Request::new(&argv, &log);
+    // Without a cgroup the daemon escapes the kill (documented) and keeps the pipe open.
+    request.isolation = Isolation::NoCgroup;
+    let started = Instant::now();
+    let finished = command::run(&request).unwrap();
+    let took = started.elapsed();
+    let daemon: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    unsafe { libc::kill(daemon, libc::SIGKILL) };
+    assert!(finished.success(), "{:?}", finished.ending);
+    // Read to the drain's limit (2 s), not for as long as the daemon writes.
+    assert!(took < Duration::from_secs(6), "the command took {took:?} to end");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("last words"), "{}", &text[..text.len().min(2000)]);
+}
+
 #[test]
 fn a_daemonised_grandchild_does_not_outlive_its_command() {
     if !cgroups("daemonised grandchild") {

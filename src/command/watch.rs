@@ -41,8 +41,10 @@ pub const HWM_EVERY: u32 = 2;
 
 /// How long a killed command may take to die before the runner stops waiting for it.
 const DEATH_PATIENCE: Duration = Duration::from_secs(10);
-/// How long output is read after the command ended, for a process that still holds it.
+/// How long output is waited for after the command ended, for a process that still holds it.
 const DRAIN_PATIENCE: Duration = Duration::from_millis(200);
+/// How long output already written is still read after that, for one that keeps writing.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
 /// Most of stderr kept for error messages: the last lines, within the last bytes.
 const TAIL_LINES: usize = 20;
 const TAIL_BYTES: usize = 4096;
@@ -255,20 +257,28 @@ impl<'c> Watch<'c> {
         }
     }
 
-    /// Reads the output to its end, for a short while at most (an escaped process may hold
-    /// it), then puts the log in order.
+    /// Reads the output to its end, waiting a short while at most for more (an escaped
+    /// process may hold it), then puts the log in order. What is already in the pipes is read
+    /// however late this runs: past the patience, each poll waits for nothing, and only a
+    /// process that keeps writing is cut off, at [`DRAIN_LIMIT`]. (With the patience alone, a
+    /// worker descheduled for 200 ms on a loaded machine left the last lines of a command that
+    /// had ended out of its log.)
     pub fn drain_output(&mut self) {
-        let until = Instant::now() + DRAIN_PATIENCE;
-        while (self.stdout.is_some() || self.stderr.is_some()) && Instant::now() < until {
+        let started = Instant::now();
+        let (patient_until, limit) = (started + DRAIN_PATIENCE, started + DRAIN_LIMIT);
+        while (self.stdout.is_some() || self.stderr.is_some()) && Instant::now() < limit {
             let fd = |f: &Option<File>| f.as_ref().map_or(-1, |f| f.as_raw_fd());
             let mut fds = [
                 libc::pollfd { fd: fd(&self.stdout), events: libc::POLLIN, revents: 0 },
                 libc::pollfd { fd: fd(&self.stderr), events: libc::POLLIN, revents: 0 },
             ];
-            let millis = until.saturating_duration_since(Instant::now()).as_millis().max(1) as i32;
+            let millis = patient_until.saturating_duration_since(Instant::now()).as_millis() as i32;
             // SAFETY: two valid pollfds (a negative fd is ignored).
-            if unsafe { libc::poll(fds.as_mut_ptr(), 2, millis) } <= 0 {
-                break;
+            match unsafe { libc::poll(fds.as_mut_ptr(), 2, millis) } {
+                // A signal is no reason to leave output unread.
+                -1 if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => continue,
+                ready if ready <= 0 => break,
+                _ => {}
             }
             if fds[0].revents != 0 {
                 self.relay(Stream::Stdout);
