@@ -140,14 +140,14 @@ impl History {
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Vars(&vars)))
             .collect::<Result<Vec<_>, _>>()?;
         let spill_speed = store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?;
-        let alike_runs = alike_runs(store, &steps)?;
+        let alike = first_alike(&steps);
+        let alike_runs = alike_runs(store, alike)?;
         // Without a measured alike run (it was the recipe's first), the recent runs alone tell
         // the machine's pace; without any alike run, there is no history to pace.
-        let alike_ids = alike_run_ids(&steps);
-        let recent = if alike_ids.is_empty() || compiled.graph.total_tasks() > calibrate::MAX_TASKS {
+        let recent = if alike.is_empty() || compiled.graph.total_tasks() > calibrate::MAX_TASKS {
             Vec::new()
         } else {
-            recent_runs(store, compiled, before_run, spill_speed, &alike_ids)?
+            recent_runs(store, compiled, before_run, spill_speed, alike)?
         };
         Ok(History { steps, spill_speed, alike_runs, recent })
     }
@@ -197,21 +197,16 @@ impl History {
     }
 }
 
-/// The runs the first step with alike figures took them from.
-fn alike_run_ids(steps: &[StepRecords]) -> Vec<i64> {
-    steps
-        .iter()
-        .find(|records| !records.alike_runs.is_empty())
-        .map_or_else(Vec::new, |records| records.alike_runs.iter().map(|&(run_id, _)| run_id).collect())
+/// The runs (and their weights) the first step with alike figures took them from.
+fn first_alike(steps: &[StepRecords]) -> &[(i64, f64)] {
+    steps.iter().map(|records| &records.alike_runs[..]).find(|runs| !runs.is_empty()).unwrap_or(&[])
 }
 
-/// The runs the first step with alike figures took them from, as they ran; none when any of
-/// them is not [`ran_as`] a measure of a run (their figures blended are what a pace of them
-/// would be measured against).
-fn alike_runs(store: &Store, steps: &[StepRecords]) -> Result<Vec<AlikeRun>, StoreError> {
-    let Some(records) = steps.iter().find(|records| !records.alike_runs.is_empty()) else { return Ok(Vec::new()) };
-    let mut runs = Vec::with_capacity(records.alike_runs.len());
-    for &(run_id, weight) in &records.alike_runs {
+/// The `alike` runs as they ran; none when any of them is not [`ran_as`] a measure of a run
+/// (their figures blended are what a pace of them would be measured against).
+fn alike_runs(store: &Store, alike: &[(i64, f64)]) -> Result<Vec<AlikeRun>, StoreError> {
+    let mut runs = Vec::with_capacity(alike.len());
+    for &(run_id, weight) in alike {
         match ran_as(store, run_id)? {
             Some(ran) => runs.push(AlikeRun { ran, weight }),
             None => return Ok(Vec::new()),
@@ -252,7 +247,7 @@ fn recent_runs(
     compiled: &Compiled,
     before_run: Option<i64>,
     spill_speed: Option<SpillSpeed>,
-    alike: &[i64],
+    alike: &[(i64, f64)],
 ) -> Result<Vec<RecentRun>, StoreError> {
     let recipe = &compiled.recipe;
     let mut recent = Vec::with_capacity(calibrate::RECENT_RUNS);
@@ -261,7 +256,7 @@ fn recent_runs(
         if recent.len() == calibrate::RECENT_RUNS {
             break;
         }
-        if alike.contains(&run.run_id) {
+        if alike.iter().any(|&(run_id, _)| run_id == run.run_id) {
             continue;
         }
         let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { continue };
