@@ -239,16 +239,14 @@ impl<'m> Ledger<'m> {
         if self.used().saturating_add(estimate) <= self.budget { Admission::Fits } else { Admission::Wait }
     }
 
-    /// How many more tasks of `estimate` bytes each, up to `wanted`, fit beside everything
-    /// already running (one reading of the counters for the lot: a worker claiming a batch of
-    /// quick tasks asks once, not once per task). Never admits anything alone.
-    pub fn admit_many(&self, estimate: u64, wanted: usize) -> usize {
+    /// The bytes a batch of a quick step's tasks may reserve beside everything already running
+    /// (one reading of the counters for the lot: a worker claiming a batch asks once, not once
+    /// per task). Nothing when nothing runs: a batch never starts anything alone.
+    pub fn batch_room(&self) -> u64 {
         if self.running.is_empty() || self.meter.process_live() > self.budget {
             return 0;
         }
-        let room = self.budget.saturating_sub(self.used());
-        let fitting = room.checked_div(estimate).unwrap_or(u64::MAX);
-        wanted.min(usize::try_from(fitting).unwrap_or(usize::MAX))
+        self.budget.saturating_sub(self.used())
     }
 
     /// Records that the task in `slot` started with `bytes` reserved (the ledger's own
@@ -495,15 +493,14 @@ mod tests {
     }
 
     #[test]
-    fn batches_admit_as_many_as_fit() {
+    fn a_batch_has_the_room_beside_what_runs() {
         let meter = FakeMeter::default();
         let mut ledger = Ledger::new(1000 * U, &meter);
-        assert_eq!(ledger.admit_many(U, 10), 0, "a batch follows a task admitted on its own");
+        assert_eq!(ledger.batch_room(), 0, "a batch follows a task admitted on its own");
         ledger.start(A, 600 * U);
-        assert_eq!(ledger.admit_many(100 * U, 10), 4);
-        assert_eq!(ledger.admit_many(100 * U, 3), 3);
-        assert_eq!(ledger.admit_many(500 * U, 3), 0);
-        assert_eq!(ledger.admit_many(0, 7), 7);
+        assert_eq!(ledger.batch_room(), 400 * U);
+        ledger.start(B, 500 * U);
+        assert_eq!(ledger.batch_room(), 0, "over the budget (B ran alone): no room, not a wrap");
     }
 
     #[test]
@@ -532,7 +529,7 @@ mod tests {
         assert_eq!(ledger.admission(300 * U), Admission::Fits);
         meter.process.store(1001 * U, Ordering::Relaxed);
         assert_eq!(ledger.admission(U), Admission::Wait, "the process over budget pauses dispatch");
-        assert_eq!(ledger.admit_many(U, 4), 0);
+        assert_eq!(ledger.batch_room(), 0);
     }
 
     #[test]

@@ -388,7 +388,7 @@ impl<'s, 'r> Worker<'s, 'r> {
         }
         let mut batch = std::mem::take(&mut self.batch);
         let slots = (1..chunk.min(MAX_BATCH)).map(|position| self.slot(position));
-        state.pick_more(&picked, slots, &mut batch);
+        state.pick_more(self.shared.plan, &picked, slots, &mut batch);
         self.claim(state, picked);
         for more in batch.drain(..) {
             self.claim(state, more);

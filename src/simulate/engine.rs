@@ -339,7 +339,7 @@ impl Loop<'_> {
         let mut batch = std::mem::take(&mut self.batch);
         if picked.admission == Admission::Fits && chunk > 1 {
             let slots = (1..chunk.min(MAX_BATCH)).map(|position| Self::slot(worker, position));
-            state.pick_more(&picked, slots, &mut batch);
+            state.pick_more(&self.compiled.plan, &picked, slots, &mut batch);
         }
         self.claim(state, worker, picked);
         for more in batch.drain(..) {

@@ -31,6 +31,8 @@ mod finish;
 mod pick;
 mod reach;
 mod spill;
+#[cfg(test)]
+mod testing;
 
 use finish::Cascade;
 pub use finish::{Outcome, SkipReason};

@@ -195,28 +195,43 @@ impl<'g> State<'g> {
         s.timed >= TIMED_BEFORE_BATCHING && s.wall_nanos < s.timed * QUICK_TASK.as_nanos() as u64
     }
 
-    /// Claims up to `slots.len()` more ready tasks of `first`'s step with the same estimate, as
-    /// many as fit beside what runs, each reserved in the next of `slots`, appended to `out`.
-    pub fn pick_more(&mut self, first: &Picked, slots: impl Iterator<Item = TaskSlot>, out: &mut Vec<Picked>) {
+    /// Claims up to `slots.len()` more ready tasks of `first`'s step, as many as fit beside what
+    /// runs, each reserved in the next of `slots` and appended to `out`. The plugin is not asked
+    /// again (quick tasks are claimed in batches to keep the lock's hold short): each task is
+    /// estimated from `first`'s plugin estimate and its own inputs, and reserves its own spilled
+    /// inputs besides.
+    pub fn pick_more(
+        &mut self,
+        plan: &Plan,
+        first: &Picked,
+        slots: impl Iterator<Item = TaskSlot>,
+        out: &mut Vec<Picked>,
+    ) {
         let step = first.task.step;
         if !self.steps[step].deferred.is_empty() || self.steps[step].on_probation {
             return;
         }
-        let (lower, upper) = slots.size_hint();
-        let admitted = self.ledger.admit_many(first.reserved, upper.unwrap_or(lower));
+        let mut room = self.ledger.batch_room();
         let from = out.len();
-        for slot in slots.take(admitted) {
-            let Some(index) = self.pop_ready(step) else { break };
+        for slot in slots {
+            let Some(index) = self.peek_ready(step) else { break };
             let task = TaskRef { step, index };
             let inputs = self.input_sums(task);
+            let (estimate, source) = self.predict(plan, step, first.plugin_estimate, inputs.bytes);
+            let reserved = estimate.saturating_add(inputs.spilled);
+            if reserved > room {
+                break;
+            }
+            room -= reserved;
+            self.pop_ready(step);
             out.push(Picked {
                 task,
                 input_bytes: inputs.bytes,
                 spilled_input_bytes: inputs.spilled,
-                reservation: self.ledger.reserve_unpeaked(slot, first.reserved),
-                estimate: first.estimate,
-                reserved: first.reserved,
-                source: first.source,
+                reservation: self.ledger.reserve_unpeaked(slot, reserved),
+                estimate,
+                reserved,
+                source,
                 plugin_estimate: first.plugin_estimate,
                 admission: first.admission,
             });
@@ -311,5 +326,62 @@ impl<'g> State<'g> {
                 self.models[picked.task.step] = Some(Model { model, source: picked.source });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::testing::{NoMemory, compiled};
+    use crate::memory::TaskSlot;
+    use crate::scheduler::{Outcome, Pick, State};
+
+    const MIB: u64 = 1 << 20;
+
+    /// What a picked task reserved, of which its estimate, and its spilled inputs.
+    type Claim = (u64, u64, u64);
+
+    /// Three tasks of `a` finish with 4 MiB buffers, the second is spilled, and a worker picks
+    /// the first task of `b` (reading the first buffer, resident) and more of `b` beside it:
+    /// the first task's claim, then the batch's.
+    fn batch_after_a_spill(budget: u64) -> (Claim, Vec<Claim>) {
+        let c = compiled("  a: {plugin: noop, over: [lead]}\n  b: {plugin: noop, over: [lead], inputs: {x: a}}\n");
+        let steps = c.recipe.steps.len();
+        let mut state = State::new(&c.graph, &c.plan, vec![false; steps], vec![false; steps], budget, &NoMemory, None);
+        let mut producers = Vec::new();
+        for slot in 1..=3 {
+            let Pick::Run(picked) = state.pick(&c.plan, TaskSlot(slot)) else { panic!("an `a` task fits") };
+            producers.push(picked);
+        }
+        let tasks: Vec<_> = producers.iter().map(|p| p.task).collect();
+        for picked in producers {
+            state.finish_virtual(picked, Outcome::Ok, 4 * MIB, 0, Duration::ZERO);
+        }
+        state.count_spilled(tasks[1]);
+        let Pick::Run(first) = state.pick(&c.plan, TaskSlot(0)) else { panic!("a `b` task fits") };
+        assert_eq!((first.task.step, first.task.index), (1, tasks[0].index));
+        let mut more = Vec::new();
+        state.pick_more(&c.plan, &first, (4..8).map(TaskSlot), &mut more);
+        let claim = |p: &super::Picked| (p.reserved, p.estimate, p.spilled_input_bytes);
+        let claims = (claim(&first), more.iter().map(claim).collect());
+        for picked in std::iter::once(first).chain(more) {
+            state.finish_virtual(picked, Outcome::Ok, 0, 0, Duration::ZERO);
+        }
+        claims
+    }
+
+    #[test]
+    fn a_batch_reserves_each_task_s_own_spilled_inputs() {
+        let ((reserved, estimate, spilled), more) = batch_after_a_spill(100 * MIB);
+        assert_eq!((reserved, spilled), (estimate, 0), "the first task's input is resident");
+        assert_eq!(more, [(estimate + 4 * MIB, estimate, 4 * MIB), (estimate, estimate, 0)]);
+    }
+
+    #[test]
+    fn a_batch_stops_at_the_task_whose_spilled_inputs_do_not_fit() {
+        // 8 MiB resident and the first `b` leave under 2 MiB: the next `b` maps 4 MiB back in.
+        let (_, more) = batch_after_a_spill(10 * MIB);
+        assert!(more.is_empty(), "{more:?}");
     }
 }

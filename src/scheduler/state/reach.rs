@@ -94,32 +94,12 @@ impl State<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
     use std::time::Duration;
 
-    use crate::memory::{Meter, TaskSlot};
+    use super::super::testing::{NoMemory, compiled};
+    use crate::memory::TaskSlot;
     use crate::plan::Compiled;
-    use crate::recipe::CompileOptions;
-    use crate::registry::Registry;
     use crate::scheduler::{Outcome, Pick, State};
-
-    struct NoMemory;
-
-    impl Meter for NoMemory {
-        fn task_live(&self, _slot: TaskSlot) -> u64 {
-            0
-        }
-        fn process_live(&self) -> u64 {
-            0
-        }
-    }
-
-    fn compiled(steps: &str) -> Compiled {
-        let text = format!("recipe: r\ndims: {{lead: 4}}\nsteps:\n{steps}");
-        let registry = Registry::new(runner_std_plugins::all());
-        let options = CompileOptions { cycle: "c".into(), ..CompileOptions::default() };
-        Compiled::from_text(Path::new("r.yaml"), &text, &options, &registry).unwrap()
-    }
 
     /// Runs the recipe's tasks one at a time to the end, noting the reach before each start.
     fn reach_before_each_task(c: &Compiled) -> Vec<(String, u64)> {
