@@ -12,7 +12,8 @@
 //! alignment; the tag sits in its last 16 bytes, right before the user's pointer. The bytes
 //! counted for a block are the header plus the request: what jemalloc was asked for. `zeroed`
 //! marks a zeroed block large enough that, when it is freed, the pages a reader mapped to the
-//! kernel's zero page are released ([`super::zero_pages`]).
+//! kernel's zero page are released ([`super::zero_pages`]); a `realloc` of such a block moves it
+//! here (allocate, copy, free), since jemalloc's own would free the old block without that.
 //!
 //! Ownership: a block is charged to the running task the allocating thread is tagged with, or to
 //! nobody (`NO_TASK`, also written when that tag's task is not running). A free is credited to
@@ -63,6 +64,31 @@ impl CountingAlloc {
             write_tag(user, tag);
             write_zeroed(user, zeroed && block.layout.size() >= zero_pages::SCAN_FROM);
             user
+        }
+    }
+}
+
+impl CountingAlloc {
+    /// Moves a marked zeroed block to a new one of `new`'s layout and frees it as `dealloc`
+    /// does, its zero-page-mapped pages released: jemalloc's own `realloc` would free a moved
+    /// block without that. Returns the new block's base, or null (the old one kept) when out of
+    /// memory.
+    ///
+    /// # Safety
+    /// `old_base` is jemalloc's block of `old.layout`, handed out by `alloc_with`.
+    unsafe fn move_zeroed(&self, old_base: *mut u8, old: Block, new: Block) -> *mut u8 {
+        // SAFETY: `new.layout` has a non-zero size; both blocks hold their header then user
+        // bytes, and the copy is the user bytes both have; the old block is freed once.
+        unsafe {
+            let base = self.inner.alloc(new.layout);
+            if base.is_null() {
+                return base;
+            }
+            let kept = (old.layout.size() - old.header).min(new.layout.size() - new.header);
+            std::ptr::copy_nonoverlapping(old_base.add(old.header), base.add(new.header), kept);
+            zero_pages::release(old_base, old.layout.size());
+            self.inner.dealloc(old_base, old.layout);
+            base
         }
     }
 }
@@ -176,10 +202,12 @@ unsafe impl GlobalAlloc for CountingAlloc {
         // sizes (it depends on the alignment only) and `new.layout.size()` is non-zero.
         unsafe {
             let old_tag = read_tag(ptr);
-            // A moved block's old pages are jemalloc's to free; kept in place, it keeps its mark.
-            let zeroed = read_zeroed(ptr);
             let old_base = ptr.sub(old.header);
-            let base = self.inner.realloc(old_base, old.layout, new.layout.size());
+            let base = if read_zeroed(ptr) {
+                self.move_zeroed(old_base, old, new)
+            } else {
+                self.inner.realloc(old_base, old.layout, new.layout.size())
+            };
             if base.is_null() {
                 // The old block is untouched and still counted.
                 return base;
@@ -194,7 +222,9 @@ unsafe impl GlobalAlloc for CountingAlloc {
             };
             let user = base.add(new.header);
             write_tag(user, tag);
-            write_zeroed(user, zeroed && base == old_base);
+            // Not marked: a grown block's new part is not zeroed, and a moved zeroed block's
+            // pages were all written by the copy.
+            write_zeroed(user, false);
             user
         }
     }

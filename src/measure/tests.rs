@@ -5,13 +5,16 @@
 //! process-wide figures, hold `HEAVY` so those figures are not swamped by another test's
 //! buffers (the others allocate a few KiB at most).
 
-use std::alloc::Layout;
+use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
 use std::sync::{Barrier, Mutex, MutexGuard, PoisonError};
 
 use runner_plugin::task_tag;
 
+use super::alloc::CountingAlloc;
 use super::system::parse_status;
+use super::zero_pages::page_size;
+use super::zero_pages::tests::resident;
 use super::*;
 
 const MIB: usize = 1 << 20;
@@ -441,4 +444,40 @@ fn small_blocks_are_counted_through_per_thread_batches() {
     assert_eq!(memory.retained_bytes, 0);
     assert!(memory.peak_bytes >= mine + theirs);
     end_task(other).expect("running");
+}
+
+/// A zeroed block large enough to be marked (`zero_pages::SCAN_FROM`), in pages.
+const PAGES: usize = 512;
+
+#[test]
+fn a_zeroed_block_moved_by_realloc_leaves_no_zero_page_mappings_behind() {
+    let _heavy = heavy();
+    let alloc = CountingAlloc::new();
+    let page = page_size();
+    let old = Layout::from_size_align(PAGES * page, page).unwrap();
+    // SAFETY: a valid layout; every pointer below is this allocator's, used within its size.
+    unsafe {
+        let ptr = alloc.alloc_zeroed(old);
+        assert!(!ptr.is_null());
+        // As fresh pages from the kernel (jemalloc may have zeroed a reused block by writing).
+        assert_eq!(libc::madvise(ptr.cast(), PAGES * page, libc::MADV_DONTNEED), 0);
+        // Read every page (the kernel maps its zero page there), write the first.
+        let sum: u64 = (0..PAGES).map(|p| u64::from(std::ptr::read_volatile(ptr.add(p * page)))).sum();
+        assert_eq!(sum, 0);
+        ptr.write(7);
+        let old_region = std::slice::from_raw_parts(ptr, PAGES * page);
+        assert!(resident(old_region).iter().all(|&r| r), "read pages are mapped");
+
+        let moved = alloc.realloc(ptr, old, 2 * PAGES * page);
+        assert!(!moved.is_null());
+        assert_ne!(moved, ptr, "a marked zeroed block is moved");
+        let kept = std::slice::from_raw_parts(moved, PAGES * page);
+        assert_eq!(kept[0], 7, "what was written is kept");
+        assert!(kept[1..].iter().all(|&b| b == 0), "and the zeros");
+        // The old block is jemalloc's again (kept for reuse, not returned to the OS): its
+        // read-only pages are unmapped, the written first one stays.
+        let after = resident(old_region);
+        assert!(after[1..].iter().all(|&r| !r), "zero-page mappings left behind: {after:?}");
+        alloc.dealloc(moved, Layout::from_size_align(2 * PAGES * page, page).unwrap());
+    }
 }

@@ -45,7 +45,7 @@ fn is_zero_page(entry: u64) -> bool {
     entry & PRESENT != 0 && entry & (SWAPPED | FILE_OR_SHARED | EXCLUSIVE) == 0
 }
 
-fn page_size() -> usize {
+pub(super) fn page_size() -> usize {
     static PAGE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     match PAGE.load(Relaxed) {
         0 => {
@@ -132,12 +132,12 @@ unsafe fn dont_need(from: usize, to: usize) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// Residency of each page of `region` as the kernel's `mincore` reports it: an independent
     /// view from the pagemap the module reads.
-    fn resident(region: &[u8]) -> Vec<bool> {
+    pub(in crate::measure) fn resident(region: &[u8]) -> Vec<bool> {
         let page = page_size();
         let mut flags = vec![0u8; region.len().div_ceil(page)];
         // SAFETY: `region` is page-aligned (checked by the caller) and mapped.
