@@ -165,6 +165,29 @@ fn a_cycle_alike_only_to_the_recipe_s_first_run_is_paced_by_the_runs_since() {
     assert!(said.contains(&format!("{:+.1} ms of the wall beyond the tasks", overhead * 1e3)), "{said}");
 }
 
+#[test]
+fn a_run_of_a_cluster_s_jobs_paces_no_local_prediction_and_the_alike_run_beside_it_still_does() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", FOLLOWING);
+    with_var(dir.path(), "run", "c1", "out=1048576", "1GiB");
+    with_var(dir.path(), "run", "c2", "out=2097152", "1GiB");
+    with_var(dir.path(), "run", "c3", "out=4194304", "1GiB");
+    // As if c3 had run as Slurm jobs, queued for a quarter of an hour: its wall is no measure
+    // of a run on this host's workers.
+    let conn = rusqlite::Connection::open(dir.path().join("h.db")).unwrap();
+    conn.execute("UPDATE runs SET executor = 'slurm', wall_ms = 900000 WHERE cycle = 'c3'", []).unwrap();
+    drop(conn);
+    // (Sizes as numbers: vars are interpolated between numbers.) c4's vars lie between c2's and c3's: its figures are theirs, interpolated; its pace is
+    // c2's alone, as a recent run (c1 ran its first tasks alone to measure them).
+    let (said, predicted) = with_var(dir.path(), "simulate", "c4", "out=3145728", "1GiB");
+    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c3 and c2 (interpolated)"]), "{predicted}");
+    let overhead = predicted["overhead_s"].as_f64().unwrap_or_else(|| panic!("no pace taken: {predicted}"));
+    assert!(said.contains(&format!("{:+.1} ms of the wall beyond the tasks", overhead * 1e3)), "{said}");
+    let wall = predicted["wall_s"].as_f64().unwrap();
+    assert!(wall < 5.0, "the cluster run's 900 s paced a local prediction: {wall} s");
+}
+
 /// Outputs whose size is a var: what a consumer's inputs hold follows the cycle's "weather".
 const FOLLOWING: &str = "recipe: sim-following
 vars:

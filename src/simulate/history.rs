@@ -142,12 +142,15 @@ impl History {
         let spill_speed = store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?;
         let alike = first_alike(&steps);
         let alike_runs = alike_runs(store, alike)?;
-        // Without a measured alike run (it was the recipe's first), the recent runs alone tell
-        // the machine's pace; without any alike run, there is no history to pace.
+        // Without the alike runs' pace (one of them was the recipe's first, or ran as a
+        // cluster's jobs), the recent runs alone tell the machine's pace, and an alike run
+        // that measures a run here is one of them; without any alike run, there is no history
+        // to pace.
+        let paced_apart = if alike_runs.is_empty() { &[][..] } else { alike };
         let recent = if alike.is_empty() || compiled.graph.total_tasks() > calibrate::MAX_TASKS {
             Vec::new()
         } else {
-            recent_runs(store, compiled, before_run, spill_speed, alike)?
+            recent_runs(store, compiled, before_run, spill_speed, paced_apart)?
         };
         Ok(History { steps, spill_speed, alike_runs, recent })
     }
@@ -240,7 +243,7 @@ fn ran_as(store: &Store, run_id: i64) -> Result<Option<RanAs>, StoreError> {
 }
 
 /// The newest [`calibrate::RECENT_RUNS`] runs of `compiled`'s recipe before `before_run`,
-/// other than the alike ones (`alike`), that kept their vars and are [`ran_as`] a measure of a
+/// other than those paced as the alike runs (`alike`), that kept their vars and are [`ran_as`] a measure of a
 /// run; with each step's records holding the run's own figures.
 fn recent_runs(
     store: &Store,
