@@ -341,9 +341,10 @@ impl<'s, 'r> Worker<'s, 'r> {
                     state.estimated();
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, self.slot(0)) {
                         // A remote job runs a chunk of its step's tasks even when the step's
-                        // estimate follows its data: the rest of the chunk shares this task's
-                        // reservation (the job's `--mem` is the largest of them anyway), or a
-                        // step of 10⁶ such tasks would become 10⁶ jobs.
+                        // estimate follows its data: the rest of the chunk is estimated from
+                        // this task's plugin estimate, each with its own inputs (the job's
+                        // `--mem` is the largest of them anyway), or a step of 10⁶ such tasks
+                        // would become 10⁶ jobs.
                         let chunk = self.unit_size(task.step, false);
                         self.claim_with_more(&mut state, picked, chunk);
                         self.publish(&state);
