@@ -413,6 +413,47 @@ fn between_two_recorded_weathers_a_file_is_predicted_at_the_size_between_them() 
     // 56 is as near 16 as 96: the newer is the nearest, the other across from it.
     let (predicted, real) = predicted_then_run(dir.path(), "c3", 56, "c2 and c1 (interpolated)");
     assert_reserved_within_10_percent(&predicted, &real, " (either recorded cycle's files alone would be 70% off)");
+    assert_eq!(predicted["vars_beyond_history"], serde_json::json!([]), "56 lies between 16 and 96");
+}
+
+#[test]
+fn a_var_outside_every_recorded_run_s_values_is_named_in_the_prediction() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", HOLDING_FOR);
+    with_var(dir.path(), "run", "c1", "ms=20", "1GiB");
+    with_var(dir.path(), "run", "c2", "ms=30", "1GiB");
+    let (said, predicted) = with_var(dir.path(), "simulate", "c3", "ms=60", "1GiB");
+    assert_eq!(
+        predicted["vars_beyond_history"],
+        serde_json::json!([{"var": "ms", "value": 60.0, "recorded_min": 20.0, "recorded_max": 30.0}])
+    );
+    assert!(said.contains("ms = 60 is outside the recorded runs' 20 to 30: what follows the data"), "{said}");
+    let (said, predicted) = with_var(dir.path(), "simulate", "c3", "ms=25", "1GiB");
+    assert_eq!(predicted["vars_beyond_history"], serde_json::json!([]));
+    assert!(!said.contains("is outside the recorded runs'"), "{said}");
+}
+
+#[test]
+fn replay_simulate_names_under_its_cycle_a_var_outside_the_runs_before_it() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", HOLDING_FOR);
+    let cycles = "recipe: f.yaml\ncycles:\n  - {id: c1, vars: {ms: 20}}\n  - {id: c2, vars: {ms: 40}}\n  - {id: c3, vars: {ms: 30}}\n";
+    write(dir.path(), "cycles.yaml", cycles);
+    let real = runner(dir.path(), &["replay", "cycles.yaml", "--workers", "2", "--budget", "64MiB", "--db", "h.db"]);
+    assert_eq!(real.status.code(), Some(0), "{}", stderr(&real));
+    let out = runner(dir.path(), &["replay", "cycles.yaml", "--simulate", "--db", "h.db", "--summary", "p.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 5, "{table}");
+    assert!(lines[2].starts_with("c2") && lines[3].trim() == "ms = 40 is outside the recorded runs' 20", "{table}");
+    assert!(lines[4].starts_with("c3"), "30 lies between 20 and 40: {table}");
+    let summary = json(&dir.path().join("p.json"));
+    let beyond: Vec<&Json> = summary["cycles"].as_array().unwrap().iter().map(|c| &c["vars_beyond_history"]).collect();
+    let c2 = serde_json::json!([{"var": "ms", "value": 40.0, "recorded_min": 20.0, "recorded_max": 20.0}]);
+    assert_eq!(beyond, [&serde_json::json!([]), &c2, &serde_json::json!([])]);
 }
 
 /// Tasks of one size that hold their memory for a var's milliseconds.

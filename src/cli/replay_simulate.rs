@@ -10,9 +10,10 @@ use serde::Serialize;
 
 use super::ReplayArgs;
 use super::record;
-use super::simulate_cmd::{CriticalPathSummary, PredictedSummary, SpillBandwidth};
+use super::simulate_cmd::{CriticalPathSummary, PredictedSummary, SpillBandwidth, beyond_text};
 use super::summary::RunSummary;
 use crate::plan::Compiled;
+use crate::simulate::alike::Beyond;
 use crate::simulate::{History, Recompile, SimOptions};
 use crate::store::RunRow;
 
@@ -44,6 +45,7 @@ struct CycleEntry {
     predicted: Figures,
     recorded: Figures,
     error: Errors,
+    vars_beyond_history: Vec<Beyond>,
 }
 
 /// Predicts each of `cycles` (compiled in `compiled`) against the store at `db`.
@@ -133,6 +135,7 @@ fn entry(summary: PredictedSummary, row: &RunRow) -> CycleEntry {
         predicted,
         recorded,
         error,
+        vars_beyond_history: summary.vars_beyond_history,
     }
 }
 
@@ -152,4 +155,7 @@ fn print_row(entry: &CycleEntry) {
         format_size(entry.recorded.spilled_bytes),
         if entry.error.spill_agrees { "" } else { "  spill mispredicted" },
     );
+    for beyond in &entry.vars_beyond_history {
+        show!("{:<20} {}", "", beyond_text(beyond));
+    }
 }

@@ -15,6 +15,7 @@ use super::{EXIT_USAGE, ExecutorKind, SimulateArgs, UsageError, compile};
 use crate::plan::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
+use crate::simulate::alike::Beyond;
 use crate::simulate::{ClusterShape, History, Prediction, SimOptions};
 use crate::store::Executor;
 
@@ -194,6 +195,9 @@ pub struct PredictedSummary {
     /// The recorded cycles (nearest in vars) whose output sizes and data-following estimates
     /// the prediction took.
     pub alike_cycles: Vec<String>,
+    /// The numbers among the cycle's vars outside every recorded run's values of them: what
+    /// follows the data is the nearest run's, and may be far off.
+    pub vars_beyond_history: Vec<Beyond>,
     /// How fast spills were taken to be written and read back.
     pub spill_bandwidth: SpillBandwidth,
     /// Seconds of `wall_s` for what a run costs beyond its tasks and the machine's pace, as
@@ -272,6 +276,7 @@ impl PredictedSummary {
             guess_speed_bytes: guess_speed,
             critical_path: CriticalPathSummary { steps: names, wall_s: prediction.critical_path.length.as_secs_f64() },
             alike_cycles: prediction.alike_cycles.clone(),
+            vars_beyond_history: prediction.beyond.clone(),
             spill_bandwidth,
             overhead_s: prediction.overhead,
             dealings: prediction.dealt.as_ref().map(|dealt| DealingsSummary {
@@ -347,6 +352,13 @@ impl PredictedSummary {
                 self.alike_cycles.join(", ")
             );
         }
+        for beyond in &self.vars_beyond_history {
+            say!(
+                "  {}: what follows the data (estimates from inputs, files, task times) is the nearest run's, \
+                 off by as much as the data differs",
+                beyond_text(beyond)
+            );
+        }
         if let Some(dealt) = &self.dealings {
             say!(
                 "  peak reserved {} to {} and wall {:.2} to {:.2} s over {} dealings of the recorded figures over {} \
@@ -396,4 +408,11 @@ impl PredictedSummary {
             say!("  peak per node: {}{more}", shown.join(", "));
         }
     }
+}
+
+/// `wet = 0.45 is outside the recorded runs' 0.03 to 0.05` (or `... runs' 0.05`).
+pub fn beyond_text(beyond: &Beyond) -> String {
+    let Beyond { var, value, recorded_min: low, recorded_max: high } = beyond;
+    let range = if low == high { format!("{low}") } else { format!("{low} to {high}") };
+    format!("{var} = {value} is outside the recorded runs' {range}")
 }

@@ -23,7 +23,39 @@
 
 use std::collections::HashMap;
 
+use serde::Serialize;
 use serde_json::{Map, Value};
+
+/// A number among this cycle's vars outside every recorded run's values of it: what follows
+/// the data (a plugin's estimate from its inputs, a command's files, a task's time) is then the
+/// nearest run's, and may be far from what this cycle's data makes of it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Beyond {
+    pub var: String,
+    pub value: f64,
+    pub recorded_min: f64,
+    pub recorded_max: f64,
+}
+
+/// The numbers among `now`'s vars that lie outside the values the `candidates` (run vars as
+/// JSON text) had for them; a var no candidate had as a number is not compared.
+pub fn beyond_recorded(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Vec<Beyond> {
+    let parsed = parse(candidates);
+    let mut beyond = Vec::new();
+    for (name, value) in now {
+        let Some(value) = value.as_f64() else { continue };
+        let recorded = parsed.iter().flatten().filter_map(|run| run.get(name).and_then(Value::as_f64));
+        let Some((low, high)) = recorded.fold(None, |range: Option<(f64, f64)>, v| {
+            Some(range.map_or((v, v), |(low, high)| (low.min(v), high.max(v))))
+        }) else {
+            continue;
+        };
+        if value < low || value > high {
+            beyond.push(Beyond { var: name.clone(), value, recorded_min: low, recorded_max: high });
+        }
+    }
+    beyond
+}
 
 /// The runs (indices in `candidates`: run vars as JSON text, oldest first) whose figures make
 /// this cycle's, with their weights (between 0 and 1, summing to 1): the nearest, and along the
@@ -276,5 +308,14 @@ mod tests {
         assert_eq!(among(now, r#"{"model": "ukv", "wet": 0}"#, &[]), 0.0);
         assert_eq!(among(now, r#"{"model": "glm", "wet": 0}"#, &[]), 1.0);
         assert_eq!(among(now, r#"{"wet": 0, "extra": true}"#, &[]), 2.0);
+    }
+
+    #[test]
+    fn a_number_outside_every_recorded_value_is_beyond_and_one_inside_or_new_is_not() {
+        let runs = [Some(r#"{"wet": 0.03, "thresholds": [1]}"#), None, Some(r#"{"wet": 0.05, "name": "a"}"#)];
+        let beyond = beyond_recorded(&vars(r#"{"wet": 0.45, "thresholds": [1, 2], "new": 3}"#), &runs);
+        assert_eq!(beyond, [Beyond { var: "wet".into(), value: 0.45, recorded_min: 0.03, recorded_max: 0.05 }]);
+        assert!(beyond_recorded(&vars(r#"{"wet": 0.04}"#), &runs).is_empty());
+        assert_eq!(beyond_recorded(&vars(r#"{"wet": 0.01}"#), &runs)[0].recorded_max, 0.05);
     }
 }

@@ -84,6 +84,8 @@ pub struct History {
     /// ([`super::calibrate`]). None without alike runs, or for a recipe of more than
     /// [`super::calibrate::MAX_TASKS`] tasks.
     pub recent: Vec<RecentRun>,
+    /// The numbers among this cycle's vars outside every compared run's ([`ALIKE_RUNS`]).
+    pub beyond: Vec<alike::Beyond>,
 }
 
 /// A recent run, and the history a prediction of its own cycle takes: its own figures as the
@@ -140,6 +142,10 @@ impl History {
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Vars(&vars)))
             .collect::<Result<Vec<_>, _>>()?;
         let spill_speed = store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?;
+        let mut runs = store.history_runs(Some(&recipe.name), None, usize::MAX, RunFilter::default())?;
+        runs.retain(|run| before_run.is_none_or(|before| run.run_id < before));
+        let compared = &runs[runs.len().saturating_sub(ALIKE_RUNS)..];
+        let beyond = alike::beyond_recorded(&vars, &compared.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>());
         let alike = first_alike(&steps);
         let alike_runs = alike_runs(store, alike)?;
         // Without the alike runs' pace (one of them was the recipe's first, or ran as a
@@ -150,9 +156,9 @@ impl History {
         let recent = if alike.is_empty() || compiled.graph.total_tasks() > calibrate::MAX_TASKS {
             Vec::new()
         } else {
-            recent_runs(store, compiled, before_run, spill_speed, paced_apart)?
+            recent_runs(store, compiled, &runs, before_run, spill_speed, paced_apart)?
         };
-        Ok(History { steps, spill_speed, alike_runs, recent })
+        Ok(History { steps, spill_speed, alike_runs, recent, beyond })
     }
 
     /// No history at all (every task's time and peak a guess).
@@ -162,6 +168,7 @@ impl History {
             spill_speed: None,
             alike_runs: Vec::new(),
             recent: Vec::new(),
+            beyond: Vec::new(),
         }
     }
 
@@ -242,20 +249,20 @@ fn ran_as(store: &Store, run_id: i64) -> Result<Option<RanAs>, StoreError> {
     })
 }
 
-/// The newest [`calibrate::RECENT_RUNS`] runs of `compiled`'s recipe before `before_run`,
+/// The newest [`calibrate::RECENT_RUNS`] of `runs` (the recipe's, before `before_run`),
 /// other than those paced as the alike runs (`alike`), that kept their vars and are [`ran_as`] a measure of a
 /// run; with each step's records holding the run's own figures.
 fn recent_runs(
     store: &Store,
     compiled: &Compiled,
+    runs: &[HistoryRun],
     before_run: Option<i64>,
     spill_speed: Option<SpillSpeed>,
     alike: &[(i64, f64)],
 ) -> Result<Vec<RecentRun>, StoreError> {
     let recipe = &compiled.recipe;
     let mut recent = Vec::with_capacity(calibrate::RECENT_RUNS);
-    let runs = store.history_runs(Some(&recipe.name), None, usize::MAX, RunFilter::default())?;
-    for run in runs.iter().rev().filter(|run| before_run.is_none_or(|before| run.run_id < before)) {
+    for run in runs.iter().rev() {
         if recent.len() == calibrate::RECENT_RUNS {
             break;
         }
@@ -269,8 +276,13 @@ fn recent_runs(
             .iter()
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Run(run.run_id)))
             .collect::<Result<Vec<_>, _>>()?;
-        let history =
-            History { steps, spill_speed, alike_runs: vec![AlikeRun { ran, weight: 1.0 }], recent: Vec::new() };
+        let history = History {
+            steps,
+            spill_speed,
+            alike_runs: vec![AlikeRun { ran, weight: 1.0 }],
+            recent: Vec::new(),
+            beyond: Vec::new(),
+        };
         recent.push(RecentRun { cycle: run.cycle.clone(), vars, history });
     }
     Ok(recent)

@@ -36,6 +36,8 @@ pub struct Prediction {
     /// The recorded cycles, nearest in vars to this one, whose output sizes and data-following
     /// estimates the prediction used ([`History::alike_cycles`]).
     pub alike_cycles: Vec<String>,
+    /// The numbers among the cycle's vars outside every recorded run's ([`History::beyond`]).
+    pub beyond: Vec<alike::Beyond>,
     /// Seconds added to the simulated wall (negative: taken off) for what a run costs beyond
     /// its tasks and the machine's pace, as the simulator missed them on the alike and recent
     /// runs ([`calibrate`]; `None`: none recorded, or a cluster).
@@ -85,5 +87,13 @@ pub fn predict(
         }
         report.wall.as_secs_f64() - unpaced.as_secs_f64()
     });
-    Prediction { simulated, critical_path, durations, alike_cycles: history.alike_cycles(), overhead, dealt }
+    Prediction {
+        simulated,
+        critical_path,
+        durations,
+        alike_cycles: history.alike_cycles(),
+        beyond: history.beyond.clone(),
+        overhead,
+        dealt,
+    }
 }
