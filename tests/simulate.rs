@@ -153,10 +153,7 @@ fn what_a_run_costs_beyond_its_tasks_is_what_the_simulation_missed_of_the_alike_
 #[test]
 fn a_cycle_alike_only_to_the_recipe_s_first_run_is_paced_by_the_runs_since() {
     let _shared = beside_others();
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.yaml", FOLLOWING);
-    with_var(dir.path(), "run", "c1", "out=1MiB", "1GiB");
-    with_var(dir.path(), "run", "c2", "out=2MiB", "1GiB");
+    let dir = runs_of(FOLLOWING, &["out=1MiB", "out=2MiB"]);
     // c1 has c3's vars, but ran its first tasks alone to measure them: no measure of a run's
     // pace. c2 ran as c3 will, with other outputs: its pace against its own simulation is.
     let (said, predicted) = with_var(dir.path(), "simulate", "c3", "out=1MiB", "1GiB");
@@ -168,11 +165,7 @@ fn a_cycle_alike_only_to_the_recipe_s_first_run_is_paced_by_the_runs_since() {
 #[test]
 fn a_run_of_a_cluster_s_jobs_paces_no_local_prediction_and_the_alike_run_beside_it_still_does() {
     let _shared = beside_others();
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.yaml", FOLLOWING);
-    with_var(dir.path(), "run", "c1", "out=1048576", "1GiB");
-    with_var(dir.path(), "run", "c2", "out=2097152", "1GiB");
-    with_var(dir.path(), "run", "c3", "out=4194304", "1GiB");
+    let dir = runs_of(FOLLOWING, &["out=1048576", "out=2097152", "out=4194304"]);
     // As if c3 had run as Slurm jobs, queued for a quarter of an hour: its wall is no measure
     // of a run on this host's workers.
     let conn = rusqlite::Connection::open(dir.path().join("h.db")).unwrap();
@@ -214,6 +207,17 @@ fn with_var(dir: &Path, verb: &str, cycle: &str, set: &str, budget: &str) -> (St
     let out = runner(dir, &args.into_iter().chain(["--summary", &summary]).collect::<Vec<_>>());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     (stderr(&out), json(&dir.join(summary)))
+}
+
+/// A folder with `recipe` as `f.yaml`, run for cycles `c1`, `c2`, ... with each of `sets` in
+/// turn ([`with_var`] at a 1 GiB budget).
+fn runs_of(recipe: &str, sets: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", recipe);
+    for (n, set) in sets.iter().enumerate() {
+        with_var(dir.path(), "run", &format!("c{}", n + 1), set, "1GiB");
+    }
+    dir
 }
 
 /// [`with_var`] for [`FILES`]: files of `mib` MiB.
@@ -419,10 +423,7 @@ fn between_two_recorded_weathers_a_file_is_predicted_at_the_size_between_them() 
 #[test]
 fn a_var_outside_every_recorded_run_s_values_is_named_in_the_prediction() {
     let _shared = beside_others();
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.yaml", HOLDING_FOR);
-    with_var(dir.path(), "run", "c1", "ms=20", "1GiB");
-    with_var(dir.path(), "run", "c2", "ms=30", "1GiB");
+    let dir = runs_of(HOLDING_FOR, &["ms=20", "ms=30"]);
     let (said, predicted) = with_var(dir.path(), "simulate", "c3", "ms=60", "1GiB");
     assert_eq!(
         predicted["vars_beyond_history"],
@@ -438,19 +439,12 @@ fn a_var_outside_every_recorded_run_s_values_is_named_in_the_prediction() {
 fn replay_simulate_names_under_its_cycle_a_var_outside_the_runs_before_it() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.yaml", HOLDING_FOR);
     let cycles = "recipe: f.yaml\ncycles:\n  - {id: c1, vars: {ms: 20}}\n  - {id: c2, vars: {ms: 40}}\n  - {id: c3, vars: {ms: 30}}\n";
-    write(dir.path(), "cycles.yaml", cycles);
-    let real = runner(dir.path(), &["replay", "cycles.yaml", "--workers", "2", "--budget", "64MiB", "--db", "h.db"]);
-    assert_eq!(real.status.code(), Some(0), "{}", stderr(&real));
-    let out = runner(dir.path(), &["replay", "cycles.yaml", "--simulate", "--db", "h.db", "--summary", "p.json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let table = String::from_utf8_lossy(&out.stdout);
+    let (table, summary) = replayed_and_predicted(dir.path(), "f.yaml", HOLDING_FOR, cycles);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 5, "{table}");
     assert!(lines[2].starts_with("c2") && lines[3].trim() == "ms = 40 is outside the recorded runs' 20", "{table}");
     assert!(lines[4].starts_with("c3"), "30 lies between 20 and 40: {table}");
-    let summary = json(&dir.path().join("p.json"));
     let beyond: Vec<&Json> = summary["cycles"].as_array().unwrap().iter().map(|c| &c["vars_beyond_history"]).collect();
     let c2 = serde_json::json!([{"var": "ms", "value": 40.0, "recorded_min": 20.0, "recorded_max": 20.0}]);
     assert_eq!(beyond, [&serde_json::json!([]), &c2, &serde_json::json!([])]);
@@ -593,22 +587,29 @@ fn a_spilled_buffer_is_predicted_written_and_read_back_at_the_spill_bandwidth() 
     assert!((speed - bytes / (micros / 1e6)).abs() <= 1.0, "{learned} from {recorded:?}");
 }
 
+/// `recipe` written as `file` and `cycles` as `cycles.yaml` in `dir`, replayed for real on 2
+/// workers and 64 MiB into `h.db`, then `replay --simulate --summary p.json`: its table and
+/// its summary.
+fn replayed_and_predicted(dir: &Path, file: &str, recipe: &str, cycles: &str) -> (String, Json) {
+    write(dir, file, recipe);
+    write(dir, "cycles.yaml", cycles);
+    let real = runner(dir, &["replay", "cycles.yaml", "--workers", "2", "--budget", "64MiB", "--db", "h.db"]);
+    assert_eq!(real.status.code(), Some(0), "{}", stderr(&real));
+    let out = runner(dir, &["replay", "cycles.yaml", "--simulate", "--db", "h.db", "--summary", "p.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    (String::from_utf8_lossy(&out.stdout).into_owned(), json(&dir.join("p.json")))
+}
+
 #[test]
 fn replay_simulate_prints_a_row_per_cycle_and_writes_predicted_and_recorded() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "h.yaml", HOLDING);
-    write(dir.path(), "cycles.yaml", "recipe: h.yaml\ncycles:\n  - {id: c1}\n  - {id: c2}\n  - {id: c3}\n");
-    let real = runner(dir.path(), &["replay", "cycles.yaml", "--workers", "2", "--budget", "64MiB", "--db", "h.db"]);
-    assert_eq!(real.status.code(), Some(0), "{}", stderr(&real));
-    let out = runner(dir.path(), &["replay", "cycles.yaml", "--simulate", "--db", "h.db", "--summary", "p.json"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let table = String::from_utf8_lossy(&out.stdout);
+    let cycles = "recipe: h.yaml\ncycles:\n  - {id: c1}\n  - {id: c2}\n  - {id: c3}\n";
+    let (table, summary) = replayed_and_predicted(dir.path(), "h.yaml", HOLDING, cycles);
     let lines: Vec<&str> = table.lines().collect();
     assert_eq!(lines.len(), 4, "{table}");
     assert!(lines[0].contains("recorded") && lines[0].contains("error"), "{table}");
     assert!(lines[3].starts_with("c3"), "{table}");
-    let summary = json(&dir.path().join("p.json"));
     assert_eq!(summary["predicted"], true);
     let cycles = summary["cycles"].as_array().unwrap();
     assert_eq!(cycles.len(), 3);
