@@ -791,21 +791,25 @@ fn where_rain_falls_in_the_same_places_each_cycle_each_task_keeps_its_recorded_f
 fn a_task_takes_the_mean_time_of_the_recorded_tasks_like_it_not_one_run_s_draw() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
-    // Their time differs from cycle to cycle under the same vars: 50 ms in `c1`, 150 ms after.
-    write(dir.path(), "f.yaml", &sleeping("0.05 if sys.argv[1] == 'c1' else 0.15", "{cycle}"));
+    // Their time differs from cycle to cycle under the same vars: 300 ms in `c1`, the recipe's
+    // first run, 50 ms in `c2`, 150 ms after.
+    let seconds = "0.30 if sys.argv[1] == 'c1' else 0.05 if sys.argv[1] == 'c2' else 0.15";
+    write(dir.path(), "f.yaml", &sleeping(seconds, "{cycle}"));
     let task_seconds = |s: &Json| s["steps"][0]["wall_s"].as_f64().unwrap();
     let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "ms=20", "1GiB").1;
-    let (c1, c2) = (cycle("run", "c1"), cycle("run", "c2"));
-    let predicted = cycle("simulate", "c3");
-    // Both runs' tasks are alike (the same vars and sizes): each predicted task takes their
-    // mean, not the newest run's time.
-    let mean = (task_seconds(&c1) + task_seconds(&c2)) / 2.0;
+    let (c1, c2, c3) = (cycle("run", "c1"), cycle("run", "c2"), cycle("run", "c3"));
+    let predicted = cycle("simulate", "c4");
+    // The runs' tasks are alike (the same vars and sizes): each predicted task takes their
+    // mean, not the newest run's time; but not the first run's, whose process and tasks ran
+    // cold (as it paces no prediction).
+    let mean = (task_seconds(&c2) + task_seconds(&c3)) / 2.0;
     assert!(
         (task_seconds(&predicted) - mean).abs() <= 0.01 * mean,
-        "predicted {:.3} s of tasks, the recorded runs' mean {mean:.3} s (c1 {:.3}, c2 {:.3})",
+        "predicted {:.3} s of tasks, the mean of c2 and c3 {mean:.3} s (c1 {:.3}, c2 {:.3}, c3 {:.3})",
         task_seconds(&predicted),
         task_seconds(&c1),
-        task_seconds(&c2)
+        task_seconds(&c2),
+        task_seconds(&c3)
     );
 }
 

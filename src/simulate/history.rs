@@ -321,6 +321,13 @@ pub fn read_step(
     // Per run: its ok tasks' figures and times, for the tasks like each alike run's.
     let mut like_by_run = Vec::with_capacity(runs.len());
     let mut longest_ms = 0;
+    // The recipe's first run is no measure of a task's time, as it is none of a run's pace
+    // (`ran_as`): its process ran cold and its first tasks alone. Its times count only when
+    // there is no other run.
+    let recipes_first = match runs.first() {
+        Some(first) if runs.len() > 1 && !store.has_run_before(recipe, first.run_id)? => Some(first.run_id),
+        _ => None,
+    };
     for (index, run) in runs.iter().enumerate() {
         let age = (runs.len() - 1 - index) as u32;
         let mut like = Vec::new();
@@ -335,7 +342,7 @@ pub fn read_step(
             if let (Some(figures), Some(index)) = (figures.as_mut(), task.task_index) {
                 figures.insert(index, figure);
             }
-            if task.status == TaskStatus::Ok {
+            if task.status == TaskStatus::Ok && recipes_first != Some(run.run_id) {
                 like.push((figure, task.wall_us));
             }
             records.observations.push(Observation {
