@@ -279,7 +279,15 @@ fn output_written_before_a_command_ended_is_logged_and_a_process_that_keeps_writ
     let started = Instant::now();
     let finished = command::run(&request).unwrap();
     let took = started.elapsed();
-    let daemon: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    // The daemon may not have written its pid yet when a quiet pipe ended the drain.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let daemon: i32 = loop {
+        match std::fs::read_to_string(&pid_file).ok().and_then(|text| text.trim().parse().ok()) {
+            Some(pid) => break pid,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            None => panic!("the daemon never wrote its pid"),
+        }
+    };
     unsafe { libc::kill(daemon, libc::SIGKILL) };
     assert!(finished.success(), "{:?}", finished.ending);
     // Read to the drain's limit (2 s), not for as long as the daemon writes.

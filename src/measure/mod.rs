@@ -52,7 +52,7 @@ mod zero_pages;
 mod tests;
 
 pub use alloc::CountingAlloc;
-pub use system::{process_memory, purge_free_pages, reset_peak_rss};
+pub use system::{page_size, process_memory, purge_free_pages, reset_peak_rss};
 pub use tally::{SLOTS, TaskMemory, begin_new_task, live_bytes};
 pub use task::{end_task, task_live};
 // What only the tests read: the counters' history and jemalloc's own figures, to check the

@@ -7,6 +7,7 @@
 use std::ffi::c_char;
 use std::fs;
 use std::ptr;
+use std::sync::OnceLock;
 
 #[cfg(test)]
 use tikv_jemalloc_ctl::{epoch, stats};
@@ -40,6 +41,14 @@ pub struct ProcessMemory {
     /// Resident anonymous memory (`RssAnon`): the heap, not mapped files. `None` on kernels
     /// before 4.5.
     pub rss_anon_bytes: Option<u64>,
+}
+
+/// The system's page size (4 KiB when it cannot be told). Allocation-free after its first
+/// call and during it, so the allocator may ask it.
+pub fn page_size() -> usize {
+    static PAGE: OnceLock<usize> = OnceLock::new();
+    // SAFETY: sysconf has no preconditions.
+    *PAGE.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1))
 }
 
 #[cfg(test)]

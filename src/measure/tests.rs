@@ -13,7 +13,6 @@ use runner_plugin::task_tag;
 
 use super::alloc::CountingAlloc;
 use super::system::parse_status;
-use super::zero_pages::page_size;
 use super::zero_pages::tests::resident;
 use super::*;
 

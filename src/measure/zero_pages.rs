@@ -19,6 +19,8 @@
 use std::sync::atomic::AtomicI32;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::system::page_size;
+
 /// Zeroed blocks from this size up are scanned when freed: below it, the pagemap read costs
 /// more than the faults it could save.
 pub(super) const SCAN_FROM: usize = 1 << 20;
@@ -43,19 +45,6 @@ const ENTRIES: usize = 512;
 /// from a freed block is as harmless.)
 fn is_zero_page(entry: u64) -> bool {
     entry & PRESENT != 0 && entry & (SWAPPED | FILE_OR_SHARED | EXCLUSIVE) == 0
-}
-
-pub(super) fn page_size() -> usize {
-    static PAGE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    match PAGE.load(Relaxed) {
-        0 => {
-            // SAFETY: sysconf has no preconditions.
-            let size = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-            PAGE.store(size, Relaxed);
-            size
-        }
-        size => size,
-    }
 }
 
 /// The pagemap's descriptor, opened once without allocating (this runs inside the allocator).

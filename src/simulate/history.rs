@@ -322,8 +322,8 @@ pub fn read_step(
     let mut like_by_run = Vec::with_capacity(runs.len());
     let mut longest_ms = 0;
     // The recipe's first run is no measure of a task's time, as it is none of a run's pace
-    // (`ran_as`): its process ran cold and its first tasks alone. Its times count only when
-    // there is no other run.
+    // (`ran_as`): its process ran cold and its first tasks alone. Its times enter the means
+    // only when there is no other run; an alike task no mean covers keeps its own time.
     let recipes_first = match runs.first() {
         Some(first) if runs.len() > 1 && !store.has_run_before(recipe, first.run_id)? => Some(first.run_id),
         _ => None,

@@ -11,8 +11,9 @@ use std::ptr;
 use memmap2::{Mmap, MmapOptions};
 use runner_plugin::ExternalBytes;
 
-use super::pages::{mappings, page_size, release};
+use super::pages::{mappings, release};
 use super::{SpillError, lock, os};
+use crate::measure::page_size;
 
 /// Bytes written before the kernel is asked to start writing them back: the page cache then
 /// holds at most about two chunks of dirty data while a large buffer is spilled.

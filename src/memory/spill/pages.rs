@@ -18,13 +18,6 @@ pub(super) fn mappings() -> &'static Mutex<HashMap<usize, PathBuf>> {
     MAPPINGS.get_or_init(Mutex::default)
 }
 
-/// The system's page size (4 KiB when it cannot be told).
-pub(super) fn page_size() -> usize {
-    static PAGE: OnceLock<usize> = OnceLock::new();
-    // SAFETY: sysconf has no preconditions.
-    *PAGE.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1))
-}
-
 pub(super) fn release(addr: *const u8, len: usize, path: &Path) {
     match File::open(path) {
         Ok(file) => {
