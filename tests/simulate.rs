@@ -317,16 +317,17 @@ fn a_task_that_reads_more_because_of_the_metadata_is_predicted_to_take_longer_in
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "f.yaml", THRESHOLDED);
     let cycle = |verb: &str, cycle: &str, thresholds: &str| thresholded(dir.path(), verb, cycle, thresholds);
-    let recorded = [cycle("run", "c1", "[1.0, 2.0]"), cycle("run", "c2", "[1.0, 2.0]")];
-    let predicted = cycle("simulate", "c3", "[0.5, 1.0, 2.0, 4.0, 8.0, 16.0]");
+    let recorded = [cycle("run", "c1", "[1.0, 2.0]"), cycle("run", "c2", "[1.0, 2.0]"), cycle("run", "c3", "[1.0, 2.0]")];
+    let predicted = cycle("simulate", "c4", "[0.5, 1.0, 2.0, 4.0, 8.0, 16.0]");
     let save_seconds = |s: &Json| {
         let steps = s["steps"].as_array().unwrap();
         steps.iter().find(|step| step["step"] == "save").unwrap()["wall_s"].as_f64().unwrap()
     };
     // `write_npy` estimates the same for any input, but its tasks now write six thresholds'
     // smoothed fields where they wrote two: three times the bytes, so three times the time of
-    // the recorded tasks like them (the mean of both runs'), where as recorded it would be one.
-    let before = (save_seconds(&recorded[0]) + save_seconds(&recorded[1])) / 2.0;
+    // the recorded tasks like them (the mean of the runs after the recipe's first, whose
+    // process ran cold), where as recorded it would be one.
+    let before = (save_seconds(&recorded[1]) + save_seconds(&recorded[2])) / 2.0;
     let ratio = save_seconds(&predicted) / before;
     assert!((2.5..=3.5).contains(&ratio), "save predicted at {ratio:.2}× the recorded runs' {before} s");
 }
@@ -427,7 +428,7 @@ fn a_var_outside_every_recorded_run_s_values_is_named_in_the_prediction() {
     let (said, predicted) = with_var(dir.path(), "simulate", "c3", "ms=60", "1GiB");
     assert_eq!(
         predicted["vars_beyond_history"],
-        serde_json::json!([{"var": "ms", "value": 60.0, "recorded_min": 20.0, "recorded_max": 30.0}])
+        serde_json::json!([{"var": "ms", "of": "value", "value": 60.0, "recorded_min": 20.0, "recorded_max": 30.0}])
     );
     assert!(said.contains("ms = 60 is outside the recorded runs' 20 to 30: what follows the data"), "{said}");
     let (said, predicted) = with_var(dir.path(), "simulate", "c3", "ms=25", "1GiB");
@@ -439,21 +440,25 @@ fn a_var_outside_every_recorded_run_s_values_is_named_in_the_prediction() {
 fn replay_simulate_names_under_its_cycle_a_var_outside_the_runs_before_it() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
-    let cycles = "recipe: f.yaml\ncycles:\n  - {id: c1, vars: {ms: 20}}\n  - {id: c2, vars: {ms: 40}}\n  - {id: c3, vars: {ms: 30}}\n";
+    let cycles = "recipe: f.yaml\ncycles:\n  - {id: c1, vars: {ms: 20}}\n  - {id: c2, vars: {ms: 40}}\n  \
+                  - {id: c3, vars: {ms: 30, tags: [a, b, c]}}\n";
     let (table, summary) = replayed_and_predicted(dir.path(), "f.yaml", HOLDING_FOR, cycles);
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 5, "{table}");
+    assert_eq!(lines.len(), 6, "{table}");
     assert!(lines[2].starts_with("c2") && lines[3].trim() == "ms = 40 is outside the recorded runs' 20", "{table}");
-    assert!(lines[4].starts_with("c3"), "30 lies between 20 and 40: {table}");
+    // 30 lies between 20 and 40; three tags are more than any run had.
+    assert!(lines[4].starts_with("c3") && lines[5].trim() == "tags has 3 items, outside the recorded runs' 1", "{table}");
     let beyond: Vec<&Json> = summary["cycles"].as_array().unwrap().iter().map(|c| &c["vars_beyond_history"]).collect();
-    let c2 = serde_json::json!([{"var": "ms", "value": 40.0, "recorded_min": 20.0, "recorded_max": 20.0}]);
-    assert_eq!(beyond, [&serde_json::json!([]), &c2, &serde_json::json!([])]);
+    let c2 = serde_json::json!([{"var": "ms", "of": "value", "value": 40.0, "recorded_min": 20.0, "recorded_max": 20.0}]);
+    let c3 = serde_json::json!([{"var": "tags", "of": "length", "value": 3.0, "recorded_min": 1.0, "recorded_max": 1.0}]);
+    assert_eq!(beyond, [&serde_json::json!([]), &c2, &c3]);
 }
 
 /// Tasks of one size that hold their memory for a var's milliseconds.
 const HOLDING_FOR: &str = "recipe: sim-holding-for
 vars:
   ms: 20
+  tags: [a]
 dims:
   i: 4
 steps:

@@ -15,7 +15,7 @@ use super::{EXIT_USAGE, ExecutorKind, SimulateArgs, UsageError, compile};
 use crate::plan::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
-use crate::simulate::alike::Beyond;
+use crate::simulate::alike::{Beyond, Measure};
 use crate::simulate::{ClusterShape, History, Prediction, SimOptions};
 use crate::store::Executor;
 
@@ -410,9 +410,16 @@ impl PredictedSummary {
     }
 }
 
-/// `wet = 0.45 is outside the recorded runs' 0.03 to 0.05` (or `... runs' 0.05`).
+/// `wet = 0.45 is outside the recorded runs' 0.03 to 0.05` (or `... runs' 0.05`), and for a
+/// list `thresholds has 5 items, outside the recorded runs' 2 to 3`.
 pub fn beyond_text(beyond: &Beyond) -> String {
-    let Beyond { var, value, recorded_min: low, recorded_max: high } = beyond;
+    let Beyond { var, of, value, recorded_min: low, recorded_max: high } = beyond;
     let range = if low == high { format!("{low}") } else { format!("{low} to {high}") };
-    format!("{var} = {value} is outside the recorded runs' {range}")
+    match of {
+        Measure::Value => format!("{var} = {value} is outside the recorded runs' {range}"),
+        Measure::Length => {
+            let items = if *value == 1.0 { "item" } else { "items" };
+            format!("{var} has {value} {items}, outside the recorded runs' {range}")
+        }
+    }
 }

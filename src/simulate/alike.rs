@@ -26,32 +26,57 @@ use std::collections::HashMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-/// A number among this cycle's vars outside every recorded run's values of it: what follows
-/// the data (a plugin's estimate from its inputs, a command's files, a task's time) is then the
-/// nearest run's, and may be far from what this cycle's data makes of it.
+/// A number among this cycle's vars, or a list's length, outside every recorded run's: what
+/// follows the data (a plugin's estimate from its inputs, a command's files, a task's time) is
+/// then the nearest run's, and may be far from what this cycle's data makes of it. A longer
+/// list (`thresholds` with 5 items after 2 and 3) fans a step out over more tasks than any run
+/// measured together, as a larger number takes the weather past any run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Beyond {
     pub var: String,
+    /// What is compared: the var's value, or its length when it is a list.
+    pub of: Measure,
     pub value: f64,
     pub recorded_min: f64,
     pub recorded_max: f64,
 }
 
-/// The numbers among `now`'s vars that lie outside the values the `candidates` (run vars as
-/// JSON text) had for them; a var no candidate had as a number is not compared.
+/// What [`Beyond`] compares of a var.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Measure {
+    Value,
+    Length,
+}
+
+/// A var's number ([`Measure::Value`]) or list length ([`Measure::Length`]); None for the rest.
+fn measure(value: &Value) -> Option<(Measure, f64)> {
+    match value {
+        Value::Array(items) => Some((Measure::Length, items.len() as f64)),
+        _ => value.as_f64().map(|number| (Measure::Value, number)),
+    }
+}
+
+/// The numbers and list lengths among `now`'s vars that lie outside the values the
+/// `candidates` (run vars as JSON text) had for them; a var no candidate had of the same kind
+/// is not compared.
 pub fn beyond_recorded(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Vec<Beyond> {
     let parsed = parse(candidates);
     let mut beyond = Vec::new();
     for (name, value) in now {
-        let Some(value) = value.as_f64() else { continue };
-        let recorded = parsed.iter().flatten().filter_map(|run| run.get(name).and_then(Value::as_f64));
+        let Some((of, value)) = measure(value) else { continue };
+        let recorded = parsed
+            .iter()
+            .flatten()
+            .filter_map(|run| run.get(name).and_then(measure))
+            .filter_map(|(kind, v)| (kind == of).then_some(v));
         let Some((low, high)) = recorded.fold(None, |range: Option<(f64, f64)>, v| {
             Some(range.map_or((v, v), |(low, high)| (low.min(v), high.max(v))))
         }) else {
             continue;
         };
         if value < low || value > high {
-            beyond.push(Beyond { var: name.clone(), value, recorded_min: low, recorded_max: high });
+            beyond.push(Beyond { var: name.clone(), of, value, recorded_min: low, recorded_max: high });
         }
     }
     beyond
@@ -313,9 +338,22 @@ mod tests {
     #[test]
     fn a_number_outside_every_recorded_value_is_beyond_and_one_inside_or_new_is_not() {
         let runs = [Some(r#"{"wet": 0.03, "thresholds": [1]}"#), None, Some(r#"{"wet": 0.05, "name": "a"}"#)];
-        let beyond = beyond_recorded(&vars(r#"{"wet": 0.45, "thresholds": [1, 2], "new": 3}"#), &runs);
-        assert_eq!(beyond, [Beyond { var: "wet".into(), value: 0.45, recorded_min: 0.03, recorded_max: 0.05 }]);
+        let beyond = beyond_recorded(&vars(r#"{"wet": 0.45, "thresholds": [1], "new": 3}"#), &runs);
+        let wet = Beyond { var: "wet".into(), of: Measure::Value, value: 0.45, recorded_min: 0.03, recorded_max: 0.05 };
+        assert_eq!(beyond, [wet]);
         assert!(beyond_recorded(&vars(r#"{"wet": 0.04}"#), &runs).is_empty());
         assert_eq!(beyond_recorded(&vars(r#"{"wet": 0.01}"#), &runs)[0].recorded_max, 0.05);
+    }
+
+    #[test]
+    fn a_list_longer_or_shorter_than_every_recorded_one_is_beyond_by_its_length() {
+        let runs = [Some(r#"{"thresholds": [1, 2]}"#), Some(r#"{"thresholds": [1, 2, 3]}"#), Some(r#"{"thresholds": 7}"#)];
+        let longer = beyond_recorded(&vars(r#"{"thresholds": [1, 2, 3, 4, 5]}"#), &runs);
+        let thresholds = Beyond { var: "thresholds".into(), of: Measure::Length, value: 5.0, recorded_min: 2.0, recorded_max: 3.0 };
+        assert_eq!(longer, [thresholds]);
+        assert_eq!(beyond_recorded(&vars(r#"{"thresholds": []}"#), &runs)[0].value, 0.0);
+        // Within the recorded lengths, whatever the items: the number beside them is not a length.
+        assert!(beyond_recorded(&vars(r#"{"thresholds": [8, 9]}"#), &runs).is_empty());
+        assert_eq!(beyond_recorded(&vars(r#"{"thresholds": 9}"#), &runs)[0].of, Measure::Value);
     }
 }
