@@ -334,6 +334,7 @@ mod tests {
     use std::time::Duration;
 
     use super::super::testing::{NoMemory, compiled};
+    use crate::estimate::{Basis, Observation, Params, StepModel};
     use crate::memory::TaskSlot;
     use crate::scheduler::{Outcome, Pick, State};
 
@@ -342,11 +343,13 @@ mod tests {
     /// What a picked task reserved, of which its estimate, and its spilled inputs.
     type Claim = (u64, u64, u64);
 
-    /// Three tasks of `a` finish with 4 MiB buffers, the second is spilled, and a worker picks
-    /// the first task of `b` (reading the first buffer, resident) and more of `b` beside it:
-    /// the first task's claim, then the batch's.
-    fn batch_after_a_spill(budget: u64) -> (Claim, Vec<Claim>) {
-        let c = compiled("  a: {plugin: noop, over: [lead]}\n  b: {plugin: noop, over: [lead], inputs: {x: a}}\n");
+    /// Three tasks of `a` finish with buffers of `sizes`, the second is spilled when `spill`,
+    /// and a worker picks the first task of `b` (reading the first buffer, resident) and more
+    /// of `b` beside it, `b` estimated by `model` when there is one: the first task's claim,
+    /// then the batch's.
+    fn batch_after(budget: u64, sizes: [u64; 3], spill: bool, model: Option<StepModel>) -> (Claim, Vec<Claim>) {
+        let mut c = compiled("  a: {plugin: noop, over: [lead]}\n  b: {plugin: noop, over: [lead], inputs: {x: a}}\n");
+        c.plan.steps[1].model = model;
         let steps = c.recipe.steps.len();
         let mut state = State::new(&c.graph, &c.plan, vec![false; steps], vec![false; steps], budget, &NoMemory, None);
         let mut producers = Vec::new();
@@ -355,10 +358,12 @@ mod tests {
             producers.push(picked);
         }
         let tasks: Vec<_> = producers.iter().map(|p| p.task).collect();
-        for picked in producers {
-            state.finish_virtual(picked, Outcome::Ok, 4 * MIB, 0, Duration::ZERO);
+        for (picked, bytes) in producers.into_iter().zip(sizes) {
+            state.finish_virtual(picked, Outcome::Ok, bytes, 0, Duration::ZERO);
         }
-        state.count_spilled(tasks[1]);
+        if spill {
+            state.count_spilled(tasks[1]);
+        }
         let Pick::Run(first) = state.pick(&c.plan, TaskSlot(0)) else { panic!("a `b` task fits") };
         assert_eq!((first.task.step, first.task.index), (1, tasks[0].index));
         let mut more = Vec::new();
@@ -369,6 +374,10 @@ mod tests {
             state.finish_virtual(picked, Outcome::Ok, 0, 0, Duration::ZERO);
         }
         claims
+    }
+
+    fn batch_after_a_spill(budget: u64) -> (Claim, Vec<Claim>) {
+        batch_after(budget, [4 * MIB; 3], true, None)
     }
 
     #[test]
@@ -383,5 +392,27 @@ mod tests {
         // 8 MiB resident and the first `b` leave under 2 MiB: the next `b` maps 4 MiB back in.
         let (_, more) = batch_after_a_spill(10 * MIB);
         assert!(more.is_empty(), "{more:?}");
+    }
+
+    #[test]
+    fn a_batched_task_is_estimated_by_the_learned_model_from_its_own_inputs() {
+        // `b` was learned to peak at 3× its input bytes (its plugin's estimate, the same for
+        // every task, explains nothing).
+        let history: Vec<Observation> = [2, 4, 8, 2, 4, 8, 2, 4, 8]
+            .map(|mib| Observation {
+                age: 0,
+                peak: 3 * mib * MIB,
+                plugin_estimate: 64 << 10,
+                input_bytes: mib * MIB,
+                estimate: 0,
+                from_history: false,
+            })
+            .to_vec();
+        let model = StepModel::learn(&history, Params::default(), false).unwrap();
+        assert_eq!(model.basis, Basis::InputBytes);
+        let ((_, first, _), more) = batch_after(1 << 40, [2 * MIB, 4 * MIB, 8 * MIB], false, Some(model.clone()));
+        assert_eq!(first, model.predict(64 << 10, 2 * MIB));
+        let own = |mib: u64| model.predict(64 << 10, mib * MIB);
+        assert_eq!(more, [(own(4), own(4), 0), (own(8), own(8), 0)], "the first's {first} for each would be too little");
     }
 }
