@@ -819,6 +819,29 @@ fn a_task_takes_the_mean_time_of_the_recorded_tasks_like_it_not_one_run_s_draw()
 }
 
 #[test]
+fn the_recipe_s_first_run_times_the_tasks_of_a_weather_only_it_had_until_another_run_has_it() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    // A sleep of `ms`, twice as long in `c1`, the recipe's first run.
+    let seconds = "int(sys.argv[1].split(':')[1]) / 1000 * (2 if sys.argv[1].startswith('c1:') else 1)";
+    write(dir.path(), "f.yaml", &sleeping(seconds, "{cycle}:{ms}"));
+    let task_seconds = |s: &Json| s["steps"][0]["wall_s"].as_f64().unwrap();
+    let cycle = |verb: &str, cycle: &str, ms: u32| with_var(dir.path(), verb, cycle, &format!("ms={ms}"), "1GiB").1;
+    let c1 = cycle("run", "c1", 100);
+    let c2 = cycle("run", "c2", 300);
+    let near = |predicted: &Json, recorded: &Json, what: &str| {
+        let (p, r) = (task_seconds(predicted), task_seconds(recorded));
+        assert!((p - r).abs() <= 0.01 * r, "predicted {p:.3} s of tasks, {what} {r:.3} s (c2 {:.3})", task_seconds(&c2));
+    };
+    // At 100 ms only the first run has tasks like these: they keep its times, not c2's at 300.
+    near(&cycle("simulate", "c3", 100), &c1, "the first run's");
+    // Once another run has them, theirs alone (not their mean with the first run's), as the
+    // first run's process ran cold.
+    let c3 = cycle("run", "c3", 100);
+    near(&cycle("simulate", "c4", 100), &c3, "c3's");
+}
+
+#[test]
 fn a_store_of_an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_was() {
     let _shared = beside_others();
     let dir = holding_run_twice();
