@@ -539,6 +539,11 @@ fn without_history_every_task_is_a_guess_and_says_so() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("16 of 16 tasks are guesses"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no feedback store at none.db: nothing recorded to predict from"),
+        "a mistyped --db is said: {}",
+        stderr(&out)
+    );
     let predicted = json(&dir.path().join("p.json"));
     assert_eq!(predicted["guesses"], 16);
     assert!(!dir.path().join("none.db").exists(), "a simulation writes no store");

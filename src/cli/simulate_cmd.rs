@@ -31,7 +31,14 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
     let cluster = cluster_shape(&args)?;
     let history = match record::open_for_reading(&db)? {
         Some(store) => History::read(&store, &compiled, None)?,
-        None => History::none(&compiled),
+        None => {
+            tracing::warn!(
+                "no feedback store at {}: nothing recorded to predict from, so every task is a guess (runs record \
+                 there; pass --db PATH)",
+                db.display()
+            );
+            History::none(&compiled)
+        }
     };
     let spill = SpillBandwidth::choose(args.spill_bandwidth, &history);
     let options = sim_options(&args, cluster.is_some(), spill.bytes_per_second)?;
