@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{MIB, alone, beside_others, query, runner, stderr, write};
+use common::{MIB, alone, beside_others, numpy_here, query, runner, stderr, write};
 
 /// The module the recipes call, put on the interpreters' path with `pythonpath`.
 const STEPS: &str = r#"
@@ -77,14 +77,6 @@ def save(path, a):
     np.save(path, a)
     return None
 "#;
-
-fn numpy_here() -> bool {
-    let ok = std::process::Command::new("python3").args(["-c", "import numpy"]).status().is_ok_and(|s| s.success());
-    if !ok {
-        eprintln!("skipped: python3 with numpy is not installed here");
-    }
-    ok
-}
 
 fn setup(recipe: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{alone, beside_others, runner, stderr, write};
+use common::{alone, beside_others, numpy_here, runner, stderr, write};
 use serde_json::Value as Json;
 
 const MIB: f64 = (1 << 20) as f64;
@@ -846,21 +846,62 @@ fn the_recipe_s_first_run_times_the_tasks_of_a_weather_only_it_had_until_another
     near(&cycle("simulate", "c4", 100), &c3, "c3's");
 }
 
+/// Python steps in warm interpreters: each task holds `mib` MiB of NumPy for a moment.
+const PYTHON_HOLDING: &str = r#"recipe: sim-python
+vars:
+  mib: 48
+dims:
+  i: 6
+steps:
+  hold:
+    plugin: python
+    over: [i]
+    args: {call: "steps:hold", kwargs: {mib: "{mib}"}, pythonpath: [lib]}
+"#;
+
+#[test]
+fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
+    let _shared = beside_others();
+    if !numpy_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "lib/steps.py", "import numpy as np\n\ndef hold(mib):\n    return int(np.ones(mib << 20, np.uint8)[::4096].sum())\n");
+    write(dir.path(), "f.yaml", PYTHON_HOLDING);
+    let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "mib=48", "1GiB").1;
+    let standing = |s: &Json| s["peak_reserved_standing_bytes"].as_f64().unwrap();
+    let recorded: Vec<Json> = ["c1", "c2", "c3"].iter().map(|c| cycle("run", c)).collect();
+    // Two interpreters with NumPy imported stand between the tasks, counted for the run.
+    assert!(recorded.iter().all(|s| standing(s) >= 8.0 * MIB), "{recorded:?}");
+    let rows = common::query(&dir.path().join("h.db"), "SELECT standing_bytes FROM runs ORDER BY run_id");
+    let stored: Vec<f64> = rows.iter().map(|row| row[0].parse().unwrap()).collect();
+    assert_eq!(stored, recorded.iter().map(standing).collect::<Vec<_>>(), "the store keeps each run's");
+    // The prediction holds what the runs that pace it held (c3, the alike run, and c2; c1 was
+    // the recipe's first) beside its tasks, as the ledger does.
+    let (said, predicted) = with_var(dir.path(), "simulate", "c4", "mib=48", "1GiB");
+    assert!(said.contains("is warm interpreters at their baseline between tasks"), "{said}");
+    let paced = (standing(&recorded[1]) + standing(&recorded[2])) / 2.0;
+    assert!((standing(&predicted) - paced).abs() <= 1.0, "predicted {} against {paced}", standing(&predicted));
+    let real = cycle("run", "c4");
+    assert_reserved_within_10_percent(&predicted, &real, " (without the interpreters' baseline it is below)");
+}
+
 #[test]
 fn a_store_of_an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_was() {
     let _shared = beside_others();
     let dir = holding_run_twice();
-    // The store as schema version 6 left it: without the columns version 7 added.
+    // The store as schema version 6 left it: without the columns versions 7 and 8 added.
     let db = dir.path().join("h.db");
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.execute_batch(
-        "ALTER TABLE runs DROP COLUMN wall_us_rest; ALTER TABLE runs DROP COLUMN spill_us; PRAGMA user_version = 6;",
+        "ALTER TABLE runs DROP COLUMN wall_us_rest; ALTER TABLE runs DROP COLUMN spill_us; \
+         ALTER TABLE runs DROP COLUMN standing_bytes; PRAGMA user_version = 6;",
     )
     .unwrap();
     drop(conn);
     let before = std::fs::read(&db).unwrap();
     let (said, predicted) = simulate_cycle(dir.path(), "h.yaml", "c3", "p.json", &[]);
-    assert!(said.contains("has schema version 6, older than this runner's (7): reading a copy"), "{said}");
+    assert!(said.contains("has schema version 6, older than this runner's (8): reading a copy"), "{said}");
     // Predicted from the recorded runs, not as if there were none.
     assert_eq!(predicted["guesses"], 0);
     let history = runner(dir.path(), &["history", "--db", "h.db"]);

@@ -28,6 +28,7 @@ fn outcome(status: RunStatus) -> RunOutcome {
         wall: std::time::Duration::from_millis(1234),
         peak_rss_bytes: 5 << 30,
         peak_reserved_bytes: 4 << 30,
+        standing_bytes: 300 << 20,
         spilled_bytes: 1 << 20,
         ..RunOutcome::new(status)
     }
@@ -152,7 +153,7 @@ fn schema_version_tables_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 7);
+    assert_eq!(SCHEMA_VERSION, 8);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     drop(store);
 
@@ -194,6 +195,7 @@ fn schema_version_tables_and_columns() {
         "vars",
         "wall_us_rest",
         "spill_us",
+        "standing_bytes",
     ] {
         assert!(runs.iter().any(|c| c == column), "runs has no column {column}: {runs:?}");
     }
@@ -335,8 +337,8 @@ fn a_hundred_thousand_rows_land_with_their_values() {
     assert_eq!(row.status, RunStatus::Failed);
     assert!(row.finished_at.is_some());
     assert_eq!(
-        (row.wall_ms, row.peak_rss_bytes, row.peak_reserved_bytes, row.spilled_bytes),
-        (Some(1234), Some(5 << 30), Some(4 << 30), Some(1 << 20))
+        (row.wall_ms, row.peak_rss_bytes, row.peak_reserved_bytes, row.standing_bytes, row.spilled_bytes),
+        (Some(1234), Some(5 << 30), Some(4 << 30), Some(300 << 20), Some(1 << 20))
     );
     assert_eq!((row.budget_bytes, row.workers, row.pid), (8 << 30, 4, std::process::id()));
     let steps = step_names();

@@ -329,6 +329,7 @@ pub fn execute(
             wall: report.wall,
             peak_rss_bytes: peak_rss,
             peak_reserved_bytes: report.peak_reserved,
+            standing_bytes: report.standing_at_peak,
             spilled_bytes: report.spilled_bytes,
             spill_count: report.spill_count,
             spill_wall: report.spills.iter().map(|spill| spill.wall).sum(),

@@ -381,6 +381,13 @@ impl PredictedSummary {
         if run.spilled_bytes > 0 {
             say!("  spills written and read back at {}", self.spill_bandwidth.said());
         }
+        if run.peak_reserved_standing_bytes > 0 {
+            say!(
+                "  of the peak reserved, {} is warm interpreters at their baseline between tasks, as the recorded \
+                 runs held them at their peaks",
+                format_size(run.peak_reserved_standing_bytes)
+            );
+        }
         if let Some(seconds) = self.overhead_s {
             say!(
                 "  {:+.1} ms of the wall beyond the tasks (starting, claiming and recording tasks, freeing buffers, \

@@ -94,6 +94,7 @@ fn page(compiled: &Compiled, prediction: &Prediction) -> RunPage {
             wall_us: Some(report.wall.as_micros() as u64),
             peak_rss_bytes: Some(simulated.peak_memory),
             peak_reserved_bytes: Some(report.peak_reserved),
+            standing_bytes: Some(report.standing_at_peak),
             spilled_bytes: Some(report.spilled_bytes),
             spill_count: Some(report.spill_count),
             spill_error: None,

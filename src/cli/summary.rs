@@ -117,6 +117,9 @@ pub struct RunSummary {
     /// (at least `peak_rss_bytes`).
     pub peak_bytes: u64,
     pub peak_reserved_bytes: u64,
+    /// Of `peak_reserved_bytes`, what service processes (warm interpreters) held at their
+    /// baseline between tasks, counted for the run rather than for any task.
+    pub peak_reserved_standing_bytes: u64,
     pub spilled_bytes: u64,
     pub spill_count: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -174,6 +177,7 @@ impl RunSummary {
             peak_rss_bytes,
             peak_bytes: peak_rss_bytes.max(crate::command::tree_peak()),
             peak_reserved_bytes: report.peak_reserved,
+            peak_reserved_standing_bytes: report.standing_at_peak,
             spilled_bytes: report.spilled_bytes,
             spill_count: report.spill_count,
             spill_error: report.spill_error.clone(),

@@ -122,6 +122,8 @@ pub struct Ledger<'m> {
     growing: usize,
     resident: u64,
     peak_used: u64,
+    /// [`Meter::standing`] when `peak_used` was taken.
+    standing_at_peak: u64,
 }
 
 /// A slot holding no reservation, in [`Ledger::positions`].
@@ -149,6 +151,7 @@ impl<'m> Ledger<'m> {
             growing: 0,
             resident: 0,
             peak_used: 0,
+            standing_at_peak: 0,
         }
     }
 
@@ -219,7 +222,18 @@ impl<'m> Ledger<'m> {
 
     /// Takes the peak of [`Ledger::used`] now (after a lot of [`Ledger::reserve_unpeaked`]).
     pub fn note_peak(&mut self) {
-        self.peak_used = self.peak_used.max(self.used());
+        let standing = self.meter.standing();
+        let used = self.held_by_tasks() + self.resident + standing;
+        if used > self.peak_used {
+            self.peak_used = used;
+            self.standing_at_peak = standing;
+        }
+    }
+
+    /// Of [`Ledger::peak_used`], the bytes standing for the run (service processes at their
+    /// baseline) when it was taken: what a simulation, whose tasks run no service, adds.
+    pub fn standing_at_peak(&self) -> u64 {
+        self.standing_at_peak
     }
 
     /// May a task estimated at `estimate` start now?
@@ -421,12 +435,13 @@ mod tests {
     const B: TaskSlot = TaskSlot(2);
     const U: u64 = 1 << 30;
 
-    /// Live bytes set by hand: task A's, task B's and the process's.
+    /// Live bytes set by hand: task A's, task B's, the process's and the services' baseline.
     #[derive(Default)]
     struct FakeMeter {
         a: AtomicU64,
         b: AtomicU64,
         process: AtomicU64,
+        standing: AtomicU64,
     }
 
     impl Meter for FakeMeter {
@@ -440,6 +455,26 @@ mod tests {
         fn process_live(&self) -> u64 {
             self.process.load(Ordering::Relaxed)
         }
+        fn standing(&self) -> u64 {
+            self.standing.load(Ordering::Relaxed)
+        }
+    }
+
+    #[test]
+    fn the_peak_keeps_the_standing_bytes_it_was_taken_with() {
+        let meter = FakeMeter::default();
+        let mut ledger = Ledger::new(1000 * U, &meter);
+        meter.standing.store(50 * U, Ordering::Relaxed);
+        ledger.start(A, 300 * U);
+        assert_eq!((ledger.peak_used(), ledger.standing_at_peak()), (350 * U, 50 * U));
+        // More standing at a lower total is no new peak; a higher total with less is.
+        ledger.finish(A);
+        meter.standing.store(200 * U, Ordering::Relaxed);
+        ledger.start(A, 100 * U);
+        assert_eq!((ledger.peak_used(), ledger.standing_at_peak()), (350 * U, 50 * U));
+        meter.standing.store(20 * U, Ordering::Relaxed);
+        ledger.start(B, 400 * U);
+        assert_eq!((ledger.peak_used(), ledger.standing_at_peak()), (520 * U, 20 * U));
     }
 
     #[test]

@@ -146,6 +146,7 @@ pub fn run_with(
         failures,
         wall: started.elapsed(),
         peak_reserved: state.ledger.peak_used(),
+        standing_at_peak: state.ledger.standing_at_peak(),
         spilled_bytes: state.spilled,
         spill_count: state.spill_count,
         spill_error: state.spill_error.clone(),

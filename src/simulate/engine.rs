@@ -48,6 +48,8 @@ pub struct SimOptions {
 struct ReservationsOnly {
     /// See [`SimOptions::read_every_task`].
     read_every_task: bool,
+    /// See [`Predictor::standing`] (0 on a cluster, whose jobs' services are the nodes').
+    standing: u64,
 }
 
 impl Meter for ReservationsOnly {
@@ -59,6 +61,9 @@ impl Meter for ReservationsOnly {
     }
     fn holds_reservations_only(&self) -> bool {
         !self.read_every_task
+    }
+    fn standing(&self) -> u64 {
+        self.standing
     }
 }
 
@@ -88,8 +93,8 @@ pub struct Simulated {
     pub report: RunReport,
     /// Tasks whose time was the default, not learned.
     pub guesses: u64,
-    /// The most the tasks (at the larger of reservation and predicted peak) and the resident
-    /// buffers held at once.
+    /// The most the tasks (at the larger of reservation and predicted peak), the resident
+    /// buffers and the services at their baseline held at once.
     pub peak_memory: u64,
     /// Each step's longest task.
     pub longest: Vec<Duration>,
@@ -142,6 +147,8 @@ struct Loop<'a> {
     guesses: u64,
     held: u64,
     peak_memory: u64,
+    /// The meter's standing bytes, held all run (part of [`Simulated::peak_memory`]).
+    standing: u64,
     record_tasks: bool,
     tasks: Vec<SimulatedTask>,
     memory: Vec<MemoryPoint>,
@@ -176,7 +183,8 @@ pub fn simulate(
                 && !recipe.steps[id].plugin.estimate_is_exact(&crate::recipe::sample_args(recipe, id))
         })
         .collect();
-    let meter = ReservationsOnly { read_every_task: options.read_every_task };
+    let standing = if cluster.is_none() { predictor.standing() } else { 0 };
+    let meter = ReservationsOnly { read_every_task: options.read_every_task, standing };
     let workers = options.workers.max(1);
     let mut state = State::new(&compiled.graph, plan, follows_data, on_probation, options.budget, &meter, None);
     let mut sim = Loop {
@@ -194,6 +202,7 @@ pub fn simulate(
         guesses: 0,
         held: 0,
         peak_memory: 0,
+        standing,
         record_tasks,
         tasks: Vec::new(),
         memory: Vec::new(),
@@ -213,6 +222,7 @@ pub fn simulate(
         failures: std::mem::take(&mut sim.failures),
         wall: Duration::from_nanos(sim.now),
         peak_reserved: state.ledger.peak_used(),
+        standing_at_peak: state.ledger.standing_at_peak(),
         spilled_bytes: state.spilled,
         spill_count: state.spill_count,
         spill_error: None,
@@ -563,7 +573,7 @@ impl Loop<'_> {
     /// The peak of what is held, and (for a report) a point of memory over time now and then.
     fn note_memory(&mut self, state: &State<'_>) {
         let resident = state.ledger.resident();
-        self.peak_memory = self.peak_memory.max(self.held + resident);
+        self.peak_memory = self.peak_memory.max(self.held + resident + self.standing);
         if !self.record_tasks || self.now < self.next_point {
             return;
         }

@@ -86,6 +86,10 @@ pub struct History {
     pub recent: Vec<RecentRun>,
     /// The numbers among this cycle's vars outside every compared run's ([`ALIKE_RUNS`]).
     pub beyond: Vec<alike::Beyond>,
+    /// What service processes (warm interpreters) held at their baseline at the runs' peaks,
+    /// which the ledger counts for the run and no task: of the runs that pace the prediction
+    /// (the alike runs weighted as one, and each recent run), or else the newest run's own.
+    pub standing: u64,
 }
 
 /// A recent run, and the history a prediction of its own cycle takes: its own figures as the
@@ -122,6 +126,8 @@ pub struct RanAs {
     pub wall: Duration,
     pub workers: usize,
     pub budget: u64,
+    /// What its service processes held at their baseline at its peak reserved.
+    pub standing: u64,
 }
 
 /// A run the alike figures come from, and its weight among them (they sum to 1).
@@ -158,7 +164,11 @@ impl History {
         } else {
             recent_runs(store, compiled, &runs, before_run, spill_speed, paced_apart)?
         };
-        Ok(History { steps, spill_speed, alike_runs, recent, beyond })
+        let standing = match paced_standing(&alike_runs, &recent) {
+            Some(standing) => standing,
+            None => newest_standing(store, &runs)?,
+        };
+        Ok(History { steps, spill_speed, alike_runs, recent, beyond, standing })
     }
 
     /// No history at all (every task's time and peak a guess).
@@ -169,6 +179,7 @@ impl History {
             alike_runs: Vec::new(),
             recent: Vec::new(),
             beyond: Vec::new(),
+            standing: 0,
         }
     }
 
@@ -225,6 +236,26 @@ fn alike_runs(store: &Store, alike: &[(i64, f64)]) -> Result<Vec<AlikeRun>, Stor
     Ok(runs)
 }
 
+/// The standing bytes of the runs that pace a prediction, weighted as the pace weights them
+/// ([`super::calibrate::pace`]); `None` without any.
+fn paced_standing(alike: &[AlikeRun], recent: &[RecentRun]) -> Option<u64> {
+    let alike = (!alike.is_empty()).then(|| alike.iter().map(|run| run.weight * run.ran.standing as f64).sum::<f64>());
+    let all: Vec<f64> = alike.into_iter().chain(recent.iter().map(|run| run.ran().standing as f64)).collect();
+    (!all.is_empty()).then(|| (all.iter().sum::<f64>() / all.len() as f64).round() as u64)
+}
+
+/// The standing bytes the newest of `runs` recorded at its peak (0 when it ran elsewhere, did
+/// not finish ok, or recorded none).
+fn newest_standing(store: &Store, runs: &[HistoryRun]) -> Result<u64, StoreError> {
+    let Some(newest) = runs.last() else { return Ok(0) };
+    Ok(match store.run(newest.run_id)? {
+        Some(RunRow { status: RunStatus::Ok, executor: Executor::Local, standing_bytes, .. }) => {
+            standing_bytes.unwrap_or(0)
+        }
+        _ => 0,
+    })
+}
+
 /// How run `run_id` ran, when it measures what a run on this host takes: it finished ok on
 /// the workers of its process (not as a cluster's jobs), has a recorded wall, and was not its
 /// recipe's first (without history, its first tasks ran alone to be measured, which a
@@ -238,12 +269,14 @@ fn ran_as(store: &Store, run_id: i64) -> Result<Option<RanAs>, StoreError> {
             workers,
             budget_bytes,
             recipe,
+            standing_bytes,
             ..
         }) if store.has_run_before(&recipe, run_id)? => Some(RanAs {
             run_id,
             wall: Duration::from_micros(wall_us),
             workers: workers.max(1) as usize,
             budget: budget_bytes,
+            standing: standing_bytes.unwrap_or(0),
         }),
         _ => None,
     })
@@ -282,6 +315,7 @@ fn recent_runs(
             alike_runs: vec![AlikeRun { ran, weight: 1.0 }],
             recent: Vec::new(),
             beyond: Vec::new(),
+            standing: ran.standing,
         };
         recent.push(RecentRun { cycle: run.cycle.clone(), vars, history });
     }

@@ -69,6 +69,8 @@ pub struct Predictor {
     /// Which recorded task each task takes its figures (sizes, estimate, time) from
     /// ([`super::deal`]).
     dealing: Dealing,
+    /// Bytes service processes hold at their baseline for the run ([`History::standing`]).
+    standing: u64,
 }
 
 impl Predictor {
@@ -127,7 +129,14 @@ impl Predictor {
             variants: Variants::new(compiled),
             guess_speed: guess_speed.max(1),
             dealing: Dealing::as_recorded(),
+            standing: history.standing,
         }
+    }
+
+    /// What the ledger counts for the run and no task: the warm interpreters' baseline the
+    /// recorded runs held at their peaks (a simulated task runs no service).
+    pub fn standing(&self) -> u64 {
+        self.standing
     }
 
     /// From now on, each task takes its figures from the recorded task `dealing` gives.

@@ -272,6 +272,8 @@ pub struct RunOutcome {
     pub wall: Duration,
     pub peak_rss_bytes: u64,
     pub peak_reserved_bytes: u64,
+    /// Of `peak_reserved_bytes`, what service processes held at their baseline.
+    pub standing_bytes: u64,
     pub spilled_bytes: u64,
     pub spill_count: u64,
     /// How long writing the spills took, summed over them.
@@ -289,6 +291,7 @@ impl RunOutcome {
             wall: Duration::ZERO,
             peak_rss_bytes: 0,
             peak_reserved_bytes: 0,
+            standing_bytes: 0,
             spilled_bytes: 0,
             spill_count: 0,
             spill_wall: Duration::ZERO,
@@ -317,6 +320,9 @@ pub struct RunRow {
     pub wall_us: Option<u64>,
     pub peak_rss_bytes: Option<u64>,
     pub peak_reserved_bytes: Option<u64>,
+    /// Of `peak_reserved_bytes`, what service processes held at their baseline (runs from
+    /// before schema version 8: `None`).
+    pub standing_bytes: Option<u64>,
     pub spilled_bytes: Option<u64>,
     pub spill_count: Option<u64>,
     pub spill_error: Option<String>,

@@ -320,6 +320,9 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // 7: the same for a run's `wall_ms` (a prediction of a 5 ms cycle is compared with it), and
     // how long the run's spills took to write, in µs (how fast a simulation writes its spills).
     "ALTER TABLE runs ADD COLUMN wall_us_rest INTEGER; ALTER TABLE runs ADD COLUMN spill_us INTEGER;",
+    // 8: of `peak_reserved_bytes`, what service processes (warm interpreters) held at their
+    // baseline, counted for the run and not for any task: a simulation adds it.
+    "ALTER TABLE runs ADD COLUMN standing_bytes INTEGER;",
 ];
 
 /// The schema version this code writes and understands.

@@ -144,6 +144,15 @@ pub fn temp_dir() -> &'static Path {
     })
 }
 
+/// Whether `python3` with NumPy is here (CI installs it); says the test is skipped when not.
+pub fn numpy_here() -> bool {
+    let ok = std::process::Command::new("python3").args(["-c", "import numpy"]).status().is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipped: python3 with numpy is not installed here");
+    }
+    ok
+}
+
 /// Runs [`runner_command`] to its end.
 pub fn runner(dir: &Path, args: &[&str]) -> std::process::Output {
     runner_command(dir, args).output().expect("running runner")
