@@ -317,7 +317,8 @@ fn a_task_that_reads_more_because_of_the_metadata_is_predicted_to_take_longer_in
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "f.yaml", THRESHOLDED);
     let cycle = |verb: &str, cycle: &str, thresholds: &str| thresholded(dir.path(), verb, cycle, thresholds);
-    let recorded = [cycle("run", "c1", "[1.0, 2.0]"), cycle("run", "c2", "[1.0, 2.0]"), cycle("run", "c3", "[1.0, 2.0]")];
+    let recorded =
+        [cycle("run", "c1", "[1.0, 2.0]"), cycle("run", "c2", "[1.0, 2.0]"), cycle("run", "c3", "[1.0, 2.0]")];
     let predicted = cycle("simulate", "c4", "[0.5, 1.0, 2.0, 4.0, 8.0, 16.0]");
     let save_seconds = |s: &Json| {
         let steps = s["steps"].as_array().unwrap();
@@ -447,10 +448,15 @@ fn replay_simulate_names_under_its_cycle_a_var_outside_the_runs_before_it() {
     assert_eq!(lines.len(), 6, "{table}");
     assert!(lines[2].starts_with("c2") && lines[3].trim() == "ms = 40 is outside the recorded runs' 20", "{table}");
     // 30 lies between 20 and 40; three tags are more than any run had.
-    assert!(lines[4].starts_with("c3") && lines[5].trim() == "tags has 3 items, outside the recorded runs' 1", "{table}");
+    assert!(
+        lines[4].starts_with("c3") && lines[5].trim() == "tags has 3 items, outside the recorded runs' 1",
+        "{table}"
+    );
     let beyond: Vec<&Json> = summary["cycles"].as_array().unwrap().iter().map(|c| &c["vars_beyond_history"]).collect();
-    let c2 = serde_json::json!([{"var": "ms", "of": "value", "value": 40.0, "recorded_min": 20.0, "recorded_max": 20.0}]);
-    let c3 = serde_json::json!([{"var": "tags", "of": "length", "value": 3.0, "recorded_min": 1.0, "recorded_max": 1.0}]);
+    let c2 =
+        serde_json::json!([{"var": "ms", "of": "value", "value": 40.0, "recorded_min": 20.0, "recorded_max": 20.0}]);
+    let c3 =
+        serde_json::json!([{"var": "tags", "of": "length", "value": 3.0, "recorded_min": 1.0, "recorded_max": 1.0}]);
     assert_eq!(beyond, [&serde_json::json!([]), &c2, &c3]);
 }
 
@@ -836,7 +842,11 @@ fn the_recipe_s_first_run_times_the_tasks_of_a_weather_only_it_had_until_another
     let c2 = cycle("run", "c2", 300);
     let near = |predicted: &Json, recorded: &Json, what: &str| {
         let (p, r) = (task_seconds(predicted), task_seconds(recorded));
-        assert!((p - r).abs() <= 0.01 * r, "predicted {p:.3} s of tasks, {what} {r:.3} s (c2 {:.3})", task_seconds(&c2));
+        assert!(
+            (p - r).abs() <= 0.01 * r,
+            "predicted {p:.3} s of tasks, {what} {r:.3} s (c2 {:.3})",
+            task_seconds(&c2)
+        );
     };
     // At 100 ms only the first run has tasks like these: they keep its times, not c2's at 300.
     near(&cycle("simulate", "c3", 100), &c1, "the first run's");
@@ -866,7 +876,11 @@ fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "lib/steps.py", "import numpy as np\n\ndef hold(mib):\n    return int(np.ones(mib << 20, np.uint8)[::4096].sum())\n");
+    write(
+        dir.path(),
+        "lib/steps.py",
+        "import numpy as np\n\ndef hold(mib):\n    return int(np.ones(mib << 20, np.uint8)[::4096].sum())\n",
+    );
     write(dir.path(), "f.yaml", PYTHON_HOLDING);
     let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "mib=48", "1GiB").1;
     let standing = |s: &Json| s["peak_reserved_standing_bytes"].as_f64().unwrap();

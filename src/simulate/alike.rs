@@ -347,9 +347,11 @@ mod tests {
 
     #[test]
     fn a_list_longer_or_shorter_than_every_recorded_one_is_beyond_by_its_length() {
-        let runs = [Some(r#"{"thresholds": [1, 2]}"#), Some(r#"{"thresholds": [1, 2, 3]}"#), Some(r#"{"thresholds": 7}"#)];
+        let runs =
+            [Some(r#"{"thresholds": [1, 2]}"#), Some(r#"{"thresholds": [1, 2, 3]}"#), Some(r#"{"thresholds": 7}"#)];
         let longer = beyond_recorded(&vars(r#"{"thresholds": [1, 2, 3, 4, 5]}"#), &runs);
-        let thresholds = Beyond { var: "thresholds".into(), of: Measure::Length, value: 5.0, recorded_min: 2.0, recorded_max: 3.0 };
+        let thresholds =
+            Beyond { var: "thresholds".into(), of: Measure::Length, value: 5.0, recorded_min: 2.0, recorded_max: 3.0 };
         assert_eq!(longer, [thresholds]);
         assert_eq!(beyond_recorded(&vars(r#"{"thresholds": []}"#), &runs)[0].value, 0.0);
         // Within the recorded lengths, whatever the items: the number beside them is not a length.

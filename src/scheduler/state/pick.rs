@@ -413,6 +413,10 @@ mod tests {
         let ((_, first, _), more) = batch_after(1 << 40, [2 * MIB, 4 * MIB, 8 * MIB], false, Some(model.clone()));
         assert_eq!(first, model.predict(64 << 10, 2 * MIB));
         let own = |mib: u64| model.predict(64 << 10, mib * MIB);
-        assert_eq!(more, [(own(4), own(4), 0), (own(8), own(8), 0)], "the first's {first} for each would be too little");
+        assert_eq!(
+            more,
+            [(own(4), own(4), 0), (own(8), own(8), 0)],
+            "the first's {first} for each would be too little"
+        );
     }
 }
