@@ -896,7 +896,12 @@ fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
     assert!(said.contains("is warm interpreters at their baseline between tasks"), "{said}");
     let paced = (standing(&recorded[1]) + standing(&recorded[2])) / 2.0;
     assert!((standing(&predicted) - paced).abs() <= 1.0, "predicted {} against {paced}", standing(&predicted));
-    let real = cycle("run", "c4");
+    let (said, real) = with_var(dir.path(), "run", "c4", "mib=48", "1GiB");
+    let of_it = format!(
+        "({} of it warm interpreters between tasks)",
+        runner::plugin::size::format_size(standing(&real) as u64)
+    );
+    assert!(said.contains(&of_it), "{of_it}: {said}");
     assert_reserved_within_10_percent(&predicted, &real, " (without the interpreters' baseline it is below)");
 }
 

@@ -210,7 +210,13 @@ impl RunSummary {
             (Executor::Slurm, false) => {
                 format!("peak reserved {reserved} by the jobs in flight, of {} budget", format_size(self.budget_bytes))
             }
-            (_, _) => format!("peak reserved {reserved} of {} budget", format_size(self.budget_bytes)),
+            (_, _) => {
+                let standing = match self.peak_reserved_standing_bytes {
+                    0 => String::new(),
+                    bytes => format!(" ({} of it warm interpreters between tasks)", format_size(bytes)),
+                };
+                format!("peak reserved {reserved}{standing} of {} budget", format_size(self.budget_bytes))
+            }
         }
     }
 
