@@ -31,7 +31,8 @@ pub const MAX_TASKS: u64 = 100_000;
 
 /// How many times longer than their simulation the recorded runs took (the alike runs
 /// weighted as their figures are, and counted as one beside each recent run; the recent runs
-/// alone when an alike run was the recipe's first), or `None` without any of them. `then` is
+/// alone when an alike run was the recipe's first; the recipe's first run, simulated as it ran,
+/// when it is the only run), or `None` without any of them. `then` is
 /// the recipe compiled with the alike run's vars (its plan learned from `history`); `recompile`
 /// compiles it with a recent run's.
 pub fn pace(
@@ -63,6 +64,14 @@ pub fn pace(
         let predictor =
             Predictor::new(&compiled, &recent.history, vec![None; compiled.recipe.steps.len()], guess_speed);
         paces.push(slower_by(recent.ran(), &compiled, &predictor, &options));
+    }
+    if let Some(first) = history.first_run.as_ref().filter(|_| paces.is_empty())
+        && let Some(compiled) = recompile(&first.cycle, &first.vars)
+        && compiled.plan.steps.len() == then.plan.steps.len()
+    {
+        // As it ran: its plan learned nothing, so its steps' first tasks run alone (probation).
+        let predictor = Predictor::new(&compiled, &first.history, vec![None; compiled.recipe.steps.len()], guess_speed);
+        paces.push(slower_by(first.ran(), &compiled, &predictor, &options));
     }
     (!paces.is_empty()).then(|| paces.iter().sum::<f64>() / paces.len() as f64)
 }

@@ -84,6 +84,10 @@ pub struct History {
     /// ([`super::calibrate`]). None without alike runs, or for a recipe of more than
     /// [`super::calibrate::MAX_TASKS`] tasks.
     pub recent: Vec<RecentRun>,
+    /// The recipe's first run with its own figures, when it is the only run before this
+    /// cycle: its pace, simulated as it ran (without history), is the only one there is
+    /// ([`super::calibrate`]).
+    pub first_run: Option<Box<RecentRun>>,
     /// The numbers among this cycle's vars outside every compared run's ([`ALIKE_RUNS`]).
     pub beyond: Vec<alike::Beyond>,
     /// What service processes (warm interpreters) held at their baseline at the runs' peaks,
@@ -168,7 +172,13 @@ impl History {
             Some(standing) => standing,
             None => newest_standing(store, &runs)?,
         };
-        Ok(History { steps, spill_speed, alike_runs, recent, beyond, standing })
+        let first_run =
+            if alike_runs.is_empty() && recent.is_empty() && compiled.graph.total_tasks() <= calibrate::MAX_TASKS {
+                only_first_run(store, compiled, &runs, before_run, spill_speed)?
+            } else {
+                None
+            };
+        Ok(History { steps, spill_speed, alike_runs, recent, first_run, beyond, standing })
     }
 
     /// No history at all (every task's time and peak a guess).
@@ -178,6 +188,7 @@ impl History {
             spill_speed: None,
             alike_runs: Vec::new(),
             recent: Vec::new(),
+            first_run: None,
             beyond: Vec::new(),
             standing: 0,
         }
@@ -228,7 +239,7 @@ fn first_alike(steps: &[StepRecords]) -> &[(i64, f64)] {
 fn alike_runs(store: &Store, alike: &[(i64, f64)]) -> Result<Vec<AlikeRun>, StoreError> {
     let mut runs = Vec::with_capacity(alike.len());
     for &(run_id, weight) in alike {
-        match ran_as(store, run_id)? {
+        match ran_as(store, run_id, Recipes::FirstRefused)? {
             Some(ran) => runs.push(AlikeRun { ran, weight }),
             None => return Ok(Vec::new()),
         }
@@ -256,11 +267,49 @@ fn newest_standing(store: &Store, runs: &[HistoryRun]) -> Result<u64, StoreError
     })
 }
 
+/// Whether [`ran_as`] takes the recipe's first run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Recipes {
+    FirstRefused,
+    FirstTaken,
+}
+
+/// The recipe's first run, as it ran (without history: its steps' first tasks alone), when it
+/// is the only run of `runs` (the recipe's, before `before_run`) and measures a run here: the
+/// only pace a prediction of the recipe's second cycle can take ([`History::first_run`]).
+fn only_first_run(
+    store: &Store,
+    compiled: &Compiled,
+    runs: &[HistoryRun],
+    before_run: Option<i64>,
+    spill_speed: Option<SpillSpeed>,
+) -> Result<Option<Box<RecentRun>>, StoreError> {
+    let [run] = runs else { return Ok(None) };
+    let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { return Ok(None) };
+    let Some(ran) = ran_as(store, run.run_id, Recipes::FirstTaken)? else { return Ok(None) };
+    let recipe = &compiled.recipe;
+    let steps = recipe
+        .steps
+        .iter()
+        .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Run(run.run_id)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let history = History {
+        steps,
+        spill_speed,
+        alike_runs: vec![AlikeRun { ran, weight: 1.0 }],
+        recent: Vec::new(),
+        first_run: None,
+        beyond: Vec::new(),
+        standing: ran.standing,
+    };
+    Ok(Some(Box::new(RecentRun { cycle: run.cycle.clone(), vars, history })))
+}
+
 /// How run `run_id` ran, when it measures what a run on this host takes: it finished ok on
 /// the workers of its process (not as a cluster's jobs), has a recorded wall, and was not its
 /// recipe's first (without history, its first tasks ran alone to be measured, which a
 /// simulation with history does not repeat).
-fn ran_as(store: &Store, run_id: i64) -> Result<Option<RanAs>, StoreError> {
+fn ran_as(store: &Store, run_id: i64, first: Recipes) -> Result<Option<RanAs>, StoreError> {
     Ok(match store.run(run_id)? {
         Some(RunRow {
             status: RunStatus::Ok,
@@ -271,7 +320,7 @@ fn ran_as(store: &Store, run_id: i64) -> Result<Option<RanAs>, StoreError> {
             recipe,
             standing_bytes,
             ..
-        }) if store.has_run_before(&recipe, run_id)? => Some(RanAs {
+        }) if first == Recipes::FirstTaken || store.has_run_before(&recipe, run_id)? => Some(RanAs {
             run_id,
             wall: Duration::from_micros(wall_us),
             workers: workers.max(1) as usize,
@@ -303,7 +352,7 @@ fn recent_runs(
             continue;
         }
         let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { continue };
-        let Some(ran) = ran_as(store, run.run_id)? else { continue };
+        let Some(ran) = ran_as(store, run.run_id, Recipes::FirstRefused)? else { continue };
         let steps = recipe
             .steps
             .iter()
@@ -314,6 +363,7 @@ fn recent_runs(
             spill_speed,
             alike_runs: vec![AlikeRun { ran, weight: 1.0 }],
             recent: Vec::new(),
+            first_run: None,
             beyond: Vec::new(),
             standing: ran.standing,
         };
