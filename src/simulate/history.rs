@@ -285,24 +285,41 @@ fn only_first_run(
     spill_speed: Option<SpillSpeed>,
 ) -> Result<Option<Box<RecentRun>>, StoreError> {
     let [run] = runs else { return Ok(None) };
-    let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { return Ok(None) };
-    let Some(ran) = ran_as(store, run.run_id, Recipes::FirstTaken)? else { return Ok(None) };
-    let recipe = &compiled.recipe;
-    let steps = recipe
-        .steps
-        .iter()
-        .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Run(run.run_id)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let history = History {
-        steps,
-        spill_speed,
-        alike_runs: vec![AlikeRun { ran, weight: 1.0 }],
-        recent: Vec::new(),
-        first_run: None,
-        beyond: Vec::new(),
-        standing: ran.standing,
-    };
-    Ok(Some(Box::new(RecentRun { cycle: run.cycle.clone(), vars, history })))
+    let own = OwnFigures { store, compiled, before_run, spill_speed };
+    Ok(own.of(run, Recipes::FirstTaken)?.map(Box::new))
+}
+
+/// What [`RecentRun`]s are read with: a run with its own figures, as a prediction of its cycle
+/// takes them.
+struct OwnFigures<'a> {
+    store: &'a Store,
+    compiled: &'a Compiled,
+    before_run: Option<i64>,
+    spill_speed: Option<SpillSpeed>,
+}
+
+impl OwnFigures<'_> {
+    /// `run` with its own figures, when it kept its vars and is [`ran_as`] a measure of a run.
+    fn of(&self, run: &HistoryRun, first: Recipes) -> Result<Option<RecentRun>, StoreError> {
+        let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { return Ok(None) };
+        let Some(ran) = ran_as(self.store, run.run_id, first)? else { return Ok(None) };
+        let recipe = &self.compiled.recipe;
+        let steps = recipe
+            .steps
+            .iter()
+            .map(|step| read_step(self.store, &recipe.name, &step.name, self.before_run, AlikeBy::Run(run.run_id)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let history = History {
+            steps,
+            spill_speed: self.spill_speed,
+            alike_runs: vec![AlikeRun { ran, weight: 1.0 }],
+            recent: Vec::new(),
+            first_run: None,
+            beyond: Vec::new(),
+            standing: ran.standing,
+        };
+        Ok(Some(RecentRun { cycle: run.cycle.clone(), vars, history }))
+    }
 }
 
 /// How run `run_id` ran, when it measures what a run on this host takes: it finished ok on
@@ -342,7 +359,7 @@ fn recent_runs(
     spill_speed: Option<SpillSpeed>,
     alike: &[(i64, f64)],
 ) -> Result<Vec<RecentRun>, StoreError> {
-    let recipe = &compiled.recipe;
+    let own = OwnFigures { store, compiled, before_run, spill_speed };
     let mut recent = Vec::with_capacity(calibrate::RECENT_RUNS);
     for run in runs.iter().rev() {
         if recent.len() == calibrate::RECENT_RUNS {
@@ -351,23 +368,7 @@ fn recent_runs(
         if alike.iter().any(|&(run_id, _)| run_id == run.run_id) {
             continue;
         }
-        let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { continue };
-        let Some(ran) = ran_as(store, run.run_id, Recipes::FirstRefused)? else { continue };
-        let steps = recipe
-            .steps
-            .iter()
-            .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Run(run.run_id)))
-            .collect::<Result<Vec<_>, _>>()?;
-        let history = History {
-            steps,
-            spill_speed,
-            alike_runs: vec![AlikeRun { ran, weight: 1.0 }],
-            recent: Vec::new(),
-            first_run: None,
-            beyond: Vec::new(),
-            standing: ran.standing,
-        };
-        recent.push(RecentRun { cycle: run.cycle.clone(), vars, history });
+        recent.extend(own.of(run, Recipes::FirstRefused)?);
     }
     Ok(recent)
 }
