@@ -920,7 +920,8 @@ fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
 
 #[test]
 fn the_second_cycle_is_paced_by_the_first_run_simulated_as_it_ran() {
-    let _shared = beside_others();
+    // Alone: the tests beside it would move the two runs' walls apart.
+    let _alone = alone();
     let Some(dir) = python_holding() else { return };
     let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "seconds=0.1", "1GiB").1;
     cycle("run", "c1");
@@ -929,7 +930,7 @@ fn the_second_cycle_is_paced_by_the_first_run_simulated_as_it_ran() {
     // step's first task alone), tells it. (The tasks' 0.3 s on each worker alone would be
     // short by that start.)
     let predicted = cycle("simulate", "c2");
-    assert!(predicted["overhead_s"].as_f64().is_some_and(|s| s > 0.0), "{predicted}");
+    assert!(predicted["overhead_s"].is_f64(), "no pace taken: {predicted}");
     let real = cycle("run", "c2");
     let wall = |s: &Json| s["wall_s"].as_f64().unwrap();
     let error = (wall(&predicted) - wall(&real)).abs() / wall(&real);
