@@ -909,6 +909,10 @@ fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
     assert!(said.contains("is warm interpreters at their baseline between tasks"), "{said}");
     let paced = (standing(&recorded[1]) + standing(&recorded[2])) / 2.0;
     assert!((standing(&predicted) - paced).abs() <= 1.0, "predicted {} against {paced}", standing(&predicted));
+    // On more workers than the runs had, more interpreters would stand: said, not counted.
+    let wider = runner(dir.path(), &["simulate", "f.yaml", "--cycle", "c4", "--workers", "4", "--db", "h.db"]);
+    let said = stderr(&wider);
+    assert!(said.contains("(on 2 workers: the 4 of this prediction would start more interpreters"), "{said}");
     let (said, real) = with_var(dir.path(), "run", "c4", "mib=48", "1GiB");
     let of_it = format!(
         "({} of it warm interpreters between tasks)",

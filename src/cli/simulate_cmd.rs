@@ -382,9 +382,19 @@ impl PredictedSummary {
             say!("  spills written and read back at {}", self.spill_bandwidth.said());
         }
         if run.peak_reserved_standing_bytes > 0 {
+            let ran_on = prediction.standing_workers;
+            let fewer = if ran_on > 0 && run.workers > ran_on {
+                format!(
+                    " (on {ran_on} workers: the {} of this prediction would start more interpreters, which it does not \
+                     count)",
+                    run.workers
+                )
+            } else {
+                String::new()
+            };
             say!(
                 "  of the peak reserved, {} is warm interpreters at their baseline between tasks, as the recorded \
-                 runs held them at their peaks",
+                 runs held them at their peaks{fewer}",
                 format_size(run.peak_reserved_standing_bytes)
             );
         }

@@ -94,6 +94,9 @@ pub struct History {
     /// which the ledger counts for the run and no task: of the runs that pace the prediction
     /// (the alike runs weighted as one, and each recent run), or else the newest run's own.
     pub standing: u64,
+    /// The most workers the runs `standing` comes from had (0: none): more workers start
+    /// more interpreters than they held.
+    pub standing_workers: usize,
 }
 
 /// A recent run, and the history a prediction of its own cycle takes: its own figures as the
@@ -168,7 +171,7 @@ impl History {
         } else {
             recent_runs(store, compiled, &runs, before_run, spill_speed, paced_apart)?
         };
-        let standing = match paced_standing(&alike_runs, &recent) {
+        let (standing, standing_workers) = match paced_standing(&alike_runs, &recent) {
             Some(standing) => standing,
             None => newest_standing(store, &runs)?,
         };
@@ -178,7 +181,7 @@ impl History {
             } else {
                 None
             };
-        Ok(History { steps, spill_speed, alike_runs, recent, first_run, beyond, standing })
+        Ok(History { steps, spill_speed, alike_runs, recent, first_run, beyond, standing, standing_workers })
     }
 
     /// No history at all (every task's time and peak a guess).
@@ -191,6 +194,7 @@ impl History {
             first_run: None,
             beyond: Vec::new(),
             standing: 0,
+            standing_workers: 0,
         }
     }
 
@@ -248,22 +252,25 @@ fn alike_runs(store: &Store, alike: &[(i64, f64)]) -> Result<Vec<AlikeRun>, Stor
 }
 
 /// The standing bytes of the runs that pace a prediction, weighted as the pace weights them
-/// ([`super::calibrate::pace`]); `None` without any.
-fn paced_standing(alike: &[AlikeRun], recent: &[RecentRun]) -> Option<u64> {
-    let alike = (!alike.is_empty()).then(|| alike.iter().map(|run| run.weight * run.ran.standing as f64).sum::<f64>());
-    let all: Vec<f64> = alike.into_iter().chain(recent.iter().map(|run| run.ran().standing as f64)).collect();
-    (!all.is_empty()).then(|| (all.iter().sum::<f64>() / all.len() as f64).round() as u64)
+/// ([`super::calibrate::pace`]), and the most workers those runs had; `None` without any.
+fn paced_standing(alike: &[AlikeRun], recent: &[RecentRun]) -> Option<(u64, usize)> {
+    let weighted =
+        (!alike.is_empty()).then(|| alike.iter().map(|run| run.weight * run.ran.standing as f64).sum::<f64>());
+    let all: Vec<f64> = weighted.into_iter().chain(recent.iter().map(|run| run.ran().standing as f64)).collect();
+    let ran = alike.iter().map(|run| &run.ran).chain(recent.iter().map(RecentRun::ran));
+    let workers = ran.map(|ran| ran.workers).max().unwrap_or(0);
+    (!all.is_empty()).then(|| ((all.iter().sum::<f64>() / all.len() as f64).round() as u64, workers))
 }
 
-/// The standing bytes the newest of `runs` recorded at its peak (0 when it ran elsewhere, did
+/// The standing bytes the newest of `runs` recorded at its peak, and its workers (0 when it ran elsewhere, did
 /// not finish ok, or recorded none).
-fn newest_standing(store: &Store, runs: &[HistoryRun]) -> Result<u64, StoreError> {
-    let Some(newest) = runs.last() else { return Ok(0) };
+fn newest_standing(store: &Store, runs: &[HistoryRun]) -> Result<(u64, usize), StoreError> {
+    let Some(newest) = runs.last() else { return Ok((0, 0)) };
     Ok(match store.run(newest.run_id)? {
-        Some(RunRow { status: RunStatus::Ok, executor: Executor::Local, standing_bytes, .. }) => {
-            standing_bytes.unwrap_or(0)
+        Some(RunRow { status: RunStatus::Ok, executor: Executor::Local, standing_bytes, workers, .. }) => {
+            (standing_bytes.unwrap_or(0), workers as usize)
         }
-        _ => 0,
+        _ => (0, 0),
     })
 }
 
@@ -317,6 +324,7 @@ impl OwnFigures<'_> {
             first_run: None,
             beyond: Vec::new(),
             standing: ran.standing,
+            standing_workers: ran.workers,
         };
         Ok(Some(RecentRun { cycle: run.cycle.clone(), vars, history }))
     }

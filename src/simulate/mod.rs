@@ -38,6 +38,9 @@ pub struct Prediction {
     pub alike_cycles: Vec<String>,
     /// The numbers among the cycle's vars outside every recorded run's ([`History::beyond`]).
     pub beyond: Vec<alike::Beyond>,
+    /// The most workers of the runs whose interpreters' baseline the prediction holds
+    /// ([`History::standing_workers`]).
+    pub standing_workers: usize,
     /// Seconds added to the simulated wall (negative: taken off) for what a run costs beyond
     /// its tasks and the machine's pace, as the simulator missed them on the alike and recent
     /// runs ([`calibrate`]; `None`: none recorded, or a cluster).
@@ -93,6 +96,7 @@ pub fn predict(
         durations,
         alike_cycles: history.alike_cycles(),
         beyond: history.beyond.clone(),
+        standing_workers: history.standing_workers,
         overhead,
         dealt,
     }
