@@ -29,6 +29,8 @@ fn outcome(status: RunStatus) -> RunOutcome {
         peak_rss_bytes: 5 << 30,
         peak_reserved_bytes: 4 << 30,
         standing_bytes: 300 << 20,
+        standing_shared_bytes: 120 << 20,
+        standing_services: 3,
         spilled_bytes: 1 << 20,
         ..RunOutcome::new(status)
     }
@@ -196,6 +198,8 @@ fn schema_version_tables_and_columns() {
         "wall_us_rest",
         "spill_us",
         "standing_bytes",
+        "standing_shared_bytes",
+        "standing_services",
     ] {
         assert!(runs.iter().any(|c| c == column), "runs has no column {column}: {runs:?}");
     }
@@ -340,6 +344,7 @@ fn a_hundred_thousand_rows_land_with_their_values() {
         (row.wall_ms, row.peak_rss_bytes, row.peak_reserved_bytes, row.standing_bytes, row.spilled_bytes),
         (Some(1234), Some(5 << 30), Some(4 << 30), Some(300 << 20), Some(1 << 20))
     );
+    assert_eq!((row.standing_shared_bytes, row.standing_services), (Some(120 << 20), Some(3)));
     assert_eq!((row.budget_bytes, row.workers, row.pid), (8 << 30, 4, std::process::id()));
     let steps = step_names();
     let tasks: Vec<_> = (0..100_000).map(|i| task(&steps, i)).collect();

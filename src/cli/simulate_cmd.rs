@@ -383,10 +383,10 @@ impl PredictedSummary {
         }
         if run.peak_reserved_standing_bytes > 0 {
             let ran_on = prediction.standing_workers;
-            let fewer = if ran_on > 0 && run.workers > ran_on {
+            let fewer = if ran_on > 0 && run.workers != ran_on {
                 format!(
-                    " (on {ran_on} workers: the {} of this prediction would start more interpreters, which it does not \
-                     count)",
+                    " (theirs on {ran_on} workers, for the {} here: each interpreter's own share, and the pages \
+                     forked ones share once)",
                     run.workers
                 )
             } else {

@@ -177,7 +177,7 @@ impl RunSummary {
             peak_rss_bytes,
             peak_bytes: peak_rss_bytes.max(crate::command::tree_peak()),
             peak_reserved_bytes: report.peak_reserved,
-            peak_reserved_standing_bytes: report.standing_at_peak,
+            peak_reserved_standing_bytes: report.standing_at_peak.bytes,
             spilled_bytes: report.spilled_bytes,
             spill_count: report.spill_count,
             spill_error: report.spill_error.clone(),

@@ -104,20 +104,55 @@ pub fn total() -> u64 {
 /// what they imported): memory of the run that no task is charged for, counted by the ledger.
 static STANDING: AtomicU64 = AtomicU64::new(0);
 
-/// A service's baseline of `bytes` is counted from now on.
-pub fn add_standing(bytes: u64) {
-    STANDING.fetch_add(bytes, Relaxed);
+/// Of [`STANDING`], the pages forked services share, counted once.
+static STANDING_SHARED: AtomicU64 = AtomicU64::new(0);
+/// The services whose own baselines are counted in [`STANDING`].
+static STANDING_SERVICES: AtomicU64 = AtomicU64::new(0);
+
+/// A service's own baseline counted as `now` bytes where it was `before` (0: not counted).
+pub fn set_service_standing(before: u64, now: u64) {
+    add(&STANDING, now);
+    subtract(&STANDING, before);
+    match (before, now) {
+        (0, 1..) => add(&STANDING_SERVICES, 1),
+        (1.., 0) => subtract(&STANDING_SERVICES, 1),
+        _ => {}
+    }
 }
 
-/// A service's baseline of `bytes` (as added) is no longer counted.
-pub fn remove_standing(bytes: u64) {
+/// The pages forked services share, `bytes` of them, are counted from now on.
+pub fn add_shared_standing(bytes: u64) {
+    add(&STANDING, bytes);
+    add(&STANDING_SHARED, bytes);
+}
+
+/// The shared pages of `bytes` (as added) are no longer counted.
+pub fn remove_shared_standing(bytes: u64) {
+    subtract(&STANDING, bytes);
+    subtract(&STANDING_SHARED, bytes);
+}
+
+fn add(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Relaxed);
+}
+
+fn subtract(counter: &AtomicU64, by: u64) {
     // Never below 0, even if a caller's figures drifted.
-    let _ = STANDING.fetch_update(Relaxed, Relaxed, |now| Some(now.saturating_sub(bytes)));
+    let _ = counter.fetch_update(Relaxed, Relaxed, |now| Some(now.saturating_sub(by)));
 }
 
 /// What every service process holds at its baseline.
 pub fn standing() -> u64 {
     STANDING.load(Relaxed)
+}
+
+/// [`standing`], and of it the shared pages and how many services' own baselines.
+pub fn standing_parts() -> crate::memory::Standing {
+    crate::memory::Standing {
+        bytes: STANDING.load(Relaxed),
+        shared: STANDING_SHARED.load(Relaxed),
+        services: STANDING_SERVICES.load(Relaxed),
+    }
 }
 
 fn adjust_total(previous: u64, now: u64) {

@@ -26,11 +26,39 @@ pub trait Meter: Sync {
     fn standing(&self) -> u64 {
         0
     }
+    /// [`Meter::standing`] and what it is made of (read when the ledger takes a new peak).
+    fn standing_parts(&self) -> Standing {
+        Standing { bytes: self.standing(), shared: 0, services: 0 }
+    }
     /// True when no running task ever holds more than its reservation says (a simulation's
     /// tasks grow their reservation to their predicted peak instead): the ledger then counts
     /// the reservations' total, without reading each running task at every admission.
     fn holds_reservations_only(&self) -> bool {
         false
+    }
+}
+
+/// Memory standing for the run: service processes at their baseline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Standing {
+    pub bytes: u64,
+    /// Of `bytes`, the pages forked services share, counted once (their reaper's).
+    pub shared: u64,
+    /// The services whose own baselines make the rest.
+    pub services: u64,
+}
+
+impl Standing {
+    /// The same services' baseline with `services` of them: the shared pages once, and each
+    /// service's own share of the rest.
+    pub fn with_services(self, services: u64) -> u64 {
+        match self.services {
+            0 => self.bytes,
+            counted => {
+                self.shared
+                    + (self.bytes.saturating_sub(self.shared) as u128 * services as u128 / counted as u128) as u64
+            }
+        }
     }
 }
 
@@ -122,8 +150,8 @@ pub struct Ledger<'m> {
     growing: usize,
     resident: u64,
     peak_used: u64,
-    /// [`Meter::standing`] when `peak_used` was taken.
-    standing_at_peak: u64,
+    /// [`Meter::standing_parts`] when `peak_used` was taken.
+    standing_at_peak: Standing,
 }
 
 /// A slot holding no reservation, in [`Ledger::positions`].
@@ -151,7 +179,7 @@ impl<'m> Ledger<'m> {
             growing: 0,
             resident: 0,
             peak_used: 0,
-            standing_at_peak: 0,
+            standing_at_peak: Standing::default(),
         }
     }
 
@@ -226,13 +254,13 @@ impl<'m> Ledger<'m> {
         let used = self.held_by_tasks() + self.resident + standing;
         if used > self.peak_used {
             self.peak_used = used;
-            self.standing_at_peak = standing;
+            self.standing_at_peak = Standing { bytes: standing, ..self.meter.standing_parts() };
         }
     }
 
     /// Of [`Ledger::peak_used`], the bytes standing for the run (service processes at their
     /// baseline) when it was taken: what a simulation, whose tasks run no service, adds.
-    pub fn standing_at_peak(&self) -> u64 {
+    pub fn standing_at_peak(&self) -> Standing {
         self.standing_at_peak
     }
 
@@ -466,15 +494,24 @@ mod tests {
         let mut ledger = Ledger::new(1000 * U, &meter);
         meter.standing.store(50 * U, Ordering::Relaxed);
         ledger.start(A, 300 * U);
-        assert_eq!((ledger.peak_used(), ledger.standing_at_peak()), (350 * U, 50 * U));
+        assert_eq!((ledger.peak_used(), ledger.standing_at_peak().bytes), (350 * U, 50 * U));
         // More standing at a lower total is no new peak; a higher total with less is.
         ledger.finish(A);
         meter.standing.store(200 * U, Ordering::Relaxed);
         ledger.start(A, 100 * U);
-        assert_eq!((ledger.peak_used(), ledger.standing_at_peak()), (350 * U, 50 * U));
+        assert_eq!((ledger.peak_used(), ledger.standing_at_peak().bytes), (350 * U, 50 * U));
         meter.standing.store(20 * U, Ordering::Relaxed);
         ledger.start(B, 400 * U);
-        assert_eq!((ledger.peak_used(), ledger.standing_at_peak()), (520 * U, 20 * U));
+        assert_eq!((ledger.peak_used(), ledger.standing_at_peak().bytes), (520 * U, 20 * U));
+    }
+
+    #[test]
+    fn a_standing_baseline_is_scaled_per_service_with_the_shared_pages_once() {
+        let standing = Standing { bytes: 25 * U, shared: 17 * U, services: 2 };
+        assert_eq!(standing.with_services(2), 25 * U);
+        assert_eq!(standing.with_services(8), 17 * U + 32 * U);
+        assert_eq!(standing.with_services(1), 21 * U);
+        assert_eq!(Standing { bytes: 9, shared: 0, services: 0 }.with_services(4), 9, "nothing to scale by");
     }
 
     #[test]

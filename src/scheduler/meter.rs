@@ -52,4 +52,8 @@ impl Meter for RunMeter {
     fn standing(&self) -> u64 {
         measure::external::standing()
     }
+
+    fn standing_parts(&self) -> crate::memory::Standing {
+        measure::external::standing_parts()
+    }
 }

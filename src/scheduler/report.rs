@@ -129,7 +129,7 @@ pub struct RunReport {
     pub peak_reserved: u64,
     /// Of `peak_reserved`, the bytes service processes held at their baseline (warm
     /// interpreters between tasks; [`crate::memory::Meter::standing`]).
-    pub standing_at_peak: u64,
+    pub standing_at_peak: crate::memory::Standing,
     pub spilled_bytes: u64,
     pub spill_count: u64,
     /// Why spilling stopped during the run (it went on without), if it did.

@@ -48,7 +48,7 @@ pub struct SimOptions {
 struct ReservationsOnly {
     /// See [`SimOptions::read_every_task`].
     read_every_task: bool,
-    /// See [`Predictor::standing`] (0 on a cluster, whose jobs' services are the nodes').
+    /// See [`Predictor::standing_on`] (0 on a cluster, whose jobs' services are the nodes').
     standing: u64,
 }
 
@@ -183,7 +183,7 @@ pub fn simulate(
                 && !recipe.steps[id].plugin.estimate_is_exact(&crate::recipe::sample_args(recipe, id))
         })
         .collect();
-    let standing = if cluster.is_none() { predictor.standing() } else { 0 };
+    let standing = if cluster.is_none() { predictor.standing_on(options.workers.max(1)) } else { 0 };
     let meter = ReservationsOnly { read_every_task: options.read_every_task, standing };
     let workers = options.workers.max(1);
     let mut state = State::new(&compiled.graph, plan, follows_data, on_probation, options.budget, &meter, None);

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN};
 use crate::estimate::{Observation, Params};
+use crate::memory::Standing;
 use crate::plan::Compiled;
 use crate::plan::EstimateSource;
 use crate::store::{Executor, HistoryRun, RunFilter, RunRow, RunStatus, SpillSpeed, Store, StoreError, TaskStatus};
@@ -93,7 +94,7 @@ pub struct History {
     /// What service processes (warm interpreters) held at their baseline at the runs' peaks,
     /// which the ledger counts for the run and no task: of the runs that pace the prediction
     /// (the alike runs weighted as one, and each recent run), or else the newest run's own.
-    pub standing: u64,
+    pub standing: Standing,
     /// The most workers the runs `standing` comes from had (0: none): more workers start
     /// more interpreters than they held.
     pub standing_workers: usize,
@@ -134,7 +135,7 @@ pub struct RanAs {
     pub workers: usize,
     pub budget: u64,
     /// What its service processes held at their baseline at its peak reserved.
-    pub standing: u64,
+    pub standing: Standing,
 }
 
 /// A run the alike figures come from, and its weight among them (they sum to 1).
@@ -193,7 +194,7 @@ impl History {
             recent: Vec::new(),
             first_run: None,
             beyond: Vec::new(),
-            standing: 0,
+            standing: Standing::default(),
             standing_workers: 0,
         }
     }
@@ -253,24 +254,31 @@ fn alike_runs(store: &Store, alike: &[(i64, f64)]) -> Result<Vec<AlikeRun>, Stor
 
 /// The standing bytes of the runs that pace a prediction, weighted as the pace weights them
 /// ([`super::calibrate::pace`]), and the most workers those runs had; `None` without any.
-fn paced_standing(alike: &[AlikeRun], recent: &[RecentRun]) -> Option<(u64, usize)> {
-    let weighted =
-        (!alike.is_empty()).then(|| alike.iter().map(|run| run.weight * run.ran.standing as f64).sum::<f64>());
-    let all: Vec<f64> = weighted.into_iter().chain(recent.iter().map(|run| run.ran().standing as f64)).collect();
+fn paced_standing(alike: &[AlikeRun], recent: &[RecentRun]) -> Option<(Standing, usize)> {
+    let parts = |s: &Standing| [s.bytes as f64, s.shared as f64, s.services as f64];
+    let weighted = (!alike.is_empty()).then(|| {
+        alike.iter().fold([0.0; 3], |sum, run| {
+            let own = parts(&run.ran.standing);
+            [0, 1, 2].map(|i| sum[i] + run.weight * own[i])
+        })
+    });
+    let all: Vec<[f64; 3]> = weighted.into_iter().chain(recent.iter().map(|run| parts(&run.ran().standing))).collect();
+    if all.is_empty() {
+        return None;
+    }
+    let mean = |i: usize| (all.iter().map(|p| p[i]).sum::<f64>() / all.len() as f64).round() as u64;
     let ran = alike.iter().map(|run| &run.ran).chain(recent.iter().map(RecentRun::ran));
     let workers = ran.map(|ran| ran.workers).max().unwrap_or(0);
-    (!all.is_empty()).then(|| ((all.iter().sum::<f64>() / all.len() as f64).round() as u64, workers))
+    Some((Standing { bytes: mean(0), shared: mean(1), services: mean(2) }, workers))
 }
 
-/// The standing bytes the newest of `runs` recorded at its peak, and its workers (0 when it ran elsewhere, did
-/// not finish ok, or recorded none).
-fn newest_standing(store: &Store, runs: &[HistoryRun]) -> Result<(u64, usize), StoreError> {
-    let Some(newest) = runs.last() else { return Ok((0, 0)) };
-    Ok(match store.run(newest.run_id)? {
-        Some(RunRow { status: RunStatus::Ok, executor: Executor::Local, standing_bytes, workers, .. }) => {
-            (standing_bytes.unwrap_or(0), workers as usize)
-        }
-        _ => (0, 0),
+/// The standing memory the newest of `runs` recorded at its peak, and its workers (none when
+/// it ran elsewhere or did not finish ok).
+fn newest_standing(store: &Store, runs: &[HistoryRun]) -> Result<(Standing, usize), StoreError> {
+    let Some(newest) = runs.last() else { return Ok((Standing::default(), 0)) };
+    Ok(match ran_as(store, newest.run_id, Recipes::FirstTaken)? {
+        Some(ran) => (ran.standing, ran.workers),
+        None => (Standing::default(), 0),
     })
 }
 
@@ -344,13 +352,19 @@ fn ran_as(store: &Store, run_id: i64, first: Recipes) -> Result<Option<RanAs>, S
             budget_bytes,
             recipe,
             standing_bytes,
+            standing_shared_bytes,
+            standing_services,
             ..
         }) if first == Recipes::FirstTaken || store.has_run_before(&recipe, run_id)? => Some(RanAs {
             run_id,
             wall: Duration::from_micros(wall_us),
             workers: workers.max(1) as usize,
             budget: budget_bytes,
-            standing: standing_bytes.unwrap_or(0),
+            standing: Standing {
+                bytes: standing_bytes.unwrap_or(0),
+                shared: standing_shared_bytes.unwrap_or(0),
+                services: standing_services.unwrap_or(0),
+            },
         }),
         _ => None,
     })

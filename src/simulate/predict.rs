@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use crate::memory::Standing;
 use crate::plan::Compiled;
 
 use super::alike_plan::AlikePlan;
@@ -69,8 +70,10 @@ pub struct Predictor {
     /// Which recorded task each task takes its figures (sizes, estimate, time) from
     /// ([`super::deal`]).
     dealing: Dealing,
-    /// Bytes service processes hold at their baseline for the run ([`History::standing`]).
-    standing: u64,
+    /// What service processes held at their baseline for the runs ([`History::standing`]),
+    /// and the most workers those runs had.
+    standing: Standing,
+    standing_workers: usize,
 }
 
 impl Predictor {
@@ -130,13 +133,20 @@ impl Predictor {
             guess_speed: guess_speed.max(1),
             dealing: Dealing::as_recorded(),
             standing: history.standing,
+            standing_workers: history.standing_workers,
         }
     }
 
-    /// What the ledger counts for the run and no task: the warm interpreters' baseline the
-    /// recorded runs held at their peaks (a simulated task runs no service).
-    pub fn standing(&self) -> u64 {
-        self.standing
+    /// What the ledger counts for a run on `workers` workers and no task: the warm
+    /// interpreters' baseline the recorded runs held at their peaks (a simulated task runs no
+    /// service), one interpreter's own share for each worker, and the pages forked ones share
+    /// once. Runs that started fewer interpreters than they had workers had no more tasks to
+    /// lend them to: their count is kept.
+    pub fn standing_on(&self, workers: usize) -> u64 {
+        let standing = self.standing;
+        let services =
+            if (standing.services as usize) < self.standing_workers { standing.services } else { workers as u64 };
+        standing.with_services(services)
     }
 
     /// From now on, each task takes its figures from the recorded task `dealing` gives.

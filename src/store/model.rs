@@ -272,8 +272,11 @@ pub struct RunOutcome {
     pub wall: Duration,
     pub peak_rss_bytes: u64,
     pub peak_reserved_bytes: u64,
-    /// Of `peak_reserved_bytes`, what service processes held at their baseline.
+    /// Of `peak_reserved_bytes`, what service processes held at their baseline; of that, the
+    /// pages forked services shared (counted once), and how many services' own baselines.
     pub standing_bytes: u64,
+    pub standing_shared_bytes: u64,
+    pub standing_services: u64,
     pub spilled_bytes: u64,
     pub spill_count: u64,
     /// How long writing the spills took, summed over them.
@@ -292,6 +295,8 @@ impl RunOutcome {
             peak_rss_bytes: 0,
             peak_reserved_bytes: 0,
             standing_bytes: 0,
+            standing_shared_bytes: 0,
+            standing_services: 0,
             spilled_bytes: 0,
             spill_count: 0,
             spill_wall: Duration::ZERO,
@@ -320,9 +325,12 @@ pub struct RunRow {
     pub wall_us: Option<u64>,
     pub peak_rss_bytes: Option<u64>,
     pub peak_reserved_bytes: Option<u64>,
-    /// Of `peak_reserved_bytes`, what service processes held at their baseline (runs from
-    /// before schema version 8: `None`).
+    /// Of `peak_reserved_bytes`, what service processes held at their baseline; of that, the
+    /// pages forked services shared, and how many services' own baselines (runs from before
+    /// schema version 8: `None`).
     pub standing_bytes: Option<u64>,
+    pub standing_shared_bytes: Option<u64>,
+    pub standing_services: Option<u64>,
     pub spilled_bytes: Option<u64>,
     pub spill_count: Option<u64>,
     pub spill_error: Option<String>,

@@ -321,8 +321,11 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // how long the run's spills took to write, in µs (how fast a simulation writes its spills).
     "ALTER TABLE runs ADD COLUMN wall_us_rest INTEGER; ALTER TABLE runs ADD COLUMN spill_us INTEGER;",
     // 8: of `peak_reserved_bytes`, what service processes (warm interpreters) held at their
-    // baseline, counted for the run and not for any task: a simulation adds it.
-    "ALTER TABLE runs ADD COLUMN standing_bytes INTEGER;",
+    // baseline, counted for the run and not for any task: a simulation adds it; of that, the
+    // pages forked services share (counted once) and how many services' own baselines, so that
+    // a simulation on other workers counts its own interpreters.
+    "ALTER TABLE runs ADD COLUMN standing_bytes INTEGER; ALTER TABLE runs ADD COLUMN standing_shared_bytes INTEGER; \
+     ALTER TABLE runs ADD COLUMN standing_services INTEGER;",
 ];
 
 /// The schema version this code writes and understands.

@@ -227,7 +227,7 @@ impl Reaper {
     fn count_shared_pages(&mut self) {
         if let Some(cgroup) = &self.cgroup {
             self.standing = resident_of(self.pid, Some((cgroup.dir.as_path(), cgroup.version())));
-            external::add_standing(self.standing);
+            external::add_shared_standing(self.standing);
         }
     }
 
@@ -274,7 +274,7 @@ impl Drop for Reaper {
     /// Its last service is gone, so it ends by itself; one that never forked or retired waits
     /// on its control socket, which is closed for it; if it still runs, it is killed.
     fn drop(&mut self) {
-        external::remove_standing(self.standing);
+        external::remove_shared_standing(self.standing);
         if !wait_for_exit(self.pid, EXIT_PATIENCE) {
             let _ = self.control.shutdown(std::net::Shutdown::Both);
         }

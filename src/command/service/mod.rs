@@ -132,8 +132,7 @@ struct Service {
 
 impl Service {
     fn set_standing(&mut self, bytes: u64) {
-        external::remove_standing(self.standing);
-        external::add_standing(bytes);
+        external::set_service_standing(self.standing, bytes);
         self.standing = bytes;
     }
 
