@@ -383,7 +383,7 @@ impl PredictedSummary {
         }
         if run.peak_reserved_standing_bytes > 0 {
             let ran_on = prediction.standing_workers;
-            let fewer = if ran_on > 0 && run.workers != ran_on {
+            let other_workers = if ran_on > 0 && run.workers != ran_on {
                 format!(
                     " (theirs on {ran_on} workers, for the {} here: each interpreter's own share, and the pages \
                      forked ones share once)",
@@ -394,7 +394,7 @@ impl PredictedSummary {
             };
             say!(
                 "  of the peak reserved, {} is warm interpreters at their baseline between tasks, as the recorded \
-                 runs held them at their peaks{fewer}",
+                 runs held them at their peaks{other_workers}",
                 format_size(run.peak_reserved_standing_bytes)
             );
         }

@@ -111,8 +111,10 @@ static STANDING_SERVICES: AtomicU64 = AtomicU64::new(0);
 
 /// A service's own baseline counted as `now` bytes where it was `before` (0: not counted).
 pub fn set_service_standing(before: u64, now: u64) {
-    add(&STANDING, now);
+    // Taken off first, as before this change: a reader between the two sees too little for a
+    // moment, never a peak the services did not hold.
     subtract(&STANDING, before);
+    add(&STANDING, now);
     match (before, now) {
         (0, 1..) => add(&STANDING_SERVICES, 1),
         (1.., 0) => subtract(&STANDING_SERVICES, 1),

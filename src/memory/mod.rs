@@ -235,7 +235,12 @@ impl<'m> Ledger<'m> {
     /// Everything the ledger counts: running tasks, buffers kept for consumers, and memory
     /// standing for the run (service processes at their baseline).
     pub fn used(&self) -> u64 {
-        self.held_by_tasks() + self.resident + self.meter.standing()
+        self.used_with(self.meter.standing())
+    }
+
+    /// [`Ledger::used`] with `standing` read already.
+    fn used_with(&self, standing: u64) -> u64 {
+        self.held_by_tasks() + self.resident + standing
     }
 
     /// The highest `used()` seen at any admission, growth or new buffer.
@@ -251,7 +256,7 @@ impl<'m> Ledger<'m> {
     /// Takes the peak of [`Ledger::used`] now (after a lot of [`Ledger::reserve_unpeaked`]).
     pub fn note_peak(&mut self) {
         let standing = self.meter.standing();
-        let used = self.held_by_tasks() + self.resident + standing;
+        let used = self.used_with(standing);
         if used > self.peak_used {
             self.peak_used = used;
             self.standing_at_peak = Standing { bytes: standing, ..self.meter.standing_parts() };

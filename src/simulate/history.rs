@@ -244,7 +244,7 @@ fn first_alike(steps: &[StepRecords]) -> &[(i64, f64)] {
 fn alike_runs(store: &Store, alike: &[(i64, f64)]) -> Result<Vec<AlikeRun>, StoreError> {
     let mut runs = Vec::with_capacity(alike.len());
     for &(run_id, weight) in alike {
-        match ran_as(store, run_id, Recipes::FirstRefused)? {
+        match ran_as(store, run_id, FirstRun::Refused)? {
             Some(ran) => runs.push(AlikeRun { ran, weight }),
             None => return Ok(Vec::new()),
         }
@@ -276,7 +276,7 @@ fn paced_standing(alike: &[AlikeRun], recent: &[RecentRun]) -> Option<(Standing,
 /// it ran elsewhere or did not finish ok).
 fn newest_standing(store: &Store, runs: &[HistoryRun]) -> Result<(Standing, usize), StoreError> {
     let Some(newest) = runs.last() else { return Ok((Standing::default(), 0)) };
-    Ok(match ran_as(store, newest.run_id, Recipes::FirstTaken)? {
+    Ok(match ran_as(store, newest.run_id, FirstRun::Taken)? {
         Some(ran) => (ran.standing, ran.workers),
         None => (Standing::default(), 0),
     })
@@ -284,9 +284,9 @@ fn newest_standing(store: &Store, runs: &[HistoryRun]) -> Result<(Standing, usiz
 
 /// Whether [`ran_as`] takes the recipe's first run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Recipes {
-    FirstRefused,
-    FirstTaken,
+enum FirstRun {
+    Refused,
+    Taken,
 }
 
 /// The recipe's first run, as it ran (without history: its steps' first tasks alone), when it
@@ -301,7 +301,7 @@ fn only_first_run(
 ) -> Result<Option<Box<RecentRun>>, StoreError> {
     let [run] = runs else { return Ok(None) };
     let own = OwnFigures { store, compiled, before_run, spill_speed };
-    Ok(own.of(run, Recipes::FirstTaken)?.map(Box::new))
+    Ok(own.of(run, FirstRun::Taken)?.map(Box::new))
 }
 
 /// What [`RecentRun`]s are read with: a run with its own figures, as a prediction of its cycle
@@ -315,7 +315,7 @@ struct OwnFigures<'a> {
 
 impl OwnFigures<'_> {
     /// `run` with its own figures, when it kept its vars and is [`ran_as`] a measure of a run.
-    fn of(&self, run: &HistoryRun, first: Recipes) -> Result<Option<RecentRun>, StoreError> {
+    fn of(&self, run: &HistoryRun, first: FirstRun) -> Result<Option<RecentRun>, StoreError> {
         let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { return Ok(None) };
         let Some(ran) = ran_as(self.store, run.run_id, first)? else { return Ok(None) };
         let recipe = &self.compiled.recipe;
@@ -339,10 +339,10 @@ impl OwnFigures<'_> {
 }
 
 /// How run `run_id` ran, when it measures what a run on this host takes: it finished ok on
-/// the workers of its process (not as a cluster's jobs), has a recorded wall, and was not its
-/// recipe's first (without history, its first tasks ran alone to be measured, which a
-/// simulation with history does not repeat).
-fn ran_as(store: &Store, run_id: i64, first: Recipes) -> Result<Option<RanAs>, StoreError> {
+/// the workers of its process (not as a cluster's jobs), has a recorded wall, and, unless
+/// `first` takes it, was not its recipe's first (without history, its first tasks ran alone
+/// to be measured, which a simulation with history does not repeat).
+fn ran_as(store: &Store, run_id: i64, first: FirstRun) -> Result<Option<RanAs>, StoreError> {
     Ok(match store.run(run_id)? {
         Some(RunRow {
             status: RunStatus::Ok,
@@ -355,7 +355,7 @@ fn ran_as(store: &Store, run_id: i64, first: Recipes) -> Result<Option<RanAs>, S
             standing_shared_bytes,
             standing_services,
             ..
-        }) if first == Recipes::FirstTaken || store.has_run_before(&recipe, run_id)? => Some(RanAs {
+        }) if first == FirstRun::Taken || store.has_run_before(&recipe, run_id)? => Some(RanAs {
             run_id,
             wall: Duration::from_micros(wall_us),
             workers: workers.max(1) as usize,
@@ -390,7 +390,7 @@ fn recent_runs(
         if alike.iter().any(|&(run_id, _)| run_id == run.run_id) {
             continue;
         }
-        recent.extend(own.of(run, Recipes::FirstRefused)?);
+        recent.extend(own.of(run, FirstRun::Refused)?);
     }
     Ok(recent)
 }
