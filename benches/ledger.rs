@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use runner::testing::measure;
-use runner::testing::memory::{Admission, Ledger, TaskSlot};
+use runner::testing::memory::{Admission, Ledger, Standing, TaskSlot};
 use runner::testing::scheduler::RunMeter;
 
 const GIB: u64 = 1 << 30;
@@ -75,7 +75,7 @@ fn bench_operation<R>(
     mut operation: impl FnMut(&mut Ledger) -> R,
 ) {
     let mut group = c.benchmark_group(format!("ledger/{name}"));
-    let meter = RunMeter::new(1 + RUNNING[RUNNING.len() - 1]);
+    let meter = RunMeter::new(1 + RUNNING[RUNNING.len() - 1], Standing::default());
     for running in RUNNING {
         let bench = Bench::new(&meter, running);
         let mut ledger = bench.ledger(&meter);

@@ -72,7 +72,7 @@ pub mod testing {
     }
 
     pub mod memory {
-        pub use crate::memory::{Admission, Ledger, TaskSlot};
+        pub use crate::memory::{Admission, Ledger, Standing, TaskSlot};
 
         pub mod spill {
             pub use crate::memory::spill::{

@@ -10,6 +10,7 @@ use runner_plugin::{InputMeta, InputsForEstimate, ValueMeta};
 
 use crate::estimate::{Observation, Params, StepModel};
 use crate::graph::Graph;
+use crate::memory::RanStanding;
 use crate::recipe::{self, CompileOptions, Diagnostic, Recipe, RecipeError, StepId, sample_args};
 use crate::registry::Registry;
 
@@ -87,6 +88,10 @@ pub const PLUGIN_ESTIMATE_ALLOWANCE: u64 = 64 << 10;
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub steps: Vec<StepPlan>,
+    /// What the recipe's newest run with service processes (warm interpreters) held of them at
+    /// its peak: a local run's ledger counts as much for its own services until they stand
+    /// ([`crate::memory::Standing::awaiting`]). Learned from the store; `None` without.
+    pub services_before: Option<RanStanding>,
 }
 
 impl Plan {
@@ -173,7 +178,10 @@ impl Plan {
         if !diagnostics.is_empty() {
             return Err(diagnostics);
         }
-        Ok(Plan { steps: steps.into_iter().map(|s| s.expect("topological order covers every step")).collect() })
+        Ok(Plan {
+            steps: steps.into_iter().map(|s| s.expect("topological order covers every step")).collect(),
+            services_before: None,
+        })
     }
 
     /// Learns each step's footprint from `history` (the step's past tasks, by step name) and

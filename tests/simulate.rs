@@ -8,6 +8,7 @@ mod common;
 use std::path::Path;
 
 use common::{alone, beside_others, numpy_here, runner, stderr, write};
+use runner::plugin::size::format_size;
 use serde_json::Value as Json;
 
 const MIB: f64 = (1 << 20) as f64;
@@ -914,19 +915,74 @@ fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
     assert!((standing(&predicted) - paced).abs() <= 1.0, "predicted {} against {paced}", standing(&predicted));
     // On 4 workers, 4 interpreters stand: each one's own share of what the runs' 2 held, the
     // pages the forked ones share counted once.
-    let args = ["simulate", "f.yaml", "--cycle", "c4", "--workers", "4", "--db", "h.db", "--summary", "w.json"];
+    let args = [
+        "simulate",
+        "f.yaml",
+        "--cycle",
+        "c4",
+        "--workers",
+        "4",
+        "--db",
+        "h.db",
+        "--summary",
+        "w.json",
+        "--report",
+        "w.html",
+    ];
     let said = stderr(&runner(dir.path(), &args));
     assert!(said.contains("(theirs on 2 workers, for the 4 here: each interpreter's own share"), "{said}");
     let wider = standing(&json(&dir.path().join("w.json")));
     let two = standing(&predicted);
     assert!(wider > two && wider <= 2.0 * two + 1.0, "{wider} bytes on 4 workers, {two} on 2");
+    // The predicted run's page says so, with the interpreters it counted and their shared pages.
+    let page = std::fs::read_to_string(dir.path().join("w.html")).unwrap();
+    let share = format!("{} of it warm interpreters between tasks (4 interpreters, ", format_size(wider as u64));
+    assert!(page.contains(&share) && page.contains("of it shared)"), "{share} not on the page");
     let (said, real) = with_var(dir.path(), "run", "c4", "mib=48", "1GiB");
-    let of_it = format!(
-        "({} of it warm interpreters between tasks)",
-        runner::plugin::size::format_size(standing(&real) as u64)
-    );
+    let of_it = format!("({} of it warm interpreters between tasks)", format_size(standing(&real) as u64));
     assert!(said.contains(&of_it), "{of_it}: {said}");
     assert_reserved_within_10_percent(&predicted, &real, " (without the interpreters' baseline it is below)");
+}
+
+#[test]
+fn a_budget_the_warm_interpreters_fill_runs_the_tasks_one_at_a_time_as_predicted() {
+    // Alone: the walls are compared.
+    let _alone = alone();
+    let Some(dir) = python_holding() else { return };
+    write(dir.path(), "f.yaml", &PYTHON_HOLDING.replace("seconds: 0", "seconds: 0.2"));
+    let roomy = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "mib=48", "1GiB").1;
+    let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
+    let standing = |s: &Json| s["peak_reserved_standing_bytes"].as_f64().unwrap();
+    let wall = |s: &Json| s["wall_s"].as_f64().unwrap();
+    for cycle in ["c1", "c2", "c3"] {
+        roomy("run", cycle);
+    }
+    // With room, two tasks run at once beside the two interpreters. A budget that holds two
+    // tasks' reservations but not the interpreters' baseline beside them runs one at a time.
+    let two_at_once = roomy("simulate", "c4");
+    let one_task = (reserved(&two_at_once) - standing(&two_at_once)) / 2.0;
+    assert!(standing(&two_at_once) >= 8.0 * MIB, "{two_at_once}");
+    let budget = format!("{}B", (2.0 * one_task + standing(&two_at_once) / 2.0) as u64);
+    let tight = |verb: &str| with_var(dir.path(), verb, "c4", "mib=48", &budget).1;
+    let predicted = tight("simulate");
+    let real = tight("run");
+    // The run's first tasks are admitted beside the interpreters they are about to start, as
+    // the recipe's runs before held them: not two tasks at once and the interpreters after.
+    assert!(
+        reserved(&real) < 2.0 * one_task + standing(&real),
+        "the real run held two tasks at once at {budget}: {real}"
+    );
+    let tree = real["peak_bytes"].as_f64().unwrap();
+    assert!(tree <= real["budget_bytes"].as_f64().unwrap(), "the process tree peaked at {tree} bytes over {budget}");
+    assert!(
+        reserved(&predicted) < 2.0 * one_task + standing(&predicted),
+        "the prediction held two tasks at once at {budget}: {predicted}"
+    );
+    assert_reserved_within_10_percent(&predicted, &real, " at a budget the interpreters fill");
+    // Six tasks of 0.2 s one after another, not three pairs.
+    assert!(wall(&predicted) > wall(&two_at_once) * 1.5, "{} s, with room {} s", wall(&predicted), wall(&two_at_once));
+    let error = (wall(&predicted) - wall(&real)).abs() / wall(&real);
+    assert!(error <= 0.2, "predicted {} s, ran {} s at {budget}", wall(&predicted), wall(&real));
 }
 
 #[test]

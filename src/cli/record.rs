@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::interrupt::{self, InterruptGuard};
 use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, Observation, Params};
+use crate::memory::{RanStanding, Standing};
 use crate::plan::{Compiled, EstimateSource};
 use crate::store::writer::INTERRUPT_WAIT;
 use crate::store::{RunOutcome, RunRecorder, RunStatus, Store, StoreError, TaskStatus};
@@ -102,6 +103,20 @@ pub fn learn(store: &Store, compiled: &mut Compiled) {
         recipe.steps.iter().position(|s| s.name == name).map(|at| histories[at].0.clone()).unwrap_or_default()
     };
     plan.learn(recipe, &history, Params::default());
+    plan.services_before = match store.newest_with_standing(&recipe.name) {
+        Ok(run) => run.map(|run| RanStanding {
+            standing: Standing {
+                bytes: run.standing_bytes.unwrap_or(0),
+                shared: run.standing_shared_bytes.unwrap_or(0),
+                services: run.standing_services.unwrap_or(0),
+            },
+            workers: run.workers.max(1) as usize,
+        }),
+        Err(e) => {
+            tracing::warn!("cannot read what the recipe's service processes held before: {e}");
+            None
+        }
+    };
     for (step, (_, longest)) in plan.steps.iter_mut().zip(&histories) {
         step.longest_task = *longest;
     }

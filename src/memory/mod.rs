@@ -50,15 +50,51 @@ pub struct Standing {
 
 impl Standing {
     /// The same services' baseline with `services` of them: the shared pages once, and each
-    /// service's own share of the rest.
-    pub fn with_services(self, services: u64) -> u64 {
+    /// service's own share of the rest (unchanged when the count is unknown).
+    pub fn with_services(self, services: u64) -> Standing {
         match self.services {
-            0 => self.bytes,
+            0 => self,
             counted => {
-                self.shared
-                    + (self.bytes.saturating_sub(self.shared) as u128 * services as u128 / counted as u128) as u64
+                let own = (self.bytes.saturating_sub(self.shared) as u128 * services as u128 / counted as u128) as u64;
+                Standing { bytes: self.shared + own, shared: self.shared, services }
             }
         }
+    }
+
+    /// What the ledger counts while a run's `expected` services start: what stands now, and
+    /// the baseline of each expected service not yet seen standing (`seen`: the most that
+    /// stood at once this run), the shared pages too while none are counted. An interpreter
+    /// is started by its first task, after that task was admitted: without this, the first
+    /// tasks of a run would be admitted beside interpreters the ledger could not yet see.
+    pub fn awaiting(self, expected: Standing, seen: u64) -> Standing {
+        let missing = expected.services.saturating_sub(seen);
+        if missing == 0 {
+            return self;
+        }
+        let own = expected.bytes.saturating_sub(expected.shared) / expected.services;
+        let shared = if self.shared == 0 { expected.shared } else { 0 };
+        Standing {
+            bytes: self.bytes + own * missing + shared,
+            shared: self.shared + shared,
+            services: self.services + missing,
+        }
+    }
+}
+
+/// Standing memory as a run recorded it at its peak, and the workers that run had.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RanStanding {
+    pub standing: Standing,
+    pub workers: usize,
+}
+
+impl RanStanding {
+    /// The same services' baseline on `workers` workers: one service per worker, but a run
+    /// that started fewer services than it had workers had no more tasks to lend them to, and
+    /// its count is kept.
+    pub fn on_workers(self, workers: usize) -> Standing {
+        let services = self.standing.services;
+        self.standing.with_services(if (services as usize) < self.workers { services } else { workers as u64 })
     }
 }
 
@@ -511,12 +547,35 @@ mod tests {
     }
 
     #[test]
+    fn expected_services_count_until_as_many_have_stood() {
+        let expected = Standing { bytes: 40 * U, shared: 10 * U, services: 2 };
+        // Nothing stands yet: both services' own baselines and their shared pages.
+        assert_eq!(Standing::default().awaiting(expected, 0), expected);
+        // One stands (forked: the shared pages counted with it): the other's own share waits.
+        let one = Standing { bytes: 27 * U, shared: 10 * U, services: 1 };
+        assert_eq!(one.awaiting(expected, 1), Standing { bytes: 42 * U, shared: 10 * U, services: 2 });
+        // Both stood: what stands alone, also once one of them is let go near the end.
+        let both = Standing { bytes: 38 * U, shared: 10 * U, services: 2 };
+        assert_eq!(both.awaiting(expected, 2), both);
+        assert_eq!(one.awaiting(expected, 2), one);
+        assert_eq!(one.awaiting(Standing::default(), 0), one, "nothing expected");
+    }
+
+    #[test]
+    fn a_recorded_standing_is_taken_to_other_workers_one_service_each() {
+        let standing = Standing { bytes: 25 * U, shared: 17 * U, services: 2 };
+        assert_eq!(RanStanding { standing, workers: 2 }.on_workers(4).services, 4);
+        // A run that started fewer services than its workers had no task for more.
+        assert_eq!(RanStanding { standing, workers: 8 }.on_workers(4), standing);
+    }
+
+    #[test]
     fn a_standing_baseline_is_scaled_per_service_with_the_shared_pages_once() {
         let standing = Standing { bytes: 25 * U, shared: 17 * U, services: 2 };
-        assert_eq!(standing.with_services(2), 25 * U);
-        assert_eq!(standing.with_services(8), 17 * U + 32 * U);
-        assert_eq!(standing.with_services(1), 21 * U);
-        assert_eq!(Standing { bytes: 9, shared: 0, services: 0 }.with_services(4), 9, "nothing to scale by");
+        assert_eq!(standing.with_services(2), standing);
+        assert_eq!(standing.with_services(8), Standing { bytes: 17 * U + 32 * U, shared: 17 * U, services: 8 });
+        assert_eq!(standing.with_services(1).bytes, 21 * U);
+        assert_eq!(Standing { bytes: 9, shared: 0, services: 0 }.with_services(4).bytes, 9, "nothing to scale by");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::html::{
 };
 use super::run_page::RunPage;
 use super::timeline::Timeline;
+use crate::store::RunRow;
 
 /// Spill events listed in the run page's table (all those kept are marked on the chart).
 const EVENT_ROWS: usize = 100;
@@ -73,7 +74,12 @@ fn run_summary(page: &RunPage) -> String {
     figure(
         &mut out,
         "peak reserved",
-        &format!("{}{}", opt_size(run.peak_reserved_bytes), of_budget(run.peak_reserved_bytes)),
+        &format!(
+            "{}{}{}",
+            opt_size(run.peak_reserved_bytes),
+            of_budget(run.peak_reserved_bytes),
+            warm_interpreters(run)
+        ),
     );
     let spilled = match (run.spilled_bytes, run.spill_count) {
         (Some(b), Some(n)) if n > 0 => format!("{} <small>in {} buffers</small>", format_size(b), count(n)),
@@ -100,6 +106,21 @@ fn run_summary(page: &RunPage) -> String {
     }
     out.push_str("<p class=\"note\">Slack is Σ estimate / Σ peak − 1 over the tasks that ran; an under-estimate is a task whose peak exceeded its estimate; an oversized task's estimate alone exceeded the budget (it ran alone).</p></section>\n");
     out
+}
+
+/// What of the peak reserved was service processes at their baseline between tasks (warm
+/// interpreters), which no task's figures show.
+fn warm_interpreters(run: &RunRow) -> String {
+    let Some(bytes) = run.standing_bytes.filter(|&b| b > 0) else { return String::new() };
+    let how_many = match run.standing_services {
+        Some(n) if n > 0 => {
+            let shared = run.standing_shared_bytes.unwrap_or(0);
+            let shared = if shared > 0 { format!(", {} of it shared", format_size(shared)) } else { String::new() };
+            format!(" ({} interpreter{}{shared})", count(n), if n == 1 { "" } else { "s" })
+        }
+        _ => String::new(),
+    };
+    format!("<br><small>{} of it warm interpreters between tasks{how_many}</small>", format_size(bytes))
 }
 
 fn legend(page: &RunPage) -> String {

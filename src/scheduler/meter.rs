@@ -7,23 +7,34 @@
 //! batch has none yet). This table links the two: the worker attaches the tag when the task
 //! starts and detaches it when it ends, each one relaxed store, so the ledger can read the live
 //! bytes of exactly the tasks that run.
+//!
+//! Service processes at their baseline are the run's standing memory. The services a run is
+//! expected to start (from its recipe's history) count from the start, each until a service
+//! stands in its place: an interpreter is started by the first task that needs it, after the
+//! ledger admitted that task.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use runner_plugin::task_tag::NO_TASK;
 
 use crate::measure;
-use crate::memory::{Meter, TaskSlot};
+use crate::memory::{Meter, Standing, TaskSlot};
 
 /// Slot → measurement tag of the task running there (`NO_TASK` when none).
 pub struct RunMeter {
     tags: Box<[AtomicU32]>,
+    /// The service processes the run is expected to start, counted as standing until that
+    /// many have stood ([`Standing::awaiting`]).
+    expected: Standing,
+    /// The most services that stood at once this run.
+    seen: AtomicU64,
 }
 
 impl RunMeter {
-    /// A meter for reservation slots `0..slots`.
-    pub fn new(slots: usize) -> RunMeter {
-        RunMeter { tags: (0..slots).map(|_| AtomicU32::new(NO_TASK)).collect() }
+    /// A meter for reservation slots `0..slots`, counting `expected` services' baseline from
+    /// the start ([`Standing::default`]: none).
+    pub fn new(slots: usize, expected: Standing) -> RunMeter {
+        RunMeter { tags: (0..slots).map(|_| AtomicU32::new(NO_TASK)).collect(), expected, seen: AtomicU64::new(0) }
     }
 
     /// The task in `slot` is now measured under `tag`.
@@ -50,10 +61,18 @@ impl Meter for RunMeter {
     }
 
     fn standing(&self) -> u64 {
-        measure::external::standing()
+        if self.expected.services == 0 {
+            return measure::external::standing();
+        }
+        self.standing_parts().bytes
     }
 
-    fn standing_parts(&self) -> crate::memory::Standing {
-        measure::external::standing_parts()
+    fn standing_parts(&self) -> Standing {
+        let now = measure::external::standing_parts();
+        if self.expected.services == 0 {
+            return now;
+        }
+        let seen = self.seen.fetch_max(now.services, Ordering::Relaxed).max(now.services);
+        now.awaiting(self.expected, seen)
     }
 }

@@ -78,7 +78,9 @@ pub fn run_with(
     }
     // A run before this one in the process (a test's) may have let services go near its end.
     executor.reach(u64::MAX);
-    let meter = RunMeter::new(workers * MAX_BATCH);
+    // A cluster's services run in its jobs, not beside this process's ledger.
+    let expected = plan.services_before.filter(|_| local).map(|ran| ran.on_workers(workers)).unwrap_or_default();
+    let meter = RunMeter::new(workers * MAX_BATCH, expected);
     let mut state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, reuse);
     state.take_over_reused();
     let shared = Shared {

@@ -18,7 +18,7 @@ use runner_plugin::Value;
 use runner_plugin::size::format_size;
 
 use crate::executor::slurm::tasks_per_job;
-use crate::memory::{Admission, Meter, TaskSlot};
+use crate::memory::{Admission, Meter, Standing, TaskSlot};
 use crate::plan::Compiled;
 use crate::plan::EstimateSource;
 use crate::scheduler::stats::StepStats;
@@ -48,8 +48,8 @@ pub struct SimOptions {
 struct ReservationsOnly {
     /// See [`SimOptions::read_every_task`].
     read_every_task: bool,
-    /// See [`Predictor::standing_on`] (0 on a cluster, whose jobs' services are the nodes').
-    standing: u64,
+    /// See [`Predictor::standing_on`] (none on a cluster, whose jobs' services are the nodes').
+    standing: Standing,
 }
 
 impl Meter for ReservationsOnly {
@@ -63,6 +63,9 @@ impl Meter for ReservationsOnly {
         !self.read_every_task
     }
     fn standing(&self) -> u64 {
+        self.standing.bytes
+    }
+    fn standing_parts(&self) -> Standing {
         self.standing
     }
 }
@@ -183,7 +186,7 @@ pub fn simulate(
                 && !recipe.steps[id].plugin.estimate_is_exact(&crate::recipe::sample_args(recipe, id))
         })
         .collect();
-    let standing = if cluster.is_none() { predictor.standing_on(options.workers.max(1)) } else { 0 };
+    let standing = if cluster.is_none() { predictor.standing_on(options.workers.max(1)) } else { Standing::default() };
     let meter = ReservationsOnly { read_every_task: options.read_every_task, standing };
     let workers = options.workers.max(1);
     let mut state = State::new(&compiled.graph, plan, follows_data, on_probation, options.budget, &meter, None);
@@ -202,7 +205,7 @@ pub fn simulate(
         guesses: 0,
         held: 0,
         peak_memory: 0,
-        standing,
+        standing: standing.bytes,
         record_tasks,
         tasks: Vec::new(),
         memory: Vec::new(),

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
-use crate::memory::Standing;
+use crate::memory::{RanStanding, Standing};
 use crate::plan::Compiled;
 
 use super::alike_plan::AlikePlan;
@@ -142,11 +142,8 @@ impl Predictor {
     /// service), one interpreter's own share for each worker, and the pages forked ones share
     /// once. Runs that started fewer interpreters than they had workers had no more tasks to
     /// lend them to: their count is kept.
-    pub fn standing_on(&self, workers: usize) -> u64 {
-        let standing = self.standing;
-        let services =
-            if (standing.services as usize) < self.standing_workers { standing.services } else { workers as u64 };
-        standing.with_services(services)
+    pub fn standing_on(&self, workers: usize) -> Standing {
+        RanStanding { standing: self.standing, workers: self.standing_workers }.on_workers(workers)
     }
 
     /// From now on, each task takes its figures from the recorded task `dealing` gives.

@@ -149,6 +149,22 @@ impl Store {
         Ok(rows)
     }
 
+    /// The newest run of `recipe` whose peak held service processes at their baseline (warm
+    /// interpreters): what the next run's services are expected to hold before they stand.
+    pub fn newest_with_standing(&self, recipe: &str) -> Result<Option<RunRow>, StoreError> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT {RUN_COLUMNS} FROM runs WHERE recipe = ?1 AND standing_bytes > 0 \
+                     ORDER BY run_id DESC LIMIT 1"
+                ),
+                [recipe],
+                run_row,
+            )
+            .optional()
+            .map_err(|e| self.err("reading the newest run with standing memory", e))
+    }
+
     /// The recipes that have runs, by name.
     pub fn recipes(&self) -> Result<Vec<String>, StoreError> {
         let what = "listing recipes";
