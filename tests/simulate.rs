@@ -986,6 +986,25 @@ fn a_budget_the_warm_interpreters_fill_runs_the_tasks_one_at_a_time_as_predicted
 }
 
 #[test]
+fn a_task_s_peak_follows_its_args_as_the_alike_run_measured_them() {
+    let _shared = beside_others();
+    let Some(dir) = python_holding() else { return };
+    // Python tasks without inputs: their step's model has one figure for every task, learned
+    // mostly from runs at 16 MiB. One run held 64.
+    for (cycle, mib) in [("c1", 16), ("c2", 16), ("c3", 64), ("c4", 16), ("c5", 16)] {
+        with_var(dir.path(), "run", cycle, &format!("mib={mib}"), "1GiB");
+    }
+    // At 64 again, the real run's first tasks outgrow that figure and the step's next tasks
+    // reserve what they reached; the prediction's tasks peak as c3's did and do the same.
+    let (_, predicted) = with_var(dir.path(), "simulate", "c6", "mib=64", "1GiB");
+    assert!(predicted["alike_cycles"].to_string().contains("c3"), "{predicted}");
+    let (_, real) = with_var(dir.path(), "run", "c6", "mib=64", "1GiB");
+    assert!(real["underestimates"].as_u64().unwrap() > 0, "the real run's first tasks outgrew the model: {real}");
+    assert_eq!(predicted["underestimates"], real["underestimates"], "{predicted}\n{real}");
+    assert_reserved_within_10_percent(&predicted, &real, " (with the model's figure the tasks peak at 16 MiB)");
+}
+
+#[test]
 fn the_second_cycle_is_paced_by_the_first_run_simulated_as_it_ran() {
     // Alone: the tests beside it would move the two runs' walls apart.
     let _alone = alone();

@@ -381,15 +381,13 @@ impl Loop<'_> {
         };
         let held = &mut self.workers[worker as usize];
         state.collect_inputs(picked.task, &mut held.inputs, &mut held.counts);
-        let model_peak =
-            plan.steps[step].model.as_ref().map(|model| model.predict_peak(picked.plugin_estimate, picked.input_bytes));
         let mut prediction = self.predictor.task(
             step,
             picked.task.index,
             as_planned,
             picked.plugin_estimate,
             picked.input_bytes,
-            model_peak,
+            plan.steps[step].model.as_ref(),
             picked.estimate,
         );
         // Its spilled inputs are read back from their files as fast as they were written.

@@ -37,6 +37,9 @@ pub struct Recorded {
     /// What its inputs held (with its output and file, the bytes its time is scaled from when
     /// this cycle's metadata makes the task another size).
     pub input_bytes: u64,
+    /// Its measured peak (0: not measured), which followed that cycle's args and data as its
+    /// time did, where the step's model may not see either.
+    pub peak_bytes: u64,
 }
 
 /// A step's recorded tasks.
@@ -529,6 +532,7 @@ fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, Stor
                 file_bytes: task.file_bytes,
                 wall_us: task.wall_us,
                 input_bytes: task.input_bytes,
+                peak_bytes: task.peak_bytes,
             };
             by_index.insert(index, recorded);
         }
@@ -568,6 +572,7 @@ fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
                     file_bytes: mix(recorded.file_bytes, across.file_bytes),
                     wall_us: mix(recorded.wall_us, across.wall_us),
                     input_bytes: mix(recorded.input_bytes, across.input_bytes),
+                    peak_bytes: mix(recorded.peak_bytes, across.peak_bytes),
                 };
             }
         }
@@ -598,7 +603,8 @@ mod tests {
     use super::*;
 
     fn alike(cycle: &str, output_bytes: u64, wall_us: u64) -> Alike {
-        let recorded = Recorded { plugin_estimate: 0, output_bytes, file_bytes: 0, wall_us, input_bytes: 0 };
+        let recorded =
+            Recorded { plugin_estimate: 0, output_bytes, file_bytes: 0, wall_us, input_bytes: 0, peak_bytes: wall_us };
         Alike {
             by_index: HashMap::from([(0, recorded)]),
             output_bytes: Some(output_bytes),
@@ -616,8 +622,8 @@ mod tests {
     }
 
     #[test]
-    fn a_tasks_time_is_interpolated_like_its_output() {
+    fn a_tasks_time_and_peak_are_interpolated_like_its_output() {
         let between = blended((0.75, 0.25));
-        assert_eq!((between.output_bytes, between.wall_us), (1250, 500));
+        assert_eq!((between.output_bytes, between.wall_us, between.peak_bytes), (1250, 500, 500));
     }
 }

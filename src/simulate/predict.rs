@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
+use crate::estimate::StepModel;
 use crate::memory::{RanStanding, Standing};
 use crate::plan::Compiled;
 
@@ -230,8 +231,9 @@ impl Predictor {
     }
 
     /// Task `index` of `step`, whose plugin estimates `plugin_estimate`, reading `input_bytes`:
-    /// `peak` is what its step's footprint model expects without its margin (`None`: no
-    /// model, the task holds what it reserved, `reserved`). `as_planned`: the plan's output
+    /// its peak is what its step's footprint `model` expects without its margin, as far off as
+    /// the model was for the alike run's task ([`Predictor::peak`]; without a model, the task
+    /// holds what it reserved, `reserved`). `as_planned`: the plan's output
     /// shape holds for it (else the shape its plugin gives this kind of task, else the alike
     /// run's output size of the same task, or of the step's median task). A path output's file
     /// is the alike run's size for the task.
@@ -243,7 +245,7 @@ impl Predictor {
         as_planned: bool,
         plugin_estimate: u64,
         input_bytes: u64,
-        peak: Option<u64>,
+        model: Option<&StepModel>,
         reserved: u64,
     ) -> TaskPrediction {
         let prediction = &self.steps[step];
@@ -285,7 +287,22 @@ impl Predictor {
             (None, Some(model)) => (model.predict(plugin_estimate, input_bytes), false),
             (None, None) => (Duration::from_secs_f64(reserved as f64 / self.guess_speed as f64), true),
         };
-        TaskPrediction { duration, peak: peak.unwrap_or(reserved), output_bytes, file_bytes, guessed }
+        let peak = model.map_or(reserved, |model| Self::peak(model, alike, plugin_estimate, input_bytes));
+        TaskPrediction { duration, peak, output_bytes, file_bytes, guessed }
+    }
+
+    /// What a task peaks at: its step's model's figure without the margin, scaled by how far
+    /// off that figure was for the `alike` run's task, which followed that cycle's args and data
+    /// (a grid of 450 where the model saw 300 to 600: a model on a constant basis has one figure
+    /// for all of them, and the task of the nearest grids held what a grid of 450 holds).
+    fn peak(model: &StepModel, alike: Option<&Recorded>, plugin_estimate: u64, input_bytes: u64) -> u64 {
+        let now = model.predict_peak(plugin_estimate, input_bytes);
+        let Some(alike) = alike.filter(|r| r.peak_bytes > 0) else { return now };
+        let then = model.predict_peak(alike.plugin_estimate, alike.input_bytes);
+        if then == 0 {
+            return now;
+        }
+        (alike.peak_bytes as f64 * now as f64 / then as f64) as u64
     }
 
     /// The duration model of `step`, if it has one.
