@@ -89,12 +89,17 @@ pub struct RanStanding {
 }
 
 impl RanStanding {
-    /// The same services' baseline on `workers` workers: one service per worker, but a run
-    /// that started fewer services than it had workers had no more tasks to lend them to, and
-    /// its count is kept.
+    /// The same services' baseline on `workers` workers: as many per worker as the run had
+    /// (each kind of service, one per worker: a recipe whose steps run in two kinds of
+    /// interpreter had two per worker), but a run that started fewer services than it had
+    /// workers had no more tasks to lend them to, and its count is kept.
     pub fn on_workers(self, workers: usize) -> Standing {
         let services = self.standing.services;
-        self.standing.with_services(if (services as usize) < self.workers { services } else { workers as u64 })
+        if (services as usize) < self.workers {
+            return self.standing.with_services(services);
+        }
+        let per_worker = services as f64 / self.workers.max(1) as f64;
+        self.standing.with_services((per_worker * workers as f64).round() as u64)
     }
 }
 
@@ -562,11 +567,15 @@ mod tests {
     }
 
     #[test]
-    fn a_recorded_standing_is_taken_to_other_workers_one_service_each() {
+    fn a_recorded_standing_is_taken_to_other_workers_as_many_per_worker() {
         let standing = Standing { bytes: 25 * U, shared: 17 * U, services: 2 };
         assert_eq!(RanStanding { standing, workers: 2 }.on_workers(4).services, 4);
         // A run that started fewer services than its workers had no task for more.
         assert_eq!(RanStanding { standing, workers: 8 }.on_workers(4), standing);
+        // Two kinds of interpreter, one of each per worker: two per worker on any workers.
+        let two_kinds = Standing { bytes: 60 * U, shared: 0, services: 4 };
+        let on_three = RanStanding { standing: two_kinds, workers: 2 }.on_workers(3);
+        assert_eq!((on_three.bytes, on_three.services), (90 * U, 6));
     }
 
     #[test]

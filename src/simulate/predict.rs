@@ -140,9 +140,8 @@ impl Predictor {
 
     /// What the ledger counts for a run on `workers` workers and no task: the warm
     /// interpreters' baseline the recorded runs held at their peaks (a simulated task runs no
-    /// service), one interpreter's own share for each worker, and the pages forked ones share
-    /// once. Runs that started fewer interpreters than they had workers had no more tasks to
-    /// lend them to: their count is kept.
+    /// service), one interpreter's own share for each worker and kind of interpreter, and the
+    /// pages forked ones share once ([`RanStanding::on_workers`]).
     pub fn standing_on(&self, workers: usize) -> Standing {
         RanStanding { standing: self.standing, workers: self.standing_workers }.on_workers(workers)
     }
