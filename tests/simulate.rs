@@ -989,6 +989,8 @@ fn a_budget_the_warm_interpreters_fill_runs_the_tasks_one_at_a_time_as_predicted
 fn a_task_s_peak_follows_its_args_as_the_alike_run_measured_them() {
     let _shared = beside_others();
     let Some(dir) = python_holding() else { return };
+    // Long enough that two tasks always run together.
+    write(dir.path(), "f.yaml", &PYTHON_HOLDING.replace("seconds: 0", "seconds: 0.05"));
     // Python tasks without inputs: their step's model has one figure for every task, learned
     // mostly from runs at 16 MiB. One run held 64.
     for (cycle, mib) in [("c1", 16), ("c2", 16), ("c3", 64), ("c4", 16), ("c5", 16)] {

@@ -239,6 +239,9 @@ pub fn serve_for_task(
         result
     });
     let peak = sampler.peak_above_baseline();
+    // Counted by the sampler since the task began; from now on, what the service holds as the
+    // task ends, until its next task's baseline.
+    service.standing = sampler.counted_standing();
     let standing = sampler.sample();
     service.set_standing(standing);
     external::clear(task.tag);

@@ -19,6 +19,8 @@ pub(super) struct Sampler {
     pid: i32,
     cgroup: Option<(std::path::PathBuf, CgroupVersion)>,
     baseline: AtomicU64,
+    /// What the run's standing memory counts for the service: its baseline, from each rebase.
+    standing: AtomicU64,
     /// `VmRSS` and `RssFile` of the root process when the baseline was taken.
     root_rss: AtomicU64,
     root_file: AtomicU64,
@@ -54,6 +56,7 @@ impl Sampler {
             pid: service.pid,
             cgroup: service.cgroup.as_ref().map(|c| (c.dir.clone(), c.version())),
             baseline: AtomicU64::new(0),
+            standing: AtomicU64::new(service.standing),
             root_rss: AtomicU64::new(0),
             root_file: AtomicU64::new(0),
             mapped_shared: AtomicU64::new(0),
@@ -75,7 +78,9 @@ impl Sampler {
         }
     }
 
-    /// What the tree holds now is the baseline; the root's high-water mark starts again here.
+    /// What the tree holds now is the baseline, and what the run's standing memory counts for
+    /// the service (what it held after its last task was sampled as the reply came, before the
+    /// interpreter let that task's memory go); the root's high-water mark starts again here.
     pub(super) fn rebase(&self) {
         reset_high_water_mark(self.pid);
         if let Some(status) = ProcStatus::of(self.pid) {
@@ -85,6 +90,12 @@ impl Sampler {
         let now = self.sample();
         self.baseline.store(now, Ordering::Relaxed);
         self.sampled_peak.store(now, Ordering::Relaxed);
+        external::set_service_standing(self.standing.swap(now, Ordering::Relaxed), now);
+    }
+
+    /// What the run's standing memory counts for the service now ([`Sampler::rebase`]).
+    pub(super) fn counted_standing(&self) -> u64 {
+        self.standing.load(Ordering::Relaxed)
     }
 
     /// The task's peak above the baseline: the larger of the tree's sampled peak and the root's
