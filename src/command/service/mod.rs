@@ -234,14 +234,17 @@ pub fn serve_for_task(
         let mut rebase = RebaseHandle { sampler: &sampler };
         let io =
             ServiceIo::new(&mut service.requests, &mut service.replies, log_path, fresh, &mut rebase, &mut spoiled);
-        let result = work(io);
+        // A plugin's panic must not leave the watcher sampling (the scope would wait for it
+        // forever) nor the service's standing figure behind the sampler's.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(io)));
         sampler.finish(watcher);
         result
     });
-    let peak = sampler.peak_above_baseline();
     // Counted by the sampler since the task began; from now on, what the service holds as the
     // task ends, until its next task's baseline.
     service.standing = sampler.counted_standing();
+    let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let peak = sampler.peak_above_baseline();
     let standing = sampler.sample();
     service.set_standing(standing);
     external::clear(task.tag);

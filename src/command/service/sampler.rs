@@ -79,8 +79,8 @@ impl Sampler {
     }
 
     /// What the tree holds now is the baseline, and what the run's standing memory counts for
-    /// the service (what it held after its last task was sampled as the reply came, before the
-    /// interpreter let that task's memory go); the root's high-water mark starts again here.
+    /// the service (the figure taken as its last task's reply came may still have held that
+    /// task's garbage); the root's high-water mark starts again here.
     pub(super) fn rebase(&self) {
         reset_high_water_mark(self.pid);
         if let Some(status) = ProcStatus::of(self.pid) {
