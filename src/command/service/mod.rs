@@ -516,3 +516,47 @@ fn on_spawner<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         .expect("the spawner thread lives as long as the process");
     answer.recv().expect("the spawner thread answers every job")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_while_talking_to_a_service_comes_back_and_takes_its_standing_with_it() {
+        let _alone = external::exclusive();
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("task.log");
+        let before = external::standing();
+        let (done, ended) = mpsc::channel();
+        // On a thread of its own: a watcher left sampling would hold it forever.
+        std::thread::spawn(move || {
+            let cancelled = || false;
+            let task = TaskCommand {
+                default_log: log,
+                timeout: None,
+                started: Instant::now(),
+                limit: None,
+                reserved: 0,
+                tag: 3_100_001,
+                cancelled: &cancelled,
+            };
+            // `cat` serves until its stdin closes; the plugin's code panics mid-conversation,
+            // after a rebase made the service's baseline standing memory.
+            let spec = ServiceSpec::new(["cat"]);
+            let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let _ = serve_for_task(
+                    &spec,
+                    &task,
+                    &mut |mut io| {
+                        io.rebase();
+                        panic!("a plugin's bug")
+                    },
+                    |_| {},
+                );
+            }));
+            let _ = done.send(panicked.is_err());
+        });
+        assert_eq!(ended.recv_timeout(Duration::from_secs(30)), Ok(true), "the panic came back");
+        assert_eq!(external::standing(), before, "the service's standing left with it");
+    }
+}
