@@ -243,7 +243,10 @@ pub fn serve_for_task(
     // Counted by the sampler since the task began; from now on, what the service holds as the
     // task ends, until its next task's baseline.
     service.standing = sampler.counted_standing();
-    let result = result.unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+    let result = result.unwrap_or_else(|panic| {
+        external::clear(task.tag);
+        std::panic::resume_unwind(panic)
+    });
     let peak = sampler.peak_above_baseline();
     let standing = sampler.sample();
     service.set_standing(standing);
@@ -522,11 +525,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_panic_while_talking_to_a_service_comes_back_and_takes_its_standing_with_it() {
+    fn a_panic_while_talking_to_a_service_comes_back_and_takes_its_bytes_with_it() {
         let _alone = external::exclusive();
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("task.log");
-        let before = external::standing();
+        let before = (external::standing(), external::total());
         let (done, ended) = mpsc::channel();
         // On a thread of its own: a watcher left sampling would hold it forever.
         std::thread::spawn(move || {
@@ -557,6 +560,10 @@ mod tests {
             let _ = done.send(panicked.is_err());
         });
         assert_eq!(ended.recv_timeout(Duration::from_secs(30)), Ok(true), "the panic came back");
-        assert_eq!(external::standing(), before, "the service's standing left with it");
+        assert_eq!(
+            (external::standing(), external::total()),
+            before,
+            "the service's and the task's bytes left with it"
+        );
     }
 }
