@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::interrupt::{self, InterruptGuard};
 use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, Observation, Params};
-use crate::memory::{RanStanding, Standing};
+use crate::memory::RanStanding;
 use crate::plan::{Compiled, EstimateSource};
 use crate::store::writer::INTERRUPT_WAIT;
 use crate::store::{RunOutcome, RunRecorder, RunStatus, Store, StoreError, TaskStatus};
@@ -104,14 +104,7 @@ pub fn learn(store: &Store, compiled: &mut Compiled) {
     };
     plan.learn(recipe, &history, Params::default());
     plan.services_before = match store.newest_with_standing(&recipe.name) {
-        Ok(run) => run.map(|run| RanStanding {
-            standing: Standing {
-                bytes: run.standing_bytes.unwrap_or(0),
-                shared: run.standing_shared_bytes.unwrap_or(0),
-                services: run.standing_services.unwrap_or(0),
-            },
-            workers: run.workers.max(1) as usize,
-        }),
+        Ok(run) => run.map(|run| RanStanding { standing: run.standing(), workers: run.workers.max(1) as usize }),
         Err(e) => {
             tracing::warn!("cannot read what the recipe's service processes held before: {e}");
             None

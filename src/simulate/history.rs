@@ -346,31 +346,20 @@ impl OwnFigures<'_> {
 /// `first` takes it, was not its recipe's first (without history, its first tasks ran alone
 /// to be measured, which a simulation with history does not repeat).
 fn ran_as(store: &Store, run_id: i64, first: FirstRun) -> Result<Option<RanAs>, StoreError> {
-    Ok(match store.run(run_id)? {
-        Some(RunRow {
-            status: RunStatus::Ok,
-            executor: Executor::Local,
-            wall_us: Some(wall_us),
-            workers,
-            budget_bytes,
-            recipe,
-            standing_bytes,
-            standing_shared_bytes,
-            standing_services,
-            ..
-        }) if first == FirstRun::Taken || store.has_run_before(&recipe, run_id)? => Some(RanAs {
-            run_id,
-            wall: Duration::from_micros(wall_us),
-            workers: workers.max(1) as usize,
-            budget: budget_bytes,
-            standing: Standing {
-                bytes: standing_bytes.unwrap_or(0),
-                shared: standing_shared_bytes.unwrap_or(0),
-                services: standing_services.unwrap_or(0),
-            },
-        }),
-        _ => None,
-    })
+    let Some(run) = store.run(run_id)? else { return Ok(None) };
+    let RunRow { status: RunStatus::Ok, executor: Executor::Local, wall_us: Some(wall_us), .. } = run else {
+        return Ok(None);
+    };
+    if first == FirstRun::Refused && !store.has_run_before(&run.recipe, run_id)? {
+        return Ok(None);
+    }
+    Ok(Some(RanAs {
+        run_id,
+        wall: Duration::from_micros(wall_us),
+        workers: run.workers.max(1) as usize,
+        budget: run.budget_bytes,
+        standing: run.standing(),
+    }))
 }
 
 /// The newest [`calibrate::RECENT_RUNS`] of `runs` (the recipe's, before `before_run`),

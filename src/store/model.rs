@@ -350,6 +350,18 @@ pub struct RunRow {
     pub vars: Option<String>,
 }
 
+impl RunRow {
+    /// What its service processes held at their baseline at its peak reserved, as the engine
+    /// counts standing memory (none recorded: nothing).
+    pub fn standing(&self) -> crate::memory::Standing {
+        crate::memory::Standing {
+            bytes: self.standing_bytes.unwrap_or(0),
+            shared: self.standing_shared_bytes.unwrap_or(0),
+            services: self.standing_services.unwrap_or(0),
+        }
+    }
+}
+
 /// One point of a run's memory over time (`samples`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Sample {
