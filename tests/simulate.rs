@@ -946,10 +946,11 @@ fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
 
 #[test]
 fn a_budget_the_warm_interpreters_fill_runs_the_tasks_one_at_a_time_as_predicted() {
-    // Alone: the walls are compared.
+    // Alone: the walls are compared. Tasks mostly asleep: the recorded runs held two at once and
+    // this one holds one, so CPU the machine shares with others would move their walls apart.
     let _alone = alone();
     let Some(dir) = python_holding() else { return };
-    write(dir.path(), "f.yaml", &PYTHON_HOLDING.replace("seconds: 0", "seconds: 0.2"));
+    write(dir.path(), "f.yaml", &PYTHON_HOLDING.replace("seconds: 0", "seconds: 0.5"));
     let roomy = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "mib=48", "1GiB").1;
     let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
     let standing = |s: &Json| s["peak_reserved_standing_bytes"].as_f64().unwrap();
@@ -979,7 +980,7 @@ fn a_budget_the_warm_interpreters_fill_runs_the_tasks_one_at_a_time_as_predicted
         "the prediction held two tasks at once at {budget}: {predicted}"
     );
     assert_reserved_within_10_percent(&predicted, &real, " at a budget the interpreters fill");
-    // Six tasks of 0.2 s one after another, not three pairs.
+    // Six tasks of 0.5 s one after another, not three pairs.
     assert!(wall(&predicted) > wall(&two_at_once) * 1.5, "{} s, with room {} s", wall(&predicted), wall(&two_at_once));
     let error = (wall(&predicted) - wall(&real)).abs() / wall(&real);
     assert!(error <= 0.2, "predicted {} s, ran {} s at {budget}", wall(&predicted), wall(&real));
