@@ -91,7 +91,15 @@ pub struct Plan {
     /// What the recipe's newest run with service processes (warm interpreters) held of them at
     /// its peak: a local run's ledger counts as much for its own services until they stand
     /// ([`crate::memory::Standing::awaiting`]). Learned from the store; `None` without.
-    pub services_before: Option<RanStanding>,
+    pub services_before: Option<ServicesBefore>,
+}
+
+/// The recipe's newest run with service processes: what they held, and which steps ran in them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServicesBefore {
+    pub held: RanStanding,
+    /// The steps whose tasks ran in them (none known: any step may start one).
+    pub served: Vec<StepId>,
 }
 
 impl Plan {

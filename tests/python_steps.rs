@@ -1289,6 +1289,54 @@ fn the_whole_tree_s_peak_counts_what_the_interpreters_hold() {
 }
 
 #[test]
+fn a_resumed_run_that_takes_over_every_python_task_counts_no_interpreters() {
+    let _shared = beside_others();
+    // Needs no numpy. `check` fails until the file `ready` is there.
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "lib/one.py", "import time\n\ndef one(i):\n    time.sleep(0.05)\n    return i\n");
+    let recipe = r#"
+recipe: resumed
+dims: {i: 6}
+steps:
+  one:
+    plugin: python
+    over: [i]
+    args: {call: "one:one", args: ["{i}"], pythonpath: [lib]}
+  check:
+    plugin: exec
+    args: {command: [test, -f, ready]}
+"#;
+    write(dir.path(), "r.yaml", recipe);
+    let run = |extra: &[&str]| {
+        let args = ["run", "r.yaml", "--cycle", "c", "--workers", "2", "--summary", "s.json"];
+        let out = runner(dir.path(), &args.iter().chain(extra).copied().collect::<Vec<_>>());
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join("s.json")).unwrap()).unwrap();
+        (out, summary)
+    };
+    let (out, _) = run(&[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let db = dir.path().join("runner.db");
+    let first: u64 = query(&db, "SELECT standing_bytes FROM runs WHERE run_id = 1")[0][0].parse().unwrap();
+    assert!(first > 0, "the first run's interpreters stood");
+    // The resumed run takes every python task over: no interpreter starts, and none is held
+    // for in the budget (nor recorded as held, for the next run to expect).
+    write(dir.path(), "ready", "");
+    let (out, summary) = run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(summary["tasks_reused"], 6, "{summary}");
+    assert_eq!(summary["peak_reserved_standing_bytes"], 0, "{summary}");
+    assert_eq!(query(&db, "SELECT standing_bytes FROM runs WHERE run_id = 2")[0][0], "0");
+    // Resumed again with the python step to run (its arg changed), the interpreters it will
+    // start are held for from the start, as they stood in the first run.
+    write(dir.path(), "r.yaml", &recipe.replace(r#"args: ["{i}"]"#, r#"args: ["{i}0"]"#));
+    let (out, summary) = run(&["--resume"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(summary["tasks_reused"], 1, "only check is taken over: {summary}");
+    assert!(summary["peak_reserved_standing_bytes"].as_u64().unwrap() > 0, "{summary}");
+}
+
+#[test]
 fn an_exception_that_cannot_print_itself_or_prints_a_book_fails_only_its_task() {
     let _shared = beside_others();
     // Needs no numpy.

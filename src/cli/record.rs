@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use super::interrupt::{self, InterruptGuard};
 use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN, Observation, Params};
 use crate::memory::RanStanding;
-use crate::plan::{Compiled, EstimateSource};
+use crate::plan::{Compiled, EstimateSource, ServicesBefore};
+use crate::recipe::Recipe;
 use crate::store::writer::INTERRUPT_WAIT;
 use crate::store::{RunOutcome, RunRecorder, RunStatus, Store, StoreError, TaskStatus};
 
@@ -103,13 +104,10 @@ pub fn learn(store: &Store, compiled: &mut Compiled) {
         recipe.steps.iter().position(|s| s.name == name).map(|at| histories[at].0.clone()).unwrap_or_default()
     };
     plan.learn(recipe, &history, Params::default());
-    plan.services_before = match store.newest_with_standing(&recipe.name) {
-        Ok(run) => run.map(|run| RanStanding { standing: run.standing(), workers: run.workers.max(1) as usize }),
-        Err(e) => {
-            tracing::warn!("cannot read what the recipe's service processes held before: {e}");
-            None
-        }
-    };
+    plan.services_before = services_before(store, recipe).unwrap_or_else(|e| {
+        tracing::warn!("cannot read what the recipe's service processes held before: {e}");
+        None
+    });
     for (step, (_, longest)) in plan.steps.iter_mut().zip(&histories) {
         step.longest_task = *longest;
     }
@@ -133,4 +131,13 @@ pub fn mark_interrupted_on_signal(recorder: &RunRecorder) -> Option<InterruptGua
             }
         })
     })
+}
+
+/// What the recipe's newest run with service processes held of them, and which of this
+/// recipe's steps ran in them.
+fn services_before(store: &Store, recipe: &Recipe) -> Result<Option<ServicesBefore>, StoreError> {
+    let Some(run) = store.newest_with_standing(&recipe.name)? else { return Ok(None) };
+    let served = store.served_steps(run.run_id)?.iter().filter_map(|name| recipe.step_id(name)).collect();
+    let held = RanStanding { standing: run.standing(), workers: run.workers.max(1) as usize };
+    Ok(Some(ServicesBefore { held, served }))
 }

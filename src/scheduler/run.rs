@@ -16,8 +16,9 @@ use crate::executor::Executor;
 use crate::executor::attempt;
 use crate::graph::Graph;
 use crate::measure;
+use crate::memory::Standing;
 use crate::memory::spill::SpillDir;
-use crate::plan::{EstimateSource, Plan};
+use crate::plan::{EstimateSource, Plan, ServicesBefore};
 use crate::recipe::Recipe;
 use crate::resume::{Fingerprints, Reuse};
 
@@ -78,8 +79,12 @@ pub fn run_with(
     }
     // A run before this one in the process (a test's) may have let services go near its end.
     executor.reach(u64::MAX);
-    // A cluster's services run in its jobs, not beside this process's ledger.
-    let expected = plan.services_before.filter(|_| local).map(|ran| ran.on_workers(workers)).unwrap_or_default();
+    // A cluster's services run in its jobs, not beside this process's ledger; a resumed run
+    // that takes over every task of the steps that ran in them starts none.
+    let expected = match &plan.services_before {
+        Some(before) if local && !reuses_every_served_task(before, graph, reuse) => before.held.on_workers(workers),
+        _ => Standing::default(),
+    };
     let meter = RunMeter::new(workers * MAX_BATCH, expected);
     let mut state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, reuse);
     state.take_over_reused();
@@ -185,4 +190,12 @@ fn hand_over_reused(recipe: &Recipe, graph: &Graph, reuse: &Reuse, remote: &dyn 
             }
         }
     }
+}
+
+/// Whether `reuse` takes over every task of the steps that ran in service processes `before`
+/// (false when which steps did is not known).
+fn reuses_every_served_task(before: &ServicesBefore, graph: &Graph, reuse: Option<&Reuse>) -> bool {
+    let Some(reuse) = reuse else { return false };
+    !before.served.is_empty()
+        && before.served.iter().all(|&step| reuse.of_step(step).count() as u64 == graph.steps[step].tasks)
 }

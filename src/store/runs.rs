@@ -4,6 +4,7 @@
 use rusqlite::{OptionalExtension, params};
 
 use super::{EventKind, Executor, RunEvent, RunRow, RunStatus, Sample, Store, StoreError, from_sql_int, to_sql_int};
+use crate::measure::PeakSource;
 use crate::process_identity::ProcessIdentity;
 
 const RUN_COLUMNS: &str = "run_id, recipe, cycle, started_at, finished_at, status, executor, budget_bytes, workers, \
@@ -163,6 +164,21 @@ impl Store {
             )
             .optional()
             .map_err(|e| self.err("reading the newest run with standing memory", e))
+    }
+
+    /// The steps of run `run_id` whose tasks ran in service processes (warm interpreters), by
+    /// name.
+    pub fn served_steps(&self, run_id: i64) -> Result<Vec<String>, StoreError> {
+        let what = "reading which steps ran in service processes";
+        let sql = format!(
+            "SELECT DISTINCT b.step FROM {} AND coalesce(t.peak_source, b.peak_source) IN (?2, ?3) ORDER BY b.step",
+            super::query::RUN_ROWS
+        );
+        let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(what, e))?;
+        let served = [PeakSource::ServiceCgroup.as_str(), PeakSource::ServiceProc.as_str()];
+        stmt.query_map(params![run_id, served[0], served[1]], |r| r.get(0))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| self.err(what, e))
     }
 
     /// The recipes that have runs, by name.
