@@ -94,12 +94,22 @@ pub struct Plan {
     pub services_before: Option<ServicesBefore>,
 }
 
-/// The recipe's newest run with service processes: what they held, and which steps ran in them.
+/// The recipe's newest run with service processes: what they held, and which steps ran
+/// without them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServicesBefore {
     pub held: RanStanding,
-    /// The steps whose tasks ran in them (none known: any step may start one).
-    pub served: Vec<StepId>,
+    /// The steps whose tasks that ran all ran outside service processes; any other step
+    /// (served, or not run there) may start one.
+    pub ran_without: Vec<StepId>,
+}
+
+impl ServicesBefore {
+    /// Whether a run with `left[step]` tasks to run of each step (the rest taken over, on a
+    /// resume) starts no service: every step with tasks left ran without them.
+    pub fn none_started_by(&self, left: &[u64]) -> bool {
+        left.iter().enumerate().all(|(step, &tasks)| tasks == 0 || self.ran_without.contains(&step))
+    }
 }
 
 impl Plan {
@@ -256,5 +266,20 @@ impl Compiled {
         let graph = Graph::build(&recipe).map_err(|d| RecipeError::new(recipe.source.clone(), d))?;
         let plan = Plan::build(&recipe, &graph).map_err(|d| RecipeError::new(recipe.source.clone(), d))?;
         Ok(Compiled { recipe, graph, plan })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_starts_no_service_only_when_every_step_with_tasks_left_ran_without_one() {
+        // Steps 0 and 2 ran without services; step 1 ran in them, step 3 did not run at all.
+        let before = ServicesBefore { held: RanStanding::default(), ran_without: vec![0, 2] };
+        assert!(before.none_started_by(&[4, 0, 1, 0]), "the served step and the unrun one are taken over");
+        assert!(!before.none_started_by(&[0, 1, 0, 0]), "a served step's task runs again");
+        assert!(!before.none_started_by(&[0, 0, 0, 2]), "a step that did not run there may start one");
+        assert!(before.none_started_by(&[0, 0, 0, 0]));
     }
 }

@@ -134,10 +134,11 @@ pub fn mark_interrupted_on_signal(recorder: &RunRecorder) -> Option<InterruptGua
 }
 
 /// What the recipe's newest run with service processes held of them, and which of this
-/// recipe's steps ran in them.
+/// recipe's steps ran without them.
 fn services_before(store: &Store, recipe: &Recipe) -> Result<Option<ServicesBefore>, StoreError> {
     let Some(run) = store.newest_with_standing(&recipe.name)? else { return Ok(None) };
-    let served = store.served_steps(run.run_id)?.iter().filter_map(|name| recipe.step_id(name)).collect();
+    let names = store.steps_without_services(run.run_id)?;
+    let ran_without = names.iter().filter_map(|name| recipe.step_id(name)).collect();
     let held = RanStanding { standing: run.standing(), workers: run.workers.max(1) as usize };
-    Ok(Some(ServicesBefore { held, served }))
+    Ok(Some(ServicesBefore { held, ran_without }))
 }

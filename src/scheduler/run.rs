@@ -18,7 +18,7 @@ use crate::graph::Graph;
 use crate::measure;
 use crate::memory::Standing;
 use crate::memory::spill::SpillDir;
-use crate::plan::{EstimateSource, Plan, ServicesBefore};
+use crate::plan::{EstimateSource, Plan};
 use crate::recipe::Recipe;
 use crate::resume::{Fingerprints, Reuse};
 
@@ -80,9 +80,11 @@ pub fn run_with(
     // A run before this one in the process (a test's) may have let services go near its end.
     executor.reach(u64::MAX);
     // A cluster's services run in its jobs, not beside this process's ledger; a resumed run
-    // that takes over every task of the steps that ran in them starts none.
+    // whose tasks left all ran without them starts none.
     let expected = match &plan.services_before {
-        Some(before) if local && !reuses_every_served_task(before, graph, reuse) => before.held.on_workers(workers),
+        Some(before) if local && !reuse.is_some_and(|reuse| before.none_started_by(&tasks_left(graph, reuse))) => {
+            before.held.on_workers(workers)
+        }
         _ => Standing::default(),
     };
     let meter = RunMeter::new(workers * MAX_BATCH, expected);
@@ -192,10 +194,12 @@ fn hand_over_reused(recipe: &Recipe, graph: &Graph, reuse: &Reuse, remote: &dyn 
     }
 }
 
-/// Whether `reuse` takes over every task of the steps that ran in service processes `before`
-/// (false when which steps did is not known).
-fn reuses_every_served_task(before: &ServicesBefore, graph: &Graph, reuse: Option<&Reuse>) -> bool {
-    let Some(reuse) = reuse else { return false };
-    !before.served.is_empty()
-        && before.served.iter().all(|&step| reuse.of_step(step).count() as u64 == graph.steps[step].tasks)
+/// Each step's tasks that `reuse` does not take over.
+fn tasks_left(graph: &Graph, reuse: &Reuse) -> Vec<u64> {
+    graph
+        .steps
+        .iter()
+        .enumerate()
+        .map(|(step, shape)| shape.tasks.saturating_sub(reuse.of_step(step).count() as u64))
+        .collect()
 }

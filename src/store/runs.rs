@@ -166,12 +166,14 @@ impl Store {
             .map_err(|e| self.err("reading the newest run with standing memory", e))
     }
 
-    /// The steps of run `run_id` whose tasks ran in service processes (warm interpreters), by
-    /// name.
-    pub fn served_steps(&self, run_id: i64) -> Result<Vec<String>, StoreError> {
-        let what = "reading which steps ran in service processes";
+    /// The steps of run `run_id` whose tasks that ran (ok or failed) all ran outside service
+    /// processes (warm interpreters), by name: a step none of whose tasks ran there, or whose
+    /// tasks' measure is not recorded, is not among them.
+    pub fn steps_without_services(&self, run_id: i64) -> Result<Vec<String>, StoreError> {
+        let what = "reading which steps ran outside service processes";
         let sql = format!(
-            "SELECT DISTINCT b.step FROM {} AND coalesce(t.peak_source, b.peak_source) IN (?2, ?3) ORDER BY b.step",
+            "SELECT b.step FROM {} AND t.status IN (0, 1) GROUP BY b.step \
+             HAVING max(coalesce(t.peak_source, b.peak_source) IN (?2, ?3)) = 0 ORDER BY b.step",
             super::query::RUN_ROWS
         );
         let mut stmt = self.conn.prepare(&sql).map_err(|e| self.err(what, e))?;
