@@ -42,6 +42,6 @@ pub use options::{RunExtras, RunOptions};
 pub use progress::{Progress, StepProgress};
 pub use report::{Failure, RunReport, SpillRecord, TaskFigures, TaskHashes, TaskReport, TaskSink};
 pub use run::{run, run_with};
-pub(crate) use state::{Garbage, Pick, Picked, SpillJob, State};
+pub(crate) use state::{Garbage, Pick, Picked, SpillJob, State, StepTraits};
 pub use state::{Outcome, SkipReason, TaskRef};
 pub(crate) use worker::MAX_BATCH;

@@ -11,14 +11,14 @@ use super::output_claims;
 use super::shared::{Shared, WorkerResult};
 use super::stats::StepStats;
 use super::worker::{MAX_BATCH, Worker};
-use super::{Local, Progress, RunExtras, RunMeter, RunOptions, RunReport, SpillRecord, State, TaskSink};
+use super::{Local, Progress, RunExtras, RunMeter, RunOptions, RunReport, SpillRecord, State, StepTraits, TaskSink};
 use crate::executor::Executor;
 use crate::executor::attempt;
 use crate::graph::Graph;
 use crate::measure;
 use crate::memory::Standing;
 use crate::memory::spill::SpillDir;
-use crate::plan::{EstimateSource, Plan};
+use crate::plan::Plan;
 use crate::recipe::Recipe;
 use crate::resume::{Fingerprints, Reuse};
 
@@ -53,13 +53,7 @@ pub fn run_with(
     let _ = rayon::ThreadPoolBuilder::new().num_threads(workers).build_global();
     crate::panics::install_hook();
     let started = Instant::now();
-    let follows_data = recipe.steps.iter().map(|s| s.plugin.estimate_follows_data()).collect();
-    let on_probation = (0..recipe.steps.len())
-        .map(|id| {
-            plan.steps[id].source == EstimateSource::Plugin
-                && !recipe.steps[id].plugin.estimate_is_exact(&crate::recipe::sample_args(recipe, id))
-        })
-        .collect();
+    let traits = StepTraits::of(recipe, plan);
     // Folders of killed runs go first; this run's is created on its first spill and removed
     // when `spill` drops at the end of this function, also on error.
     if let Err(error) = SpillDir::remove_stale(&options.spill_parent()) {
@@ -88,7 +82,7 @@ pub fn run_with(
         _ => Standing::default(),
     };
     let meter = RunMeter::new(workers * MAX_BATCH, expected);
-    let mut state = State::new(graph, plan, follows_data, on_probation, options.budget, &meter, reuse);
+    let mut state = State::new(graph, plan, traits, options.budget, &meter, reuse);
     state.take_over_reused();
     let shared = Shared {
         recipe,

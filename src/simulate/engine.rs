@@ -20,10 +20,9 @@ use runner_plugin::size::format_size;
 use crate::executor::slurm::tasks_per_job;
 use crate::memory::{Admission, Meter, Standing, TaskSlot};
 use crate::plan::Compiled;
-use crate::plan::EstimateSource;
 use crate::scheduler::stats::StepStats;
 use crate::scheduler::{
-    Failure, Garbage, MAX_BATCH, Outcome, Pick, Picked, RunReport, SpillJob, SpillRecord, State, TaskRef,
+    Failure, Garbage, MAX_BATCH, Outcome, Pick, Picked, RunReport, SpillJob, SpillRecord, State, StepTraits, TaskRef,
 };
 
 use super::cluster::{Cluster, ClusterShape, Job};
@@ -179,17 +178,11 @@ pub fn simulate(
 ) -> Simulated {
     let recipe = &compiled.recipe;
     let plan = &compiled.plan;
-    let follows_data = recipe.steps.iter().map(|s| s.plugin.estimate_follows_data()).collect();
-    let on_probation = (0..recipe.steps.len())
-        .map(|id| {
-            plan.steps[id].source == EstimateSource::Plugin
-                && !recipe.steps[id].plugin.estimate_is_exact(&crate::recipe::sample_args(recipe, id))
-        })
-        .collect();
+    let traits = StepTraits::of(recipe, plan);
     let standing = if cluster.is_none() { predictor.standing_on(options.workers.max(1)) } else { Standing::default() };
     let meter = ReservationsOnly { read_every_task: options.read_every_task, standing };
     let workers = options.workers.max(1);
-    let mut state = State::new(&compiled.graph, plan, follows_data, on_probation, options.budget, &meter, None);
+    let mut state = State::new(&compiled.graph, plan, traits, options.budget, &meter, None);
     let mut sim = Loop {
         compiled,
         predictor,

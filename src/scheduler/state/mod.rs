@@ -24,7 +24,7 @@ use crate::graph::Graph;
 use crate::memory::spill::MappedBuffer;
 use crate::memory::{Ledger, Meter};
 use crate::plan::{EstimateSource, Plan};
-use crate::recipe::StepId;
+use crate::recipe::{Recipe, StepId};
 use crate::resume::Reuse;
 
 mod finish;
@@ -183,13 +183,41 @@ struct InputSums {
     spilled: u64,
 }
 
+/// What the scheduler asks of each step's plugin, once before a run or a simulation (never
+/// under the lock): both drive the same [`State`] from it.
+pub struct StepTraits {
+    /// The plugin estimates each task from its inputs at dispatch.
+    follows_data: Vec<bool>,
+    /// The step's first task runs alone until measured: its estimate is the plugin's, and the
+    /// plugin does not call it exact.
+    on_probation: Vec<bool>,
+}
+
+impl StepTraits {
+    /// What `recipe`'s plugins say of their steps, with `plan`'s estimate sources.
+    pub fn of(recipe: &Recipe, plan: &Plan) -> StepTraits {
+        let follows_data = recipe.steps.iter().map(|s| s.plugin.estimate_follows_data()).collect();
+        let on_probation = (0..recipe.steps.len())
+            .map(|id| {
+                plan.steps[id].source == EstimateSource::Plugin
+                    && !recipe.steps[id].plugin.estimate_is_exact(&crate::recipe::sample_args(recipe, id))
+            })
+            .collect();
+        StepTraits { follows_data, on_probation }
+    }
+
+    /// `steps` steps whose plugins estimate before dispatch, none on probation.
+    #[cfg(test)]
+    pub fn plain(steps: usize) -> StepTraits {
+        StepTraits { follows_data: vec![false; steps], on_probation: vec![false; steps] }
+    }
+}
+
 impl<'g> State<'g> {
-    /// `on_probation[step]`: the step's first task runs alone until measured.
     pub fn new(
         graph: &'g Graph,
         plan: &Plan,
-        follows_data: Vec<bool>,
-        on_probation: Vec<bool>,
+        traits: StepTraits,
         budget: u64,
         meter: &'g dyn Meter,
         reuse: Option<&'g Reuse>,
@@ -197,7 +225,7 @@ impl<'g> State<'g> {
         let steps = graph
             .steps
             .iter()
-            .zip(&on_probation)
+            .zip(&traits.on_probation)
             .map(|(s, &on_probation)| StepState {
                 pending: Vec::new(),
                 next_source: 0,
@@ -237,7 +265,7 @@ impl<'g> State<'g> {
                 .map(|s| s.model.clone().map(|model| Model { model, source: EstimateSource::History }))
                 .collect(),
             params: Params::default(),
-            follows_data,
+            follows_data: traits.follows_data,
             // Until a spill fails.
             can_spill: true,
             spill_jobs: Vec::new(),

@@ -336,7 +336,7 @@ mod tests {
     use super::super::testing::{NoMemory, compiled};
     use crate::estimate::{Basis, Observation, Params, StepModel};
     use crate::memory::TaskSlot;
-    use crate::scheduler::{Outcome, Pick, State};
+    use crate::scheduler::{Outcome, Pick, State, StepTraits};
 
     const MIB: u64 = 1 << 20;
 
@@ -351,7 +351,7 @@ mod tests {
         let mut c = compiled("  a: {plugin: noop, over: [lead]}\n  b: {plugin: noop, over: [lead], inputs: {x: a}}\n");
         c.plan.steps[1].model = model;
         let steps = c.recipe.steps.len();
-        let mut state = State::new(&c.graph, &c.plan, vec![false; steps], vec![false; steps], budget, &NoMemory, None);
+        let mut state = State::new(&c.graph, &c.plan, StepTraits::plain(steps), budget, &NoMemory, None);
         let mut producers = Vec::new();
         for slot in 1..=3 {
             let Pick::Run(picked) = state.pick(&c.plan, TaskSlot(slot)) else { panic!("an `a` task fits") };

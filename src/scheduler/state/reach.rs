@@ -99,13 +99,12 @@ mod tests {
     use super::super::testing::{NoMemory, compiled};
     use crate::memory::TaskSlot;
     use crate::plan::Compiled;
-    use crate::scheduler::{Outcome, Pick, State};
+    use crate::scheduler::{Outcome, Pick, State, StepTraits};
 
     /// Runs the recipe's tasks one at a time to the end, noting the reach before each start.
     fn reach_before_each_task(c: &Compiled) -> Vec<(String, u64)> {
         let steps = c.recipe.steps.len();
-        let mut state =
-            State::new(&c.graph, &c.plan, vec![false; steps], vec![false; steps], u64::MAX, &NoMemory, None);
+        let mut state = State::new(&c.graph, &c.plan, StepTraits::plain(steps), u64::MAX, &NoMemory, None);
         let mut seen = Vec::new();
         while !state.is_done() {
             let reach = state.reach();
