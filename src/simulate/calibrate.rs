@@ -6,7 +6,7 @@
 //! their own figures and the prediction's task times (the mean of the tasks like each,
 //! [`super::like_tasks`]), on the workers and budget they had, and the prediction's wall is
 //! moved by how much longer than that they took: the alike runs (whose figures the prediction
-//! takes, [`super::history`]) as one, and the [`RECENT_RUNS`] newest others each as one, so
+//! takes, [`super::history`]) as one, and the [`RECENT_RUNS`](super::history::RECENT_RUNS) newest others each as one, so
 //! that neither one run's draw of the machine's noise nor a pace the machine has left behind
 //! sets the wall alone. With the alike runs alone, or with the alike run's own task times,
 //! the walls of `weather.yaml` and `mixed.yaml` came out worse.
@@ -19,15 +19,6 @@ use super::Recompile;
 use super::engine::{self, SimOptions};
 use super::history::{History, RanAs};
 use super::predict::Predictor;
-
-/// The newest runs besides the alike ones whose pace a prediction takes. Re-predicting 16
-/// recorded passes of the cycles files (280 cycles): walls within 20% 223 with none, 229
-/// with 2 or 4, 222 with 8 (older runs ran at the machine's older pace).
-pub const RECENT_RUNS: usize = 2;
-
-/// A recipe of more tasks takes the alike runs' pace alone: each recent run costs a
-/// simulation of the whole recipe.
-pub const MAX_TASKS: u64 = 100_000;
 
 /// How many times longer than their simulation the recorded runs took (the alike runs
 /// weighted as their figures are, and counted as one beside each recent run; the recent runs

@@ -20,7 +20,6 @@ use crate::plan::EstimateSource;
 use crate::store::{Executor, HistoryRun, RunFilter, RunRow, RunStatus, SpillSpeed, Store, StoreError, TaskStatus};
 
 use super::alike;
-use super::calibrate;
 use super::durations::{DurationModel, Timing};
 use super::like_tasks::{self, LikeTasks};
 
@@ -73,6 +72,15 @@ pub struct StepRecords {
 /// Runs whose per-task figures are compared, each with the one before it.
 pub const PATTERN_RUNS: usize = 4;
 
+/// The newest runs besides the alike ones whose pace a prediction takes ([`super::calibrate`]).
+/// Re-predicting 16 recorded passes of the cycles files (280 cycles): walls within 20% 223
+/// with none, 229 with 2 or 4, 222 with 8 (older runs ran at the machine's older pace).
+pub const RECENT_RUNS: usize = 2;
+
+/// A recipe of more tasks takes the alike runs' pace alone: each recent run costs a
+/// simulation of the whole recipe.
+pub const MAX_TASKS: u64 = 100_000;
+
 /// Each step's records, in the recipe's step order.
 #[derive(Debug, Clone, Default)]
 pub struct History {
@@ -83,10 +91,10 @@ pub struct History {
     /// measure of a run on this host: it did not finish ok on the workers of its process, has
     /// no wall recorded or was the recipe's first).
     pub alike_runs: Vec<AlikeRun>,
-    /// The newest runs besides those ([`super::calibrate::RECENT_RUNS`]), each with its own
+    /// The newest runs besides those ([`RECENT_RUNS`]), each with its own
     /// figures as a prediction of its own cycle takes them: how fast the machine has run lately
     /// ([`super::calibrate`]). None without alike runs, or for a recipe of more than
-    /// [`super::calibrate::MAX_TASKS`] tasks.
+    /// [`MAX_TASKS`] tasks.
     pub recent: Vec<RecentRun>,
     /// The recipe's first run with its own figures, when it is the only run before this
     /// cycle: its pace, simulated as it ran (without history), is the only one there is
@@ -170,7 +178,7 @@ impl History {
         // that measures a run here is one of them; without any alike run, there is no history
         // to pace.
         let paced_apart = if alike_runs.is_empty() { &[][..] } else { alike };
-        let recent = if alike.is_empty() || compiled.graph.total_tasks() > calibrate::MAX_TASKS {
+        let recent = if alike.is_empty() || compiled.graph.total_tasks() > MAX_TASKS {
             Vec::new()
         } else {
             recent_runs(store, compiled, &runs, before_run, spill_speed, paced_apart)?
@@ -179,12 +187,11 @@ impl History {
             Some(standing) => standing,
             None => newest_standing(store, &runs)?,
         };
-        let first_run =
-            if alike_runs.is_empty() && recent.is_empty() && compiled.graph.total_tasks() <= calibrate::MAX_TASKS {
-                only_first_run(store, compiled, &runs, before_run, spill_speed)?
-            } else {
-                None
-            };
+        let first_run = if alike_runs.is_empty() && recent.is_empty() && compiled.graph.total_tasks() <= MAX_TASKS {
+            only_first_run(store, compiled, &runs, before_run, spill_speed)?
+        } else {
+            None
+        };
         Ok(History { steps, spill_speed, alike_runs, recent, first_run, beyond, standing, standing_workers })
     }
 
@@ -362,7 +369,7 @@ fn ran_as(store: &Store, run_id: i64, first: FirstRun) -> Result<Option<RanAs>, 
     }))
 }
 
-/// The newest [`calibrate::RECENT_RUNS`] of `runs` (the recipe's, before `before_run`),
+/// The newest [`RECENT_RUNS`] of `runs` (the recipe's, before `before_run`),
 /// other than those paced as the alike runs (`alike`), that kept their vars and are [`ran_as`] a measure of a
 /// run; with each step's records holding the run's own figures.
 fn recent_runs(
@@ -374,9 +381,9 @@ fn recent_runs(
     alike: &[(i64, f64)],
 ) -> Result<Vec<RecentRun>, StoreError> {
     let own = OwnFigures { store, compiled, before_run, spill_speed };
-    let mut recent = Vec::with_capacity(calibrate::RECENT_RUNS);
+    let mut recent = Vec::with_capacity(RECENT_RUNS);
     for run in runs.iter().rev() {
-        if recent.len() == calibrate::RECENT_RUNS {
+        if recent.len() == RECENT_RUNS {
             break;
         }
         if alike.iter().any(|&(run_id, _)| run_id == run.run_id) {

@@ -405,7 +405,7 @@ impl<'c, 'a> InputFiles<'c, 'a> {
             Value::Path(path) => {
                 return Err(TaskError::missing(format!("input `{name}`: no file {}", path.display())));
             }
-            Value::Array(array) if let Some(object) = crate::python::PythonObject::of(array) => {
+            Value::Array(array) if let Some(object) = crate::python_object::PythonObject::of(array) => {
                 return Err(TaskError::msg(format!(
                     "input `{name}` is a Python object ({object}), which cannot be handed to a command as a file: \
                      return a numpy.ndarray from the call, or write a file there and return its path"

@@ -27,6 +27,7 @@ pub mod netcdf;
 pub mod noop;
 pub mod npy;
 pub mod python;
+mod python_object;
 mod support;
 pub mod synth;
 pub mod synth_sst;

@@ -281,7 +281,7 @@ mod tests {
     /// A pickled Python object (bytes to the engine) is refused naming what it is, not as `u8`s.
     #[test]
     fn a_pickled_python_object_is_refused_naming_it() {
-        let object = crate::python::PythonObject::sample("dict");
+        let object = crate::python_object::PythonObject::sample("dict");
         let err = run(&Mean, json!({}), &[single("fields", object)]).unwrap_err();
         assert_eq!(
             err.message(),

@@ -618,7 +618,7 @@ for case in cases:
     fn a_pickled_python_object_is_refused_and_no_file_written() {
         let dir = temp_dir();
         let path = dir.path().join("object.npy");
-        let object = crate::python::PythonObject::sample("numpy.ma.MaskedArray of dtype '<f8'");
+        let object = crate::python_object::PythonObject::sample("numpy.ma.MaskedArray of dtype '<f8'");
         let err = run(&WriteNpy, json!({"path": path}), &[single("array", object)]).unwrap_err();
         assert!(
             err.message().starts_with(

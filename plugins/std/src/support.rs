@@ -11,7 +11,7 @@ use runner_plugin::{
     ArgError, Array, DType, Element, Input, InputMeta, Inputs, TaskContext, TaskError, Value, ValueMeta,
 };
 
-use crate::python::PythonObject;
+use crate::python_object::PythonObject;
 
 /// FNV-1a, 64 bits: a tiny, well-known, stable hash for turning task keys and seeds into numbers.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {

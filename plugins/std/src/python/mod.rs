@@ -44,7 +44,6 @@ use runner_plugin::{
 };
 
 use protocol::Outgoing;
-pub(crate) use protocol::PythonObject;
 
 /// The interpreter's side of the conversation.
 const WORKER: &str = include_str!("worker.py");

@@ -13,20 +13,17 @@
 //! offset — with the frames and the object's type in its
 //! `python_object` attribute, so it is counted, spilled and passed on like any array (the
 //! attribute travels with it into spill, value and cache files), and any interpreter can load
-//! it. [`PythonObject::of`] is the one place that tells such an array from one of numbers: a
+//! it. [`crate::python_object::PythonObject::of`] is the one place that tells such an array from one of numbers: a
 //! Rust plugin's array input refuses it, naming the object's type, rather than reading the
 //! pickle's bytes as `u8`s.
 
-use std::fmt;
 use std::io::{Read, Write};
 
 use runner_plugin::serde_json::{self, Value as Json, json};
 use runner_plugin::{Array, DType, SharedBufferMut, Storage, TaskContext, TaskError, Value};
 
-/// The attribute that marks a `u8` array as a pickled Python object: `{"frames": [[offset,
-/// length], ...], "type": "dict"}`, the pickle stream first. Read only through
-/// [`PythonObject::of`].
-pub const OBJECT_ATTR: &str = "python_object";
+use crate::python_object::{OBJECT_ATTR, PythonObject};
+
 /// Offsets of out-of-band buffers in an object's bytes are multiples of this.
 const ALIGN: usize = 64;
 /// Returned values of this many bytes or more go to shared memory: below it, a page of its own
@@ -53,7 +50,7 @@ impl<'v> Outgoing<'v> {
             Value::Bytes(b) => json!({"t": "bytes", "p": self.push(b.bytes())}),
             Value::Array(a) => {
                 let mut description = match PythonObject::of(a) {
-                    Some(object) => json!({"t": "object", "frames": object.frames}),
+                    Some(object) => json!({"t": "object", "frames": object.frames()}),
                     None => json!({"t": "array", "dtype": a.dtype().name(), "shape": a.shape()}),
                 };
                 match a.storage().shared_path() {
@@ -191,50 +188,6 @@ impl Reply {
     }
 }
 
-/// A value that is a pickled Python object rather than an array of numbers, as the engine
-/// holds it: a 1-d `u8` array whose [`OBJECT_ATTR`] lists its frames (and, when the
-/// interpreter said, its type).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PythonObject<'a> {
-    frames: &'a Json,
-    /// Its Python type as the interpreter named it (`dict`, `numpy.ma.MaskedArray`,
-    /// `numpy.ndarray of dtype '<U1'`); `None` for an object kept before types were recorded.
-    type_name: Option<&'a str>,
-}
-
-impl<'a> PythonObject<'a> {
-    /// The pickled object `array` holds, or `None` when it is an array of numbers.
-    pub fn of(array: &'a Array) -> Option<PythonObject<'a>> {
-        let marker = array.attrs().get(OBJECT_ATTR)?;
-        let frames = marker.get("frames").filter(|f| f.is_array())?;
-        (array.dtype() == DType::U8 && array.shape().len() == 1)
-            .then(|| PythonObject { frames, type_name: marker.get("type").and_then(Json::as_str) })
-    }
-
-    /// A value as a `python` step's pickled `type_name` reaches the plugins (for their tests).
-    #[cfg(test)]
-    pub(crate) fn sample(type_name: &str) -> Value {
-        let pickle = vec![0x80u8, 5, b'}', b'.'];
-        let frames = json!({"frames": [[0, pickle.len()]], "type": type_name});
-        Value::Array(Array::from_vec(vec![pickle.len()], pickle).unwrap().with_attr(OBJECT_ATTR, frames))
-    }
-
-    /// Why a Rust plugin's array input `input` refuses this object.
-    pub fn not_an_array(&self, input: &str) -> String {
-        format!(
-            "input `{input}` is a Python object ({self}), not an array: return a plain numpy.ndarray of a \
-             numeric or bool dtype for a Rust plugin to read"
-        )
-    }
-}
-
-/// `a pickled dict`, or `a pickled object` when its type is not known.
-impl fmt::Display for PythonObject<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "a pickled {}", self.type_name.unwrap_or("object"))
-    }
-}
-
 fn dtype_named(name: &str) -> Result<DType, String> {
     DType::ALL.into_iter().find(|d| d.name() == name).ok_or_else(|| format!("unknown dtype `{name}`"))
 }
@@ -283,34 +236,4 @@ fn check_bools(raw: &[u8]) -> Result<(), String> {
 
 fn read_into(buffer: &mut [u8], from: &mut dyn Read) -> Result<(), String> {
     from.read_exact(buffer).map_err(|e| format!("the interpreter's reply ended early ({e})"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn object(bytes: usize, marker: Json) -> Array {
-        Array::from_vec(vec![bytes], vec![0u8; bytes]).unwrap().with_attr(OBJECT_ATTR, marker)
-    }
-
-    #[test]
-    fn a_pickled_object_is_told_from_an_array_of_numbers() {
-        let dict = object(100, json!({"frames": [[0, 100]], "type": "dict"}));
-        let found = PythonObject::of(&dict).expect("a pickled object");
-        assert_eq!(found.to_string(), "a pickled dict");
-        assert_eq!(
-            found.not_an_array("fields"),
-            "input `fields` is a Python object (a pickled dict), not an array: return a plain numpy.ndarray of a \
-             numeric or bool dtype for a Rust plugin to read"
-        );
-        // Kept before the type was recorded: still an object.
-        let untyped = object(8, json!({"frames": [[0, 8]]}));
-        assert_eq!(PythonObject::of(&untyped).unwrap().to_string(), "a pickled object");
-        // Plain bytes, and arrays that only carry a look-alike attribute, are arrays.
-        assert_eq!(PythonObject::of(&Array::from_vec(vec![3], vec![1u8, 2, 3]).unwrap()), None);
-        assert_eq!(PythonObject::of(&object(4, json!("dict"))), None);
-        let numbers =
-            Array::from_vec(vec![2], vec![1.0f32, 2.0]).unwrap().with_attr(OBJECT_ATTR, json!({"frames": []}));
-        assert_eq!(PythonObject::of(&numbers), None);
-    }
 }
