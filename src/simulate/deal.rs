@@ -20,7 +20,6 @@ use crate::plan::Compiled;
 use crate::scheduler::RunReport;
 
 use super::history::History;
-use super::predict::Predictor;
 use super::variants::Variants;
 
 /// Simulations of a dealt prediction (odd, for a median; the first keeps the recorded labels).
@@ -122,19 +121,14 @@ pub fn dims_to_deal(compiled: &Compiled, variants: &Variants, history: &History)
     (keeps_to_tasks(history, variants)? < KEEPS_TO_TASKS).then_some(dims)
 }
 
-/// Simulates the [`DEALINGS`] dealings of `dims` with `simulate`, leaves `predictor` with the
-/// one whose peak reserved is the median, and gives the range of all.
-pub fn median(
-    compiled: &Compiled,
-    dims: &[usize],
-    predictor: &mut Predictor,
-    simulate: impl Fn(&Predictor) -> RunReport,
-) -> Dealt {
+/// Simulates the [`DEALINGS`] dealings of `dims` with `simulate` (which deals each into the
+/// prediction it runs), and gives the range of all and the dealing whose peak reserved is the
+/// median.
+pub fn median(compiled: &Compiled, dims: &[usize], mut simulate: impl FnMut(Dealing) -> RunReport) -> (Dealt, Dealing) {
     let graph = &compiled.graph;
     let mut dealings: Vec<(u64, Duration, u64)> = (0..DEALINGS)
         .map(|number| {
-            predictor.deal(Dealing::new(graph, dims, number));
-            let report = simulate(predictor);
+            let report = simulate(Dealing::new(graph, dims, number));
             (report.peak_reserved, report.wall, number)
         })
         .collect();
@@ -142,13 +136,13 @@ pub fn median(
     let walls = dealings.iter().map(|dealing| dealing.1);
     let wall = (walls.clone().min().unwrap_or_default(), walls.max().unwrap_or_default());
     let (low, high) = (dealings[0].0, dealings[dealings.len() - 1].0);
-    predictor.deal(Dealing::new(graph, dims, dealings[dealings.len() / 2].2));
-    Dealt {
+    let dealt = Dealt {
         dims: dims.iter().map(|&dim| compiled.recipe.dims[dim].name.clone()).collect(),
         dealings: DEALINGS,
         peak_reserved: (low, high),
         wall,
-    }
+    };
+    (dealt, Dealing::new(graph, dims, dealings[dealings.len() / 2].2))
 }
 
 /// How many values recipe dim `dim` has where a step runs over it (1 where none does).

@@ -74,7 +74,14 @@ pub fn predict(
         engine::simulate(compiled, predictor, options, cluster.map(Cluster::new), record_tasks)
     };
     let dealt = deal::dims_to_deal(compiled, predictor.variants(), history);
-    let mut dealt = dealt.map(|dims| deal::median(compiled, &dims, &mut predictor, |p| simulate(p, false).report));
+    let mut dealt = dealt.map(|dims| {
+        let (dealt, median) = deal::median(compiled, &dims, |dealing| {
+            predictor.deal(dealing);
+            simulate(&predictor, false).report
+        });
+        predictor.deal(median);
+        dealt
+    });
     let mut simulated = simulate(&predictor, record_tasks);
     let critical_path = critical_path::critical_path(&compiled.graph, &simulated.longest);
     let durations = (0..compiled.recipe.steps.len()).map(|s| predictor.duration_model(s).copied()).collect();
