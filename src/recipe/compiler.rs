@@ -64,7 +64,16 @@ pub(super) struct Compiler<'a> {
     /// Lookup tables by (var, dim), built on first use (`{radii[lead]}`).
     pub(super) lookup_tables: HashMap<(usize, DimId), Result<super::lookup::TableUse, String>>,
     /// Each plugin's section settings, the command line's laid over the recipe's.
-    pub(super) sections: HashMap<&'static str, Vec<super::sections::Setting>>,
+    pub(super) sections: HashMap<&'static str, Vec<Setting>>,
+}
+
+/// One setting of a plugin's section ([`super::sections`]): the arg it sets, its value and where it was written (the step's
+/// place for one from the command line).
+#[derive(Debug, Clone)]
+pub(super) struct Setting {
+    pub arg: &'static str,
+    pub value: Json,
+    pub loc: Option<Loc>,
 }
 
 impl<'a> Compiler<'a> {

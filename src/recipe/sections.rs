@@ -6,19 +6,10 @@
 
 use serde_json::{Map, Value as Json};
 
-use super::compiler::Compiler;
+use super::compiler::{Compiler, Setting};
 use super::diagnostic::{Diagnostic, Loc};
 use super::raw::{RawSection, to_json};
 use super::suggest::suggestion;
-
-/// One setting of a section: the arg it sets, its value and where it was written (the step's
-/// place for one from the command line).
-#[derive(Debug, Clone)]
-pub(super) struct Setting {
-    pub arg: &'static str,
-    pub value: Json,
-    pub loc: Option<Loc>,
-}
 
 impl Compiler<'_> {
     /// Reads each plugin's section, then lays the command line's settings over them.
