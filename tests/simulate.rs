@@ -559,6 +559,26 @@ fn without_history_every_task_is_a_guess_and_says_so() {
 }
 
 #[test]
+fn more_workers_than_cpus_are_said_to_share_them() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "h.yaml", HOLDING);
+    // The runner is a child of this process: the same affinity and quota.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let said = |workers: usize| {
+        let workers = workers.to_string();
+        let out =
+            runner(dir.path(), &["simulate", "h.yaml", "--workers", &workers, "--budget", "64MiB", "--db", "none.db"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        stderr(&out)
+    };
+    let more = said(4 * cpus);
+    let note = format!("{} workers, {cpus} CPUs here: each task takes the time it was recorded to take", 4 * cpus);
+    assert!(more.contains(&note) && more.contains("up to 4.0 times"), "{more}");
+    assert!(!said(cpus).contains("CPUs here"), "as many workers as CPUs share none");
+}
+
+#[test]
 fn a_spill_is_predicted_where_the_real_run_spilled() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();

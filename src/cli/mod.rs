@@ -470,3 +470,9 @@ fn table<const N: usize>(rows: &[[String; N]], right: &[usize]) -> String {
 fn current_cycle() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%HZ").to_string()
 }
+
+/// The CPUs this process may use (its affinity and cgroup quota), at least 1: the default
+/// number of workers, and what they share.
+fn cpus_here() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

@@ -210,7 +210,7 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
         say!("warning: {warning}");
     }
     let budget = budget.bytes;
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = super::cpus_here();
     let workers = resources.workers.map(usize::from).unwrap_or(cpus);
     if workers > cpus {
         tracing::warn!(

@@ -124,7 +124,7 @@ impl SpillBandwidth {
 
 /// Workers, budget and spill speed: `run`'s defaults, or a cluster's (no local budget).
 pub fn sim_options(args: &SimulateArgs, cluster: bool, spill_bandwidth: u64) -> anyhow::Result<SimOptions> {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = super::cpus_here();
     let default_workers = if cluster { SLURM_JOBS_IN_FLIGHT } else { cpus };
     let budget = match (args.budget, cluster) {
         (Some(budget), _) => budget,
@@ -403,6 +403,17 @@ impl PredictedSummary {
                 "  {:+.1} ms of the wall beyond the tasks (starting, claiming and recording tasks, freeing buffers, \
                  the machine's pace): what the simulation missed of the alike and recent runs' recorded walls",
                 seconds * 1e3
+            );
+        }
+        let cpus = super::cpus_here();
+        if self.cluster.is_none() && run.workers > cpus {
+            say!(
+                "  {} workers, {cpus} CPUs here: each task takes the time it was recorded to take, as if every worker \
+                 had a CPU of its own; a real run's tasks share the {cpus} CPUs when more run at once than the \
+                 recorded runs had (not simulated), so its wall may be longer, up to {:.1} times for tasks that \
+                 compute throughout",
+                run.workers,
+                run.workers as f64 / cpus as f64
             );
         }
         if self.guesses > 0 {
