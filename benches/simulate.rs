@@ -44,7 +44,7 @@ fn main() {
 fn run(files: u64, workers: usize, read_every_task: bool) {
     let mut compiled = compile(files);
     let history = History::none(&compiled);
-    let options = SimOptions { workers, budget: 64 << 30, spill_bandwidth: 1 << 30, read_every_task };
+    let options = SimOptions { workers, budget: 64 << 30, spill_bandwidth: 1 << 30, read_every_task, cpus: None };
     let started = Instant::now();
     let prediction = simulate::predict(&mut compiled, &history, &|_, _| None, &options, 1 << 30, None, false);
     let elapsed = started.elapsed();

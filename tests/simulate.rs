@@ -559,23 +559,43 @@ fn without_history_every_task_is_a_guess_and_says_so() {
 }
 
 #[test]
-fn more_workers_than_cpus_are_said_to_share_them() {
+fn more_workers_than_cpus_share_them_and_finish_no_sooner() {
     let _shared = beside_others();
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "h.yaml", HOLDING);
+    // Recorded on 2 workers.
+    let dir = holding_run_twice();
     // The runner is a child of this process: the same affinity and quota.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let said = |workers: usize| {
-        let workers = workers.to_string();
-        let out =
-            runner(dir.path(), &["simulate", "h.yaml", "--workers", &workers, "--budget", "64MiB", "--db", "none.db"]);
+    let on = |workers: usize, verb: &str, cycle: &str| {
+        let (workers, summary) = (workers.to_string(), format!("{verb}-{cycle}-{workers}.json"));
+        let args = [verb, "h.yaml", "--cycle", cycle, "--workers", &workers, "--budget", "64MiB", "--db", "h.db"];
+        let out = runner(dir.path(), &args.into_iter().chain(["--summary", &summary]).collect::<Vec<_>>());
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-        stderr(&out)
+        (stderr(&out), json(&dir.path().join(summary)))
     };
-    let more = said(4 * cpus);
-    let note = format!("{} workers, {cpus} CPUs here: each task takes the time it was recorded to take", 4 * cpus);
-    assert!(more.contains(&note) && more.contains("up to 4.0 times"), "{more}");
-    assert!(!said(cpus).contains("CPUs here"), "as many workers as CPUs share none");
+    let wall = |summary: &Json| summary["wall_s"].as_f64().unwrap();
+    let (said, own) = on(cpus, "simulate", "c3");
+    assert!(!said.contains("CPUs here"), "as many workers as CPUs share none: {said}");
+    let (said, shared) = on(4 * cpus, "simulate", "c3");
+    if cpus >= 2 {
+        let note = format!("{} workers, {cpus} CPUs here: with more than {cpus} tasks running, each ran at", 4 * cpus);
+        assert!(said.contains(&note), "{said}");
+        // Four times the workers on the same CPUs finish no sooner (at 2 CPUs, 8 tasks of
+        // 60 ms at once take 240 ms, not 60).
+        assert!(
+            wall(&shared) >= 0.75 * wall(&own),
+            "{} s on {} workers, {} s on {cpus}",
+            wall(&shared),
+            4 * cpus,
+            wall(&own)
+        );
+    }
+    // Times recorded on more workers than CPUs already hold the sharing they met.
+    on(4 * cpus, "run", "c3");
+    let (said, _) = on(4 * cpus, "simulate", "c4");
+    assert!(
+        said.contains("the recorded runs had more workers than CPUs, so their task times hold the sharing"),
+        "{said}"
+    );
 }
 
 #[test]

@@ -140,6 +140,8 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool, spill_bandwidth: u64) -> 
         budget,
         spill_bandwidth,
         read_every_task: args.read_every_task,
+        // A cluster's CPUs are its nodes'.
+        cpus: (!cluster).then_some(cpus),
     })
 }
 
@@ -406,14 +408,18 @@ impl PredictedSummary {
             );
         }
         let cpus = super::cpus_here();
-        if self.cluster.is_none() && run.workers > cpus {
+        if let Some(cpus) = prediction.cpus_shared {
             say!(
-                "  {} workers, {cpus} CPUs here: each task takes the time it was recorded to take, as if every worker \
-                 had a CPU of its own; a real run's tasks share the {cpus} CPUs when more run at once than the \
-                 recorded runs had (not simulated), so its wall may be longer, up to {:.1} times for tasks that \
-                 compute throughout",
-                run.workers,
-                run.workers as f64 / cpus as f64
+                "  {} workers, {cpus} CPUs here: with more than {cpus} tasks running, each ran at {cpus}/n of the speed \
+                 it was recorded at (every task taken to compute throughout; the recorded runs had at most {cpus} \
+                 workers)",
+                run.workers
+            );
+        } else if self.cluster.is_none() && run.workers > cpus {
+            say!(
+                "  {} workers, {cpus} CPUs here: the recorded runs had more workers than CPUs, so their task times \
+                 hold the sharing they met; each task takes the time it was recorded to take",
+                run.workers
             );
         }
         if self.guesses > 0 {

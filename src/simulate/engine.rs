@@ -18,7 +18,7 @@ use runner_plugin::Value;
 use runner_plugin::size::format_size;
 
 use crate::executor::slurm::tasks_per_job;
-use crate::memory::{Admission, Meter, Standing, TaskSlot};
+use crate::memory::{Admission, Standing, TaskSlot};
 use crate::plan::Compiled;
 use crate::scheduler::stats::StepStats;
 use crate::scheduler::{
@@ -26,6 +26,9 @@ use crate::scheduler::{
 };
 
 use super::cluster::{Cluster, ClusterShape, Job};
+use super::cpus::SharedCpus;
+use super::meter::ReservationsOnly;
+use super::outcome::{MemoryPoint, Simulated, SimulatedTask};
 use super::predict::{Predictor, TaskPrediction};
 
 /// How to simulate.
@@ -39,71 +42,10 @@ pub struct SimOptions {
     /// local run (whose meter cannot promise tasks stay within their reservations): the
     /// predictions are the same, only slower; the bench measures what that costs per worker.
     pub read_every_task: bool,
-}
-
-/// The meter of a simulation: no task ever holds more than its reservation (one predicted to
-/// peak higher grows its reservation as it starts, as a task announcing its allocation does),
-/// so the ledger counts reservations and never reads a task.
-struct ReservationsOnly {
-    /// See [`SimOptions::read_every_task`].
-    read_every_task: bool,
-    /// See [`Predictor::standing_on`] (none on a cluster, whose jobs' services are the nodes').
-    standing: Standing,
-}
-
-impl Meter for ReservationsOnly {
-    fn task_live(&self, _slot: TaskSlot) -> u64 {
-        0
-    }
-    fn process_live(&self) -> u64 {
-        0
-    }
-    fn holds_reservations_only(&self) -> bool {
-        !self.read_every_task
-    }
-    fn standing(&self) -> u64 {
-        self.standing.bytes
-    }
-    fn standing_parts(&self) -> Standing {
-        self.standing
-    }
-}
-
-/// One task in a simulated run, for the timeline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SimulatedTask {
-    pub task: TaskRef,
-    pub worker: u32,
-    pub start: Duration,
-    pub wall: Duration,
-    pub estimate: u64,
-    pub peak: u64,
-}
-
-/// The ledger's count at one moment, for the memory chart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryPoint {
-    pub at: Duration,
-    pub reserved: u64,
-    pub resident: u64,
-    pub spilled: u64,
-}
-
-/// What a simulated run did.
-#[derive(Debug, Clone)]
-pub struct Simulated {
-    pub report: RunReport,
-    /// Tasks whose time was the default, not learned.
-    pub guesses: u64,
-    /// The most the tasks (at the larger of reservation and predicted peak), the resident
-    /// buffers and the services at their baseline held at once.
-    pub peak_memory: u64,
-    /// Each step's longest task.
-    pub longest: Vec<Duration>,
-    /// Every task, when asked for (`--report`); empty otherwise.
-    pub tasks: Vec<SimulatedTask>,
-    pub memory: Vec<MemoryPoint>,
-    pub cluster: Option<Cluster>,
+    /// The CPUs local workers share when more of them are busy ([`SharedCpus`]); `None`: each
+    /// worker has a CPU of its own (as the recorded times had, when they were recorded on more
+    /// workers than CPUs and hold the sharing they met).
+    pub cpus: Option<usize>,
 }
 
 /// Memory points kept at most: one every so often, whatever the run's length.
@@ -130,6 +72,8 @@ struct VirtualWorker {
     spills: Vec<TaskRef>,
     /// Its job and node (a cluster), and when the job started.
     job: Option<(Job, usize, u64)>,
+    /// When its unit started on shared CPUs.
+    started: u64,
 }
 
 /// The simulator's state beside the scheduler's.
@@ -161,6 +105,8 @@ struct Loop<'a> {
     batch: Vec<Picked>,
     shells: Vec<Arc<Value>>,
     cluster: Option<Cluster>,
+    /// The CPUs the workers share, when fewer than the workers ([`SimOptions::cpus`]).
+    cpus: Option<SharedCpus>,
     failed: Vec<(Picked, TaskPrediction)>,
     /// Why tasks failed, as a run lists them (a job no node could hold).
     failures: Vec<Failure>,
@@ -208,6 +154,7 @@ pub fn simulate(
         spill_jobs: Vec::new(),
         batch: Vec::with_capacity(MAX_BATCH),
         shells: Vec::new(),
+        cpus: options.cpus.filter(|&cpus| cluster.is_none() && cpus < workers).map(SharedCpus::new),
         cluster,
         failed: Vec::new(),
         failures: Vec::new(),
@@ -251,7 +198,7 @@ impl Loop<'_> {
             if state.is_done() || state.stuck.is_some() {
                 break;
             }
-            let Some(Reverse((at, _, worker, event))) = self.events.pop() else {
+            let Some((worker, event)) = self.next_event() else {
                 let unrun = state.unfinished();
                 state.give_up(format!(
                     "internal error: {unrun} tasks can never start in the simulation (nothing runs, nothing is \
@@ -259,7 +206,6 @@ impl Loop<'_> {
                 ));
                 break;
             };
-            self.now = at;
             match event {
                 Event::Ran => self.finish_tasks(state, worker),
                 Event::Spilled => {
@@ -273,6 +219,25 @@ impl Loop<'_> {
             self.note_memory(state);
         }
         self.note_memory(state);
+    }
+
+    /// The next event, the clock moved to it: the soonest of those scheduled and the end of a
+    /// unit on shared CPUs.
+    fn next_event(&mut self) -> Option<(u32, Event)> {
+        let scheduled = self.events.peek().map(|&Reverse((at, ..))| at);
+        let unit_end = self.cpus.as_ref().and_then(SharedCpus::next_end).map(|(after, _)| self.now + after);
+        if let Some(at) = unit_end.filter(|&end| scheduled.is_none_or(|scheduled| end < scheduled)) {
+            let cpus = self.cpus.as_mut()?;
+            cpus.advance(at - self.now);
+            self.now = at;
+            return cpus.end().map(|worker| (worker, Event::Ran));
+        }
+        let Reverse((at, _, worker, event)) = self.events.pop()?;
+        if let Some(cpus) = &mut self.cpus {
+            cpus.advance(at - self.now);
+        }
+        self.now = at;
+        Some((worker, event))
     }
 
     /// Hands work to idle workers until the scheduler says wait: whatever one worker is told
@@ -409,8 +374,15 @@ impl Loop<'_> {
         }
     }
 
-    /// Runs `worker`'s claimed tasks one after another from now.
+    /// Runs `worker`'s claimed tasks one after another from now (on shared CPUs, until the
+    /// clock of work says they are done: [`Self::stretch`] places them).
     fn run_claimed(&mut self, worker: u32) {
+        if let Some(cpus) = &mut self.cpus {
+            let held = &mut self.workers[worker as usize];
+            held.started = self.now;
+            cpus.start(held.claimed.iter().map(|(_, p)| p.duration.as_nanos() as u64).sum(), worker);
+            return;
+        }
         let mut clock = self.now;
         if let Some(cluster) = &self.cluster {
             clock += cluster.shape().job_start.as_nanos() as u64;
@@ -496,22 +468,18 @@ impl Loop<'_> {
         if let (Some((job, node, started)), Some(cluster)) = (held.job.take(), self.cluster.as_mut()) {
             cluster.release(node, job, Duration::from_nanos(self.now - started));
         }
-        let mut claimed = std::mem::take(&mut held.claimed);
+        let stretch = self.stretch(worker);
+        let mut claimed = std::mem::take(&mut self.workers[worker as usize].claimed);
         for (picked, prediction) in claimed.drain(..) {
             if prediction.peak > picked.estimate {
                 state.note_underestimate(&picked, prediction.peak);
             }
-            self.count(&picked, &prediction, false);
-            state.finish_virtual(
-                picked,
-                Outcome::Ok,
-                prediction.output_bytes,
-                prediction.file_bytes,
-                prediction.duration,
-            );
+            let ran = prediction.duration.mul_f64(stretch);
+            self.count(&picked, &prediction, ran, false);
+            state.finish_virtual(picked, Outcome::Ok, prediction.output_bytes, prediction.file_bytes, ran);
         }
         for (picked, prediction) in std::mem::take(&mut self.failed) {
-            self.count(&picked, &prediction, true);
+            self.count(&picked, &prediction, Duration::ZERO, true);
             state.finish_virtual(picked, Outcome::Failed, 0, 0, Duration::ZERO);
         }
         self.workers[worker as usize].claimed = claimed;
@@ -521,8 +489,38 @@ impl Loop<'_> {
         self.idle.push(worker);
     }
 
-    /// A task's figures into its step's statistics (as `Worker::count` does).
-    fn count(&mut self, picked: &Picked, prediction: &TaskPrediction, failed: bool) {
+    /// How much longer than recorded `worker`'s unit, ending now, took on the shared CPUs (1
+    /// without sharing), its tasks placed one after another from its start for the report,
+    /// each stretched alike.
+    fn stretch(&mut self, worker: u32) -> f64 {
+        if self.cpus.is_none() {
+            return 1.0;
+        }
+        let held = &self.workers[worker as usize];
+        let recorded: u64 = held.claimed.iter().map(|(_, p)| p.duration.as_nanos() as u64).sum();
+        let stretch = if recorded == 0 { 1.0 } else { (self.now - held.started) as f64 / recorded as f64 };
+        if self.record_tasks {
+            let mut clock = Duration::from_nanos(held.started);
+            for (picked, prediction) in &held.claimed {
+                let wall = prediction.duration.mul_f64(stretch);
+                self.tasks.push(SimulatedTask {
+                    task: picked.task,
+                    worker,
+                    start: clock,
+                    wall,
+                    estimate: picked.estimate,
+                    peak: prediction.peak,
+                });
+                clock += wall;
+            }
+        }
+        stretch
+    }
+
+    /// A task's figures into its step's statistics (as `Worker::count` does): `ran`, how long
+    /// it ran (its predicted time, stretched on shared CPUs); the step's longest task at its
+    /// predicted time, which no schedule shortens.
+    fn count(&mut self, picked: &Picked, prediction: &TaskPrediction, ran: Duration, failed: bool) {
         self.held -= picked.reserved.max(prediction.peak);
         let stats = &mut self.stats[picked.task.step];
         if failed {
@@ -530,7 +528,7 @@ impl Loop<'_> {
             return;
         }
         stats.ok += 1;
-        stats.wall += prediction.duration;
+        stats.wall += ran;
         stats.estimate.record(picked.estimate);
         stats.peak.record(prediction.peak);
         stats.estimate_sum += picked.estimate;

@@ -195,6 +195,14 @@ impl History {
         Ok(History { steps, spill_speed, alike_runs, recent, first_run, beyond, standing, standing_workers })
     }
 
+    /// The most workers of the runs that pace the prediction (0: none): their task times were
+    /// recorded with that many tasks at once.
+    pub fn paced_workers(&self) -> usize {
+        let alike = self.alike_runs.iter().map(|run| run.ran.workers);
+        let recent = self.recent.iter().chain(self.first_run.as_deref()).map(|run| run.ran().workers);
+        alike.chain(recent).max().unwrap_or(0)
+    }
+
     /// No history at all (every task's time and peak a guess).
     pub fn none(compiled: &Compiled) -> History {
         History {

@@ -9,12 +9,15 @@ pub mod alike;
 pub mod alike_plan;
 pub mod calibrate;
 pub mod cluster;
+pub mod cpus;
 pub mod critical_path;
 pub mod deal;
 pub mod durations;
 pub mod engine;
 pub mod history;
 pub mod like_tasks;
+pub mod meter;
+pub mod outcome;
 pub mod predict;
 pub(crate) mod variants;
 
@@ -22,8 +25,9 @@ use crate::plan::Compiled;
 pub use alike_plan::Recompile;
 pub use cluster::{Cluster, ClusterShape};
 pub use critical_path::CriticalPath;
-pub use engine::{SimOptions, Simulated};
+pub use engine::SimOptions;
 pub use history::History;
+pub use outcome::Simulated;
 pub use predict::Predictor;
 
 /// A predicted run and its critical path.
@@ -48,6 +52,8 @@ pub struct Prediction {
     /// The range the dealings of the recorded weather gave ([`deal`]; `None`: the recorded
     /// labels kept).
     pub dealt: Option<deal::Dealt>,
+    /// The CPUs the workers shared, being more ([`cpus`]); `None`: each had its own.
+    pub cpus_shared: Option<usize>,
 }
 
 /// Predicts a run of `compiled` from `history`: its plan learns from it (as `run` learns from
@@ -65,6 +71,9 @@ pub fn predict(
     record_tasks: bool,
 ) -> Prediction {
     history.learn_footprints(compiled);
+    // Times recorded with more tasks at once than CPUs hold the sharing they met.
+    let cpus_shared = options.cpus.filter(|&cpus| options.workers > cpus && history.paced_workers() <= cpus);
+    let options = &SimOptions { cpus: cpus_shared, ..options.clone() };
     let alike_plans = alike_plan::per_step(history, compiled, recompile);
     // The alike runs ran the recipe as compiled with their vars (this cycle's, when the same).
     let then = alike_plans.iter().flatten().next().cloned();
@@ -106,5 +115,6 @@ pub fn predict(
         standing_workers: history.standing_workers,
         overhead,
         dealt,
+        cpus_shared: cpus_shared.filter(|_| local),
     }
 }
