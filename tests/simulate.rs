@@ -565,36 +565,46 @@ fn more_workers_than_cpus_share_them_and_finish_no_sooner() {
     let dir = holding_run_twice();
     // The runner is a child of this process: the same affinity and quota.
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let on = |workers: usize, verb: &str, cycle: &str| {
-        let (workers, summary) = (workers.to_string(), format!("{verb}-{cycle}-{workers}.json"));
+    let on = |workers: usize, verb: &str, cycle: &str, more: &[&str]| {
+        let (workers, summary) = (workers.to_string(), format!("{verb}-{cycle}-{workers}-{}.json", more.len()));
         let args = [verb, "h.yaml", "--cycle", cycle, "--workers", &workers, "--budget", "64MiB", "--db", "h.db"];
-        let out = runner(dir.path(), &args.into_iter().chain(["--summary", &summary]).collect::<Vec<_>>());
+        let args: Vec<&str> = args.into_iter().chain(["--summary", &summary]).chain(more.iter().copied()).collect();
+        let out = runner(dir.path(), &args);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         (stderr(&out), json(&dir.path().join(summary)))
     };
     let wall = |summary: &Json| summary["wall_s"].as_f64().unwrap();
-    let (said, own) = on(cpus, "simulate", "c3");
-    assert!(!said.contains("CPUs here"), "as many workers as CPUs share none: {said}");
-    let (said, shared) = on(4 * cpus, "simulate", "c3");
+    let (said, own) = on(cpus, "simulate", "c3", &[]);
+    assert!(!said.contains("CPUs:") && own["cpus_shared"].is_null(), "as many workers as CPUs share none: {said}");
+    let (said, shared) = on(4 * cpus, "simulate", "c3", &[]);
     if cpus >= 2 {
-        let note = format!("{} workers, {cpus} CPUs here: with more than {cpus} tasks running, each ran at", 4 * cpus);
+        let note = format!("{} workers on {cpus} CPUs: with more than {cpus} tasks running, each ran at", 4 * cpus);
         assert!(said.contains(&note), "{said}");
+        assert_eq!(shared["cpus_shared"], cpus, "{shared}");
         // Four times the workers on the same CPUs finish no sooner (at 2 CPUs, 8 tasks of
         // 60 ms at once take 240 ms, not 60).
-        assert!(
-            wall(&shared) >= 0.75 * wall(&own),
-            "{} s on {} workers, {} s on {cpus}",
-            wall(&shared),
-            4 * cpus,
-            wall(&own)
-        );
+        let (shared, own) = (wall(&shared), wall(&own));
+        assert!(shared >= 0.75 * own, "{shared} s on {} workers, {own} s on {cpus}", 4 * cpus);
+        // On a machine of as many CPUs as workers, each has its own.
+        let larger = (4 * cpus).to_string();
+        let (said, alone) = on(4 * cpus, "simulate", "c3", &["--cpus", &larger]);
+        assert!(!said.contains("CPUs:") && alone["cpus_shared"].is_null(), "{said}");
+        assert!(wall(&alone) < 0.5 * shared, "{alone}");
     }
     // Times recorded on more workers than CPUs already hold the sharing they met.
-    on(4 * cpus, "run", "c3");
-    let (said, _) = on(4 * cpus, "simulate", "c4");
+    on(4 * cpus, "run", "c3", &[]);
+    let (said, _) = on(4 * cpus, "simulate", "c4", &[]);
+    assert!(said.contains("the recorded runs had more workers than the CPUs here, so their task times hold"), "{said}");
+    // A cluster's CPUs are its nodes'.
+    let out = runner(
+        dir.path(),
+        &["simulate", "h.yaml", "--executor", "slurm", "--nodes", "2", "--node-memory", "1GiB", "--cpus", "4"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
-        said.contains("the recorded runs had more workers than CPUs, so their task times hold the sharing"),
-        "{said}"
+        stderr(&out).contains("--cpus are a local simulation's; a simulated cluster's CPUs are its nodes'"),
+        "{}",
+        stderr(&out)
     );
 }
 

@@ -128,6 +128,11 @@ pub(super) struct SimulateArgs {
     /// Virtual workers (with --executor slurm: jobs in flight) [default: the CPUs here; 64 jobs].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub(super) workers: Option<u32>,
+    /// CPUs the virtual workers share [default: the CPUs here]: with more workers busy than
+    /// CPUs, each task runs at CPUs/busy of its recorded speed. As many as --workers gives each
+    /// worker a CPU of its own (a larger machine). Not with --executor slurm (--node-cpus)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub(super) cpus: Option<u32>,
     /// The memory budget simulated [default: as `run`'s; none with --executor slurm].
     #[arg(long, value_name = "SIZE|N%", value_parser = crate::budget::parse_budget)]
     pub(super) budget: Option<u64>,

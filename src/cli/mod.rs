@@ -155,7 +155,7 @@ enum Command {
         runner simulate recipes/quickstart.yaml --workers 4 --budget 2GiB\n  \
         runner simulate recipes/cycles/precip.yaml --cycle 2026-11-02T00Z --set wet=0.5 --workers 2 --budget 96MiB \
         --db /tmp/replay.db --summary predicted.json --report predicted.html\n  \
-        runner simulate recipes/many_inputs.yaml --workers 4096 --budget 64GiB --guess-speed 100MiB\n  \
+        runner simulate recipes/many_inputs.yaml --workers 4096 --cpus 4096 --budget 64GiB --guess-speed 100MiB\n  \
         runner simulate recipes/quickstart.yaml --executor slurm --nodes 4 --node-memory 256GiB --node-cpus 64 \
         --queue-wait 2m\n\n\
         Nothing runs: no plugin, no command, nothing is written but --summary and --report, and the store is only \
@@ -169,7 +169,8 @@ enum Command {
         dealt out 9 times over the members (the dims that set no size) and the dealing with the median peak \
         reserved is shown, with the range of all. The wall is then scaled by how many times longer than their \
         own simulations the alike runs and the two newest others took: what a run costs beyond its tasks, and \
-        the pace the machine runs at now. \
+        the pace the machine runs at now. More workers busy than --cpus (default: the CPUs here) share them, \
+        each task at CPUs/busy of its recorded speed. \
         The critical path is the chain of steps whose longest tasks add up to the most: no schedule is shorter.\n\n\
         Exit codes: 0 predicted (whatever the prediction says); 2 invalid recipe or command line; 3 the store \
         or an output file failed.")]
@@ -469,10 +470,4 @@ fn table<const N: usize>(rows: &[[String; N]], right: &[usize]) -> String {
 /// The current UTC hour as `YYYY-MM-DDTHHZ`.
 fn current_cycle() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%HZ").to_string()
-}
-
-/// The CPUs this process may use (its affinity and cgroup quota), at least 1: the default
-/// number of workers, and what they share.
-fn cpus_here() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

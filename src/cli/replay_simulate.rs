@@ -93,7 +93,7 @@ pub fn replay(
             budget: budget.unwrap_or(row.budget_bytes),
             spill_bandwidth: spill.bytes_per_second,
             read_every_task: false,
-            cpus: Some(super::cpus_here()),
+            cpus: Some(crate::scheduler::cpus_here()),
         };
         let prediction =
             crate::simulate::predict(&mut compiled, &history, recompile, &options, guess_speed, None, false);

@@ -210,7 +210,7 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
         say!("warning: {warning}");
     }
     let budget = budget.bytes;
-    let cpus = super::cpus_here();
+    let cpus = crate::scheduler::cpus_here();
     let workers = resources.workers.map(usize::from).unwrap_or(cpus);
     if workers > cpus {
         tracing::warn!(

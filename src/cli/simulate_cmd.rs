@@ -124,7 +124,7 @@ impl SpillBandwidth {
 
 /// Workers, budget and spill speed: `run`'s defaults, or a cluster's (no local budget).
 pub fn sim_options(args: &SimulateArgs, cluster: bool, spill_bandwidth: u64) -> anyhow::Result<SimOptions> {
-    let cpus = super::cpus_here();
+    let cpus = crate::scheduler::cpus_here();
     let default_workers = if cluster { SLURM_JOBS_IN_FLIGHT } else { cpus };
     let budget = match (args.budget, cluster) {
         (Some(budget), _) => budget,
@@ -141,7 +141,7 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool, spill_bandwidth: u64) -> 
         spill_bandwidth,
         read_every_task: args.read_every_task,
         // A cluster's CPUs are its nodes'.
-        cpus: (!cluster).then_some(cpus),
+        cpus: (!cluster).then(|| args.cpus.map_or(cpus, |cpus| cpus as usize)),
     })
 }
 
@@ -162,6 +162,12 @@ fn cluster_shape(args: &SimulateArgs) -> anyhow::Result<Option<ClusterShape>> {
             );
         }
         return Ok(None);
+    }
+    if args.cpus.is_some() {
+        return Err(UsageError(
+            "--cpus are a local simulation's; a simulated cluster's CPUs are its nodes' (--node-cpus C)".into(),
+        )
+        .into());
     }
     let (Some(nodes), Some(node_memory)) = (args.nodes, args.node_memory) else {
         return Err(UsageError(
@@ -213,6 +219,9 @@ pub struct PredictedSummary {
     /// the simulator missed them on the alike and recent runs (`null`: no recorded alike run,
     /// or a cluster).
     pub overhead_s: Option<f64>,
+    /// The CPUs the local workers shared when more of them were busy (`null`: none shared —
+    /// as many CPUs as workers, times recorded with more workers than CPUs, or a cluster).
+    pub cpus_shared: Option<usize>,
     /// The range over the dealings of where the recorded weather falls (`null`: the recorded
     /// tasks' figures kept to their tasks).
     pub dealings: Option<DealingsSummary>,
@@ -288,6 +297,7 @@ impl PredictedSummary {
             vars_beyond_history: prediction.beyond.clone(),
             spill_bandwidth,
             overhead_s: prediction.overhead,
+            cpus_shared: prediction.cpus.filter(|_| prediction.cpus_shared),
             dealings: prediction.dealt.as_ref().map(|dealt| DealingsSummary {
                 count: dealt.dealings,
                 dims: dealt.dims.clone(),
@@ -407,20 +417,18 @@ impl PredictedSummary {
                 seconds * 1e3
             );
         }
-        let cpus = super::cpus_here();
-        if let Some(cpus) = prediction.cpus_shared {
-            say!(
-                "  {} workers, {cpus} CPUs here: with more than {cpus} tasks running, each ran at {cpus}/n of the speed \
-                 it was recorded at (every task taken to compute throughout; the recorded runs had at most {cpus} \
-                 workers)",
+        match prediction.cpus {
+            Some(cpus) if prediction.cpus_shared => say!(
+                "  {} workers on {cpus} CPUs: with more than {cpus} tasks running, each ran at {cpus}/n of the speed it \
+                 was recorded at or guessed (every task taken to compute throughout; --cpus)",
                 run.workers
-            );
-        } else if self.cluster.is_none() && run.workers > cpus {
-            say!(
-                "  {} workers, {cpus} CPUs here: the recorded runs had more workers than CPUs, so their task times \
+            ),
+            Some(cpus) if run.workers > cpus => say!(
+                "  {} workers, {cpus} CPUs: the recorded runs had more workers than the CPUs here, so their task times \
                  hold the sharing they met; each task takes the time it was recorded to take",
                 run.workers
-            );
+            ),
+            _ => {}
         }
         if self.guesses > 0 {
             say!(

@@ -13,7 +13,7 @@ pub fn task(registry: &Registry, args: TaskArgs) -> anyhow::Result<u8> {
     let folder = RunFolder { root: args.run_dir.clone() };
     let indices = job::read_unit(&folder, args.unit)?;
     // The job's CPUs are its nested parallel work's (the first task sets up the pool).
-    let cpus = super::cpus_here();
+    let cpus = crate::scheduler::cpus_here();
     let _ = rayon::ThreadPoolBuilder::new().num_threads(cpus).build_global();
     job::run_tasks(&compiled, &folder, &args.step, &indices)
         .with_context(|| format!("unit {} of step `{}` in {}", args.unit, args.step, folder.root.display()))?;

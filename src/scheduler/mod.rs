@@ -38,7 +38,7 @@ mod worker;
 
 pub use local::Local;
 pub use meter::RunMeter;
-pub use options::{RunExtras, RunOptions};
+pub use options::{RunExtras, RunOptions, cpus_here};
 pub use progress::{Progress, StepProgress};
 pub use report::{Failure, RunReport, SpillRecord, TaskFigures, TaskHashes, TaskReport, TaskSink};
 pub use run::{run, run_with};

@@ -7,6 +7,12 @@ use crate::executor::Executor;
 use crate::memory::spill::SpillDir;
 use crate::resume::Reuse;
 
+/// The CPUs this process may use (its affinity and cgroup quota), at least 1: a run's default
+/// number of workers, and what a simulation's workers share.
+pub fn cpus_here() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 #[derive(Debug, Clone)]
 pub struct RunOptions {
     pub workers: usize,

@@ -52,8 +52,11 @@ pub struct Prediction {
     /// The range the dealings of the recorded weather gave ([`deal`]; `None`: the recorded
     /// labels kept).
     pub dealt: Option<deal::Dealt>,
-    /// The CPUs the workers shared, being more ([`cpus`]); `None`: each had its own.
-    pub cpus_shared: Option<usize>,
+    /// The CPUs of a local simulation (`None`: a cluster's are its nodes').
+    pub cpus: Option<usize>,
+    /// Whether the workers, being more, shared them ([`cpus`]); not when the recorded times
+    /// were taken with more workers than CPUs, and hold the sharing they met.
+    pub cpus_shared: bool,
 }
 
 /// Predicts a run of `compiled` from `history`: its plan learns from it (as `run` learns from
@@ -71,8 +74,10 @@ pub fn predict(
     record_tasks: bool,
 ) -> Prediction {
     history.learn_footprints(compiled);
-    // Times recorded with more tasks at once than CPUs hold the sharing they met.
-    let cpus_shared = options.cpus.filter(|&cpus| options.workers > cpus && history.paced_workers() <= cpus);
+    // Times recorded here with more tasks at once than CPUs hold the sharing they met.
+    let recorded_alone = history.paced_workers() <= crate::scheduler::cpus_here();
+    let cpus_shared = options.cpus.filter(|&cpus| options.workers > cpus && recorded_alone);
+    let cpus = options.cpus;
     let options = &SimOptions { cpus: cpus_shared, ..options.clone() };
     let alike_plans = alike_plan::per_step(history, compiled, recompile);
     // The alike runs ran the recipe as compiled with their vars (this cycle's, when the same).
@@ -115,6 +120,7 @@ pub fn predict(
         standing_workers: history.standing_workers,
         overhead,
         dealt,
-        cpus_shared: cpus_shared.filter(|_| local),
+        cpus: cpus.filter(|_| local),
+        cpus_shared: cpus_shared.is_some() && local,
     }
 }
