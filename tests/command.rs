@@ -518,8 +518,10 @@ fn a_spike_between_two_samples_is_not_missed_and_library_pages_are_not_counted()
 fn output_past_the_log_limit_keeps_its_head_and_tail_and_says_how_much_was_dropped() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("loud.log");
-    // 20 MB on stdout and 20 MB on stderr, each line numbered.
-    let code = "import sys\nfor i in range(400000):\n    sys.stdout.write('out %07d %s\\n' % (i, 'x' * 36))\n    sys.stderr.write('err %07d %s\\n' % (i, 'y' * 36))\nsys.stdout.flush()\nsys.stderr.write('the last line\\n')";
+    // 20 MB on stdout and 20 MB on stderr, each line numbered. Two pipes keep no order between
+    // them: the last line goes to stderr only once the runner has read all of stdout (its pipe
+    // is empty), or the last block of stdout could be relayed after it.
+    let code = "import sys, fcntl, termios, array, time\nfor i in range(400000):\n    sys.stdout.write('out %07d %s\\n' % (i, 'x' * 36))\n    sys.stderr.write('err %07d %s\\n' % (i, 'y' * 36))\nsys.stdout.flush()\nunread = array.array('i', [1])\nwhile unread[0]:\n    time.sleep(0.01)\n    fcntl.ioctl(1, termios.FIONREAD, unread, True)\nsys.stderr.write('the last line\\n')";
     let argv = argv(&[python(), "-c", code]);
     let mut request = Request::new(&argv, &log);
     request.log_limit = 4 * MIB;
