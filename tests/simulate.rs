@@ -576,11 +576,13 @@ fn more_workers_than_cpus_share_them_and_finish_no_sooner() {
     let wall = |summary: &Json| summary["wall_s"].as_f64().unwrap();
     let (said, own) = on(cpus, "simulate", "c3", &[]);
     assert!(!said.contains("CPUs:") && own["cpus_shared"].is_null(), "as many workers as CPUs share none: {said}");
-    let (said, shared) = on(4 * cpus, "simulate", "c3", &[]);
+    let (said, shared) = on(4 * cpus, "simulate", "c3", &["--report", "shared.html"]);
     if cpus >= 2 {
         let note = format!("{} workers on {cpus} CPUs: with more than {cpus} tasks running, each ran at", 4 * cpus);
         assert!(said.contains(&note), "{said}");
         assert_eq!(shared["cpus_shared"], cpus, "{shared}");
+        let page = std::fs::read_to_string(dir.path().join("shared.html")).unwrap();
+        assert!(page.contains(&format!("Its {} workers shared {cpus} CPUs", 4 * cpus)), "the page says so");
         // Four times the workers on the same CPUs finish no sooner (at 2 CPUs, 8 tasks of
         // 60 ms at once take 240 ms, not 60).
         let (shared, own) = (wall(&shared), wall(&own));

@@ -15,10 +15,18 @@ use crate::store::{Executor, RunRow, RunStatus, Sample, StepFigures};
 /// Writes the predicted run's page to `path`.
 pub fn write(compiled: &Compiled, prediction: &Prediction, path: &Path) -> anyhow::Result<()> {
     let page = page(compiled, prediction);
+    let shared = match prediction.cpus {
+        Some(cpus) if prediction.cpus_shared => format!(
+            " Its {} workers shared {cpus} CPUs: with more than {cpus} tasks running, each ran at {cpus}/n of its \
+             predicted speed.",
+            prediction.simulated.report.workers
+        ),
+        _ => String::new(),
+    };
     let banner = format!(
         "<body>\n<p class=\"warn\"><strong>A prediction, not a run:</strong> <code>runner simulate</code> ran the \
          scheduler on a virtual clock, each task taking the time and peak its step's history predicts \
-         ({} of {} tasks' times were guesses). Critical path: {:.2} s.</p>",
+         ({} of {} tasks' times were guesses).{shared} Critical path: {:.2} s.</p>",
         prediction.simulated.guesses,
         compiled.graph.total_tasks(),
         prediction.critical_path.length.as_secs_f64()
