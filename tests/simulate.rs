@@ -592,6 +592,11 @@ fn more_workers_than_cpus_share_them_and_finish_no_sooner() {
         let (said, alone) = on(4 * cpus, "simulate", "c3", &["--cpus", &larger]);
         assert!(!said.contains("CPUs:") && alone["cpus_shared"].is_null(), "{said}");
         assert!(wall(&alone) < 0.5 * shared, "{alone}");
+        // Half the CPUs the runs were recorded with: twice the wall (the recorded runs, which
+        // pace the prediction, are simulated again as they ran, a CPU each).
+        let (_, two) = on(2, "simulate", "c3", &[]);
+        let (_, one) = on(2, "simulate", "c3", &["--cpus", "1"]);
+        assert!(wall(&one) >= 1.5 * wall(&two), "{} s on 1 CPU, {} s on 2", wall(&one), wall(&two));
     }
     // Times recorded on more workers than CPUs already hold the sharing they met.
     on(4 * cpus, "run", "c3", &[]);

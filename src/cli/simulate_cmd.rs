@@ -16,7 +16,7 @@ use crate::plan::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
 use crate::simulate::alike::{Beyond, Measure};
-use crate::simulate::{ClusterShape, History, Prediction, SimOptions};
+use crate::simulate::{ClusterShape, CpuSharing, History, Prediction, SimOptions};
 use crate::store::Executor;
 
 /// Jobs in flight with `--executor slurm` unless `--workers` says (as `run`).
@@ -297,7 +297,10 @@ impl PredictedSummary {
             vars_beyond_history: prediction.beyond.clone(),
             spill_bandwidth,
             overhead_s: prediction.overhead,
-            cpus_shared: prediction.cpus.filter(|_| prediction.cpus_shared),
+            cpus_shared: match prediction.cpus {
+                CpuSharing::Shared(cpus) => Some(cpus),
+                _ => None,
+            },
             dealings: prediction.dealt.as_ref().map(|dealt| DealingsSummary {
                 count: dealt.dealings,
                 dims: dealt.dims.clone(),
@@ -418,17 +421,17 @@ impl PredictedSummary {
             );
         }
         match prediction.cpus {
-            Some(cpus) if prediction.cpus_shared => say!(
+            CpuSharing::Shared(cpus) => say!(
                 "  {} workers on {cpus} CPUs: with more than {cpus} tasks running, each ran at {cpus}/n of the speed it \
                  was recorded at or guessed (every task taken to compute throughout; --cpus)",
                 run.workers
             ),
-            Some(cpus) if run.workers > cpus => say!(
+            CpuSharing::AsRecorded(cpus) => say!(
                 "  {} workers, {cpus} CPUs: the recorded runs had more workers than the CPUs here, so their task times \
                  hold the sharing they met; each task takes the time it was recorded to take",
                 run.workers
             ),
-            _ => {}
+            CpuSharing::Own => {}
         }
         if self.guesses > 0 {
             say!(

@@ -9,14 +9,14 @@ use crate::plan::EstimateSource;
 use crate::report::run_page::{Memory, RunPage, StepRow};
 use crate::report::timeline::{TimelineBar, TimelineBuilder};
 use crate::report::{Limits, write_page};
-use crate::simulate::Prediction;
+use crate::simulate::{CpuSharing, Prediction};
 use crate::store::{Executor, RunRow, RunStatus, Sample, StepFigures};
 
 /// Writes the predicted run's page to `path`.
 pub fn write(compiled: &Compiled, prediction: &Prediction, path: &Path) -> anyhow::Result<()> {
     let page = page(compiled, prediction);
     let shared = match prediction.cpus {
-        Some(cpus) if prediction.cpus_shared => format!(
+        CpuSharing::Shared(cpus) => format!(
             " Its {} workers shared {cpus} CPUs: with more than {cpus} tasks running, each ran at {cpus}/n of its \
              predicted speed.",
             prediction.simulated.report.workers

@@ -70,7 +70,9 @@ pub fn pace(
 /// How many times longer than its simulation (of `compiled`, its tasks as `predictor` has
 /// them, on its workers and budget) the run took.
 fn slower_by(ran: &RanAs, compiled: &Compiled, predictor: &Predictor, options: &SimOptions) -> f64 {
-    let options = SimOptions { workers: ran.workers, budget: ran.budget, ..options.clone() };
+    // Each of its workers had a CPU (a prediction shares CPUs only after such runs), whatever
+    // this prediction's CPUs.
+    let options = SimOptions { workers: ran.workers, budget: ran.budget, cpus: None, ..options.clone() };
     let simulated = engine::simulate(compiled, predictor, &options, None, false).report.wall;
     ran.wall.as_secs_f64() / simulated.as_secs_f64().max(1e-9)
 }

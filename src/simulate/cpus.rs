@@ -45,11 +45,16 @@ impl SharedCpus {
         self.busy += 1;
     }
 
-    /// How long from now (real ns) until the next unit ends, and whose it is.
-    pub fn next_end(&self) -> Option<(u64, u32)> {
-        let &Reverse((end, _, worker)) = self.ends.peek()?;
+    /// The CPUs shared.
+    pub fn cpus(&self) -> usize {
+        self.cpus as usize
+    }
+
+    /// How long from now (real ns) until the next unit ends.
+    pub fn next_end(&self) -> Option<u64> {
+        let &Reverse((end, ..)) = self.ends.peek()?;
         let left = (end as f64 - self.work).max(0.0);
-        Some(((left / self.speed()).ceil() as u64, worker))
+        Some((left / self.speed()).ceil() as u64)
     }
 
     /// The clock moved on by `elapsed` real ns, at the speed of the moment.
@@ -78,7 +83,7 @@ mod tests {
         }
         let mut now = 0;
         let mut ended = Vec::new();
-        while let Some((after, _)) = shared.next_end() {
+        while let Some(after) = shared.next_end() {
             shared.advance(after);
             now += after;
             ended.push((now, shared.end().unwrap()));
@@ -109,11 +114,13 @@ mod tests {
         shared.advance(50);
         // 50 done; the second unit of 100 starts at 50 and both run at half speed.
         shared.start(100, 1);
-        let (after, worker) = shared.next_end().unwrap();
-        assert_eq!((after, worker), (100, 0), "the first has 50 left at half speed");
+        let after = shared.next_end().unwrap();
+        assert_eq!(after, 100, "the first has 50 left at half speed");
         shared.advance(after);
         assert_eq!(shared.end(), Some(0));
         // The second did 50 of its 100 meanwhile, and has the CPU to itself.
-        assert_eq!(shared.next_end(), Some((50, 1)));
+        assert_eq!(shared.next_end(), Some(50));
+        shared.advance(50);
+        assert_eq!(shared.end(), Some(1));
     }
 }

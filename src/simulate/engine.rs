@@ -43,8 +43,8 @@ pub struct SimOptions {
     /// predictions are the same, only slower; the bench measures what that costs per worker.
     pub read_every_task: bool,
     /// The CPUs local workers share when more of them are busy ([`SharedCpus`]); `None`: each
-    /// worker has a CPU of its own (as the recorded times had, when they were recorded on more
-    /// workers than CPUs and hold the sharing they met).
+    /// worker has a CPU of its own (a cluster's are its nodes'; and times recorded on more
+    /// workers than CPUs already hold the sharing they met).
     pub cpus: Option<usize>,
 }
 
@@ -184,6 +184,7 @@ pub fn simulate(
         tasks: sim.tasks,
         memory: sim.memory,
         cluster: sim.cluster,
+        cpus_shared: sim.cpus.as_ref().map(SharedCpus::cpus),
     }
 }
 
@@ -225,7 +226,7 @@ impl Loop<'_> {
     /// unit on shared CPUs.
     fn next_event(&mut self) -> Option<(u32, Event)> {
         let scheduled = self.events.peek().map(|&Reverse((at, ..))| at);
-        let unit_end = self.cpus.as_ref().and_then(SharedCpus::next_end).map(|(after, _)| self.now + after);
+        let unit_end = self.cpus.as_ref().and_then(SharedCpus::next_end).map(|after| self.now + after);
         if let Some(at) = unit_end.filter(|&end| scheduled.is_none_or(|scheduled| end < scheduled)) {
             let cpus = self.cpus.as_mut()?;
             cpus.advance(at - self.now);

@@ -52,11 +52,21 @@ pub struct Prediction {
     /// The range the dealings of the recorded weather gave ([`deal`]; `None`: the recorded
     /// labels kept).
     pub dealt: Option<deal::Dealt>,
-    /// The CPUs of a local simulation (`None`: a cluster's are its nodes').
-    pub cpus: Option<usize>,
-    /// Whether the workers, being more, shared them ([`cpus`]); not when the recorded times
-    /// were taken with more workers than CPUs, and hold the sharing they met.
-    pub cpus_shared: bool,
+    /// Whether the workers shared the CPUs.
+    pub cpus: CpuSharing,
+}
+
+/// Whether a local simulation's workers shared its CPUs ([`cpus`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CpuSharing {
+    /// Each worker had a CPU of its own (no more workers than CPUs), or a cluster's nodes had
+    /// them.
+    Own,
+    /// More workers than these CPUs shared them.
+    Shared(usize),
+    /// More workers than these CPUs, but the recorded times were taken so, and hold the
+    /// sharing they met: each task took its recorded time.
+    AsRecorded(usize),
 }
 
 /// Predicts a run of `compiled` from `history`: its plan learns from it (as `run` learns from
@@ -76,9 +86,8 @@ pub fn predict(
     history.learn_footprints(compiled);
     // Times recorded here with more tasks at once than CPUs hold the sharing they met.
     let recorded_alone = history.paced_workers() <= crate::scheduler::cpus_here();
-    let cpus_shared = options.cpus.filter(|&cpus| options.workers > cpus && recorded_alone);
     let cpus = options.cpus;
-    let options = &SimOptions { cpus: cpus_shared, ..options.clone() };
+    let options = &SimOptions { cpus: cpus.filter(|_| recorded_alone), ..options.clone() };
     let alike_plans = alike_plan::per_step(history, compiled, recompile);
     // The alike runs ran the recipe as compiled with their vars (this cycle's, when the same).
     let then = alike_plans.iter().flatten().next().cloned();
@@ -111,6 +120,11 @@ pub fn predict(
         }
         report.wall.as_secs_f64() - unpaced.as_secs_f64()
     });
+    let cpus = match (simulated.cpus_shared, cpus) {
+        (Some(shared), _) => CpuSharing::Shared(shared),
+        (None, Some(cpus)) if options.workers > cpus => CpuSharing::AsRecorded(cpus),
+        _ => CpuSharing::Own,
+    };
     Prediction {
         simulated,
         critical_path,
@@ -120,7 +134,6 @@ pub fn predict(
         standing_workers: history.standing_workers,
         overhead,
         dealt,
-        cpus: cpus.filter(|_| local),
-        cpus_shared: cpus_shared.is_some() && local,
+        cpus,
     }
 }

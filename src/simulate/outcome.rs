@@ -43,4 +43,6 @@ pub struct Simulated {
     pub tasks: Vec<SimulatedTask>,
     pub memory: Vec<MemoryPoint>,
     pub cluster: Option<Cluster>,
+    /// The CPUs the workers shared, being more ([`super::cpus`]); `None`: each had its own.
+    pub cpus_shared: Option<usize>,
 }
