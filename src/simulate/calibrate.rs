@@ -6,9 +6,9 @@
 //! their own figures and the prediction's task times (the mean of the tasks like each,
 //! [`super::like_tasks`]), on the workers and budget they had, and the prediction's wall is
 //! moved by how much longer than that they took: the alike runs (whose figures the prediction
-//! takes, [`super::history`]) as one, and the [`RECENT_RUNS`](super::history::RECENT_RUNS) newest others each as one, so
-//! that neither one run's draw of the machine's noise nor a pace the machine has left behind
-//! sets the wall alone. With the alike runs alone, or with the alike run's own task times,
+//! takes, [`super::history`]) as one, and the [`RECENT_RUNS`](super::history::RECENT_RUNS)
+//! newest others each as one, so that neither one run's draw of the machine's noise nor a pace
+//! the machine has left behind sets the wall alone. With the alike runs alone, or with the alike run's own task times,
 //! the walls of `weather.yaml` and `mixed.yaml` came out worse.
 
 use std::time::Duration;

@@ -13,9 +13,9 @@
 //! offset — with the frames and the object's type in its
 //! `python_object` attribute, so it is counted, spilled and passed on like any array (the
 //! attribute travels with it into spill, value and cache files), and any interpreter can load
-//! it. [`crate::python_object::PythonObject::of`] is the one place that tells such an array from one of numbers: a
-//! Rust plugin's array input refuses it, naming the object's type, rather than reading the
-//! pickle's bytes as `u8`s.
+//! it. [`crate::python_object::PythonObject::of`] is the one place that tells such an array
+//! from one of numbers: a Rust plugin's array input refuses it, naming the object's type,
+//! rather than reading the pickle's bytes as `u8`s.
 
 use std::io::{Read, Write};
 
