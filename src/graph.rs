@@ -6,6 +6,8 @@
 //! edge's [`ProducerRule`]s when a task completes or is dispatched, so the graph's size depends
 //! on the number of steps, not on fan-out.
 
+use std::ops::ControlFlow;
+
 use petgraph::algo::{kosaraju_scc, toposort};
 use petgraph::graph::{DiGraph, NodeIndex};
 
@@ -268,12 +270,28 @@ impl Graph {
     /// through `edge`.
     #[inline]
     pub fn for_each_consumer(&self, edge: EdgeId, producer_index: u64, mut f: impl FnMut(u64)) {
+        let _ = self.try_for_each_consumer(edge, producer_index, |index| {
+            f(index);
+            ControlFlow::Continue(())
+        });
+    }
+
+    /// Calls `f` with each consumer task index that reads producer task `producer_index`
+    /// through `edge`, until it breaks.
+    #[inline]
+    pub fn try_for_each_consumer(
+        &self,
+        edge: EdgeId,
+        producer_index: u64,
+        mut f: impl FnMut(u64) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         let edge = &self.edges[edge];
         let consumer = &self.steps[edge.consumer];
         let mut odometer = self.consumer_ranges(edge, producer_index);
         while let Some(coords) = odometer.next() {
-            f(consumer.index(&coords));
+            f(consumer.index(&coords))?;
         }
+        ControlFlow::Continue(())
     }
 
     /// How many consumer tasks read producer task `producer_index` through `edge`.

@@ -718,8 +718,11 @@ fn python_tasks_of_mixed_sizes_are_preempted_to_keep_the_budget() {
     }
     // Alone: the budget is held by sampling every 10 ms, and a test beside it on this test's
     // two cores would stretch those intervals.
-    // Six tasks reserving 50 MiB each, then holding 100 MiB to 1.3 GiB in their interpreters:
-    // three at once could hold 3.4 GiB of a 2 GiB budget. The newest of those over their
+    // Six tasks reserving 50 MiB each, then holding 100 MiB to 1.3 GiB in their interpreters
+    // for 1.5 s: three at once could hold 3.4 GiB of a 2 GiB budget. (Held 0.5 s, the two
+    // largest of the first three, 2.1 GiB together, did not always overlap: under load one
+    // interpreter could let go before the other had filled its pages, and nothing needed
+    // stopping.) The newest of those over their
     // reservation is stopped (its interpreter killed and replaced) and runs again with what it
     // held; all end ok, within the budget, each recorded at its own peak.
     let dir = setup(
@@ -733,7 +736,7 @@ steps:
     plugin: python
     over: [task]
     memory: 50MiB
-    args: {call: "steps:hold_for", kwargs: {mib: "{mib[task]}", seconds: 0.5}, pythonpath: [lib]}
+    args: {call: "steps:hold_for", kwargs: {mib: "{mib[task]}", seconds: 1.5}, pythonpath: [lib]}
 "#,
     );
     let budget = 2u64 << 30;

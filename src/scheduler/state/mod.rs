@@ -40,7 +40,7 @@ pub use pick::{Pick, Picked};
 pub use spill::{SpillDone, SpillJob};
 
 /// A task: its step and linear index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct TaskRef {
     pub step: StepId,
     pub index: u64,
@@ -327,18 +327,26 @@ impl<'g> State<'g> {
         Some(index)
     }
 
-    /// Buffer bytes of `task`'s inputs, and how many of them are spilled.
-    fn input_sums(&self, task: TaskRef) -> InputSums {
-        let mut sums = InputSums::default();
+    /// Calls `f` with each of `task`'s producers whose output is live, and that output.
+    fn for_each_live_input(&self, task: TaskRef, mut f: impl FnMut(TaskRef, &LiveOutput)) {
         for &edge in &self.graph.steps[task.step].inputs {
-            let producer = self.graph.edges[edge].producer;
+            let step = self.graph.edges[edge].producer;
             self.graph.for_each_producer(edge, task.index, |index| {
-                if let Some(live) = self.outputs.get(&TaskRef { step: producer, index }) {
-                    sums.bytes += live.bytes + live.file_bytes;
-                    sums.spilled += live.bytes - live.resident_bytes;
+                let producer = TaskRef { step, index };
+                if let Some(live) = self.outputs.get(&producer) {
+                    f(producer, live);
                 }
             });
         }
+    }
+
+    /// Buffer bytes of `task`'s inputs, and how many of them are spilled.
+    fn input_sums(&self, task: TaskRef) -> InputSums {
+        let mut sums = InputSums::default();
+        self.for_each_live_input(task, |_, live| {
+            sums.bytes += live.bytes + live.file_bytes;
+            sums.spilled += live.bytes - live.resident_bytes;
+        });
         sums
     }
 

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use super::spill::Relief;
 use super::{Model, State, TaskRef};
 use crate::estimate::StepModel;
 use crate::memory::{Admission, Reservation, TaskSlot};
@@ -23,6 +24,15 @@ pub enum Pick {
     Spill,
     /// Nothing can start now.
     Wait,
+}
+
+/// A task the ledger cannot admit now.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Blocked {
+    pub task: TaskRef,
+    /// What it would reserve: its estimate and its spilled inputs.
+    pub needed: u64,
+    pub estimate: u64,
 }
 
 /// An estimate the ledger admitted.
@@ -83,15 +93,15 @@ impl<'g> State<'g> {
         // A reservation whose guard was lost goes back before anything is admitted.
         self.ledger.reclaim_dropped();
         // What the most preferred task that did not fit needs.
-        let mut blocked: Option<u64> = None;
+        let mut blocked: Option<Blocked> = None;
         for i in 0..self.priority.len() {
             let step = self.priority[i];
             match self.pick_from(plan, step, slot) {
                 Ok(pick) => return pick,
                 // Preferred work that only a spill can make room for: make it now, rather than
                 // let less preferred work take the room meanwhile (other workers go on).
-                Err(Some(needed)) if blocked.is_none() && self.should_spill(needed) => {
-                    return self.choose_victims(needed);
+                Err(Some(task)) if blocked.is_none() && self.should_spill(&task) => {
+                    return self.choose_victims(&task);
                 }
                 Err(needed) => blocked = blocked.or(needed),
             }
@@ -103,14 +113,14 @@ impl<'g> State<'g> {
             }
         }
         match blocked {
-            Some(needed) if self.should_spill(needed) => self.choose_victims(needed),
+            Some(task) if self.should_spill(&task) => self.choose_victims(&task),
             _ => Pick::Wait,
         }
     }
 
-    /// A pick from `step`, or `Err(Some(bytes))` when its next task needs `bytes` that do not
+    /// A pick from `step`, or `Err(Some(blocked))` when its next task needs bytes that do not
     /// fit, `Err(None)` when it has nothing to offer now.
-    pub(super) fn pick_from(&mut self, plan: &Plan, step: StepId, slot: TaskSlot) -> Result<Pick, Option<u64>> {
+    pub(super) fn pick_from(&mut self, plan: &Plan, step: StepId, slot: TaskSlot) -> Result<Pick, Option<Blocked>> {
         let state = &self.steps[step];
         if state.on_probation && state.running > 0 {
             return Err(None);
@@ -241,17 +251,18 @@ impl<'g> State<'g> {
     }
 
     /// The estimate of `task` whose plugin estimates `plugin_estimate`, and whether the ledger
-    /// admits it now; `Err(Some(bytes))` (what it needs) when it must wait. One decision per
+    /// admits it now; `Err(Some(blocked))` (what it needs) when it must wait. One decision per
     /// task: the live guard reads counters other threads move, so asking twice could answer
     /// differently.
-    fn admit(&self, plan: &Plan, task: TaskRef, plugin_estimate: u64) -> Result<Admitted, Option<u64>> {
+    fn admit(&self, plan: &Plan, task: TaskRef, plugin_estimate: u64) -> Result<Admitted, Option<Blocked>> {
         let inputs = self.input_sums(task);
         let (estimate, source) = self.predict(plan, task.step, plugin_estimate, inputs.bytes);
         // Spilled inputs are mapped back in as the task reads them: they count while it runs.
         let reserved = estimate.saturating_add(inputs.spilled);
+        let blocked = Blocked { task, needed: reserved, estimate };
         match self.ledger.admission(reserved) {
-            Admission::Wait => Err(Some(reserved)),
-            Admission::Alone { .. } if !self.nothing_could_free_memory() => Err(Some(reserved)),
+            Admission::Wait => Err(Some(blocked)),
+            Admission::Alone { .. } if !self.nothing_could_free_memory_for(&blocked) => Err(Some(blocked)),
             admission => {
                 let oversized = reserved > self.ledger.budget() || inputs.bytes > self.ledger.budget();
                 let admission = match admission {
@@ -271,10 +282,12 @@ impl<'g> State<'g> {
         }
     }
 
-    /// A task that does not fit may still run alone when waiting cannot help: nothing runs or is
-    /// being spilled, and nothing spillable is left (or spilling is impossible).
-    pub(super) fn nothing_could_free_memory(&self) -> bool {
-        self.ledger.running() == 0 && self.spills_in_flight == 0 && (!self.can_spill || !self.has_spill_victim())
+    /// A task `blocked` may still run alone when waiting cannot help: nothing runs or is being
+    /// spilled, and spilling can do nothing more for it ([`State::relief`]), or is impossible.
+    pub(super) fn nothing_could_free_memory_for(&self, blocked: &Blocked) -> bool {
+        self.ledger.running() == 0
+            && self.spills_in_flight == 0
+            && (!self.can_spill || self.relief(blocked) == Relief::Nothing)
     }
 
     /// The estimate of a task of `step` and its source: from the step's model (learned from
