@@ -128,7 +128,7 @@ pub struct RunReport {
     pub wall: Duration,
     pub peak_reserved: u64,
     /// Of `peak_reserved`, the bytes service processes held at their baseline (warm
-    /// interpreters between tasks; [`crate::memory::Meter::standing`]).
+    /// interpreters between tasks; `memory::Meter::standing`).
     pub standing_at_peak: crate::memory::Standing,
     pub spilled_bytes: u64,
     pub spill_count: u64,

@@ -42,7 +42,7 @@ pub struct SimOptions {
     /// local run (whose meter cannot promise tasks stay within their reservations): the
     /// predictions are the same, only slower; the bench measures what that costs per worker.
     pub read_every_task: bool,
-    /// The CPUs local workers share when more of them are busy ([`SharedCpus`]); `None`: each
+    /// The CPUs local workers share when more of them are busy (`cpus::SharedCpus`); `None`: each
     /// worker has a CPU of its own (a cluster's are its nodes'; and times recorded on more
     /// workers than CPUs already hold the sharing they met).
     pub cpus: Option<usize>,

@@ -91,16 +91,16 @@ pub struct History {
     /// measure of a run on this host: it did not finish ok on the workers of its process, has
     /// no wall recorded or was the recipe's first).
     pub alike_runs: Vec<AlikeRun>,
-    /// The newest runs besides those ([`RECENT_RUNS`]), each with its own
+    /// The newest runs besides those (`RECENT_RUNS`), each with its own
     /// figures as a prediction of its own cycle takes them: how fast the machine has run lately
-    /// ([`super::calibrate`]). None without alike runs, or for a recipe of more than
-    /// [`MAX_TASKS`] tasks.
+    /// (`simulate::calibrate`). None without alike runs, or for a recipe of more than
+    /// `MAX_TASKS` tasks.
     pub recent: Vec<RecentRun>,
     /// The recipe's first run with its own figures, when it is the only run before this
     /// cycle: its pace, simulated as it ran (without history), is the only one there is
-    /// ([`super::calibrate`]).
+    /// (`simulate::calibrate`).
     pub first_run: Option<Box<RecentRun>>,
-    /// The numbers among this cycle's vars outside every compared run's ([`ALIKE_RUNS`]).
+    /// The numbers among this cycle's vars outside every compared run's (`ALIKE_RUNS`).
     pub beyond: Vec<alike::Beyond>,
     /// What service processes (warm interpreters) held at their baseline at the runs' peaks,
     /// which the ledger counts for the run and no task: of the runs that pace the prediction

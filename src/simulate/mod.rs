@@ -73,7 +73,7 @@ pub enum CpuSharing {
 /// the store), then the scheduler runs it on the virtual clock. A task of a step without recorded
 /// times runs for its estimate at `guess_speed` bytes a second. `record_tasks` keeps every task
 /// and the memory over time. `recompile` compiles the recipe with an alike run's vars, to learn
-/// what this cycle's metadata changes ([`alike_plan`]).
+/// what this cycle's metadata changes (`simulate::alike_plan`).
 pub fn predict(
     compiled: &mut Compiled,
     history: &History,
