@@ -248,6 +248,8 @@ mod tests {
     use super::super::testing::{NoMemory, compiled};
     use super::SpillJob;
     use crate::memory::{Admission, TaskSlot};
+    use crate::plan::Plan;
+    use crate::scheduler::state::Picked;
     use crate::scheduler::{Outcome, Pick, State, StepTraits};
 
     const MIB: u64 = 1 << 20;
@@ -259,6 +261,16 @@ mod tests {
         jobs.iter().map(|job| job.task).collect()
     }
 
+    /// The four tasks of source step `a`, started.
+    fn start_all_four(state: &mut State<'_>, plan: &Plan) -> Vec<Picked> {
+        (0..4)
+            .map(|slot| {
+                let Pick::Run(picked) = state.pick(plan, TaskSlot(slot)) else { panic!("an `a` task fits") };
+                picked
+            })
+            .collect()
+    }
+
     #[test]
     fn a_gather_over_the_budget_spills_only_what_its_own_inputs_hold_beyond_it() {
         // `g` (1 MiB) gathers the four 10 MiB buffers of `a`: 40 MiB resident in a 32 MiB
@@ -268,11 +280,7 @@ mod tests {
             "  a: {plugin: noop, over: [lead], memory: 1MiB}\n  g: {plugin: noop, inputs: {x: a}, memory: 1MiB}\n",
         );
         let mut state = State::new(&c.graph, &c.plan, StepTraits::plain(2), 32 * MIB, &NoMemory, None);
-        let mut sources = Vec::new();
-        for slot in 0..4 {
-            let Pick::Run(picked) = state.pick(&c.plan, TaskSlot(slot)) else { panic!("an `a` task fits") };
-            sources.push(picked);
-        }
+        let sources = start_all_four(&mut state, &c.plan);
         for picked in sources {
             state.finish_virtual(picked, Outcome::Ok, 10 * MIB, 0, Duration::ZERO);
         }
@@ -300,11 +308,7 @@ mod tests {
             "  g: {plugin: noop, inputs: {x: b}, memory: 1MiB}\n",
         ));
         let mut state = State::new(&c.graph, &c.plan, StepTraits::plain(3), 50 * MIB, &NoMemory, None);
-        let mut sources = Vec::new();
-        for slot in 0..4 {
-            let Pick::Run(picked) = state.pick(&c.plan, TaskSlot(slot)) else { panic!("an `a` task fits") };
-            sources.push(picked);
-        }
+        let sources = start_all_four(&mut state, &c.plan);
         let mut sources = sources.into_iter();
         let first = sources.next().expect("four sources");
         let first_index = first.task.index;
