@@ -38,7 +38,6 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::plan::Compiled;
 use crate::recipe::{Recipe, ResumeCheck, StepId};
-use crate::store::{RecordedTask, TaskStatus};
 // The scheduler still names it here; it lives with the value files, where `store::prune` reads it too.
 use crate::values;
 
@@ -329,6 +328,21 @@ pub struct Reuse {
     steps: Vec<HashMap<u64, ReusedTask>>,
 }
 
+/// A task of an earlier run as the store recorded it, with what `--resume` compares to reuse
+/// it (the store reads these for resume; resume knows nothing of the store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordedTask {
+    pub step: String,
+    pub task_index: Option<u64>,
+    pub key: String,
+    /// It ended ok, or was reused: its output was made.
+    pub finished: bool,
+    pub args_hash: Option<u64>,
+    pub inputs_hash: Option<u64>,
+    pub output_hash: Option<u64>,
+    pub output_path: Option<String>,
+}
+
 impl Reuse {
     /// The reuse plan of `compiled` against `previous`, the tasks recorded by run `from_run`.
     pub fn plan(compiled: &Compiled, from_run: i64, previous: Vec<RecordedTask>) -> Reuse {
@@ -337,8 +351,7 @@ impl Reuse {
         let mut recorded: Vec<HashMap<u64, RecordedTask>> = vec![HashMap::new(); recipe.steps.len()];
         for task in previous {
             let (Some(step), Some(index)) = (recipe.step_id(&task.step), task.task_index) else { continue };
-            let finished = matches!(task.status, TaskStatus::Ok | TaskStatus::Reused);
-            if finished && task.args_hash.is_some() {
+            if task.finished && task.args_hash.is_some() {
                 recorded[step].insert(index, task);
             }
         }

@@ -20,7 +20,7 @@ use crate::resume::Reuse;
 use crate::scheduler::{self, Progress, RunExtras, RunOptions, StepProgress, TaskSink};
 use crate::slurm::Slurm;
 use crate::store::sink::{self, StoreSink};
-use crate::store::{RunOutcome, RunStatus, Store, TaskStatus};
+use crate::store::{RunOutcome, RunStatus, Store};
 
 pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let Some(mut compiled) = compile(registry, &args.recipe) else { return Ok(EXIT_USAGE) };
@@ -96,7 +96,7 @@ pub fn plan_resume(store: &Store, compiled: &Compiled) -> anyhow::Result<Option<
             say!("--resume: removed {removed} half-written temporary {files} run {} left", previous.run_id);
         }
     }
-    let finished = tasks.iter().filter(|t| matches!(t.status, TaskStatus::Ok | TaskStatus::Reused)).count();
+    let finished = tasks.iter().filter(|t| t.finished).count();
     let reuse = Reuse::plan(compiled, previous.run_id, tasks);
     say!(
         "--resume: run {} ({}) of cycle {} recorded {finished} finished tasks: {} of {} tasks taken over",

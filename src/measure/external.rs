@@ -149,11 +149,54 @@ pub fn standing() -> u64 {
 }
 
 /// [`standing`], and of it the shared pages and how many services' own baselines.
-pub fn standing_parts() -> crate::memory::Standing {
-    crate::memory::Standing {
+pub fn standing_parts() -> Standing {
+    Standing {
         bytes: STANDING.load(Relaxed),
         shared: STANDING_SHARED.load(Relaxed),
         services: STANDING_SERVICES.load(Relaxed),
+    }
+}
+
+/// Memory standing for the run: service processes at their baseline.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Standing {
+    pub bytes: u64,
+    /// Of `bytes`, the pages forked services share, counted once (their reaper's).
+    pub shared: u64,
+    /// The services whose own baselines make the rest.
+    pub services: u64,
+}
+
+impl Standing {
+    /// The same services' baseline with `services` of them: the shared pages once, and each
+    /// service's own share of the rest (unchanged when the count is unknown).
+    pub fn with_services(self, services: u64) -> Standing {
+        match self.services {
+            0 => self,
+            counted => {
+                let own = (self.bytes.saturating_sub(self.shared) as u128 * services as u128 / counted as u128) as u64;
+                Standing { bytes: self.shared + own, shared: self.shared, services }
+            }
+        }
+    }
+
+    /// What the ledger counts while a run's `expected` services start: what stands now, and
+    /// the baseline of each expected service not yet seen standing (`seen`: the most that
+    /// stood at once this run), the shared pages too while none are counted. An interpreter
+    /// is started by its first task, after that task was admitted: without this, the first
+    /// tasks of a run would be admitted beside interpreters the ledger could not yet see.
+    pub fn awaiting(self, expected: Standing, seen: u64) -> Standing {
+        let missing = expected.services.saturating_sub(seen);
+        if missing == 0 {
+            return self;
+        }
+        let own = expected.bytes.saturating_sub(expected.shared) / expected.services;
+        let shared = if self.shared == 0 { expected.shared } else { 0 };
+        Standing {
+            bytes: self.bytes + own * missing + shared,
+            shared: self.shared + shared,
+            services: self.services + missing,
+        }
     }
 }
 

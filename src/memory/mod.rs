@@ -9,6 +9,8 @@
 pub mod shared;
 pub mod spill;
 
+pub use crate::measure::external::Standing;
+
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
@@ -35,49 +37,6 @@ pub trait Meter: Sync {
     /// the reservations' total, without reading each running task at every admission.
     fn holds_reservations_only(&self) -> bool {
         false
-    }
-}
-
-/// Memory standing for the run: service processes at their baseline.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Standing {
-    pub bytes: u64,
-    /// Of `bytes`, the pages forked services share, counted once (their reaper's).
-    pub shared: u64,
-    /// The services whose own baselines make the rest.
-    pub services: u64,
-}
-
-impl Standing {
-    /// The same services' baseline with `services` of them: the shared pages once, and each
-    /// service's own share of the rest (unchanged when the count is unknown).
-    pub fn with_services(self, services: u64) -> Standing {
-        match self.services {
-            0 => self,
-            counted => {
-                let own = (self.bytes.saturating_sub(self.shared) as u128 * services as u128 / counted as u128) as u64;
-                Standing { bytes: self.shared + own, shared: self.shared, services }
-            }
-        }
-    }
-
-    /// What the ledger counts while a run's `expected` services start: what stands now, and
-    /// the baseline of each expected service not yet seen standing (`seen`: the most that
-    /// stood at once this run), the shared pages too while none are counted. An interpreter
-    /// is started by its first task, after that task was admitted: without this, the first
-    /// tasks of a run would be admitted beside interpreters the ledger could not yet see.
-    pub fn awaiting(self, expected: Standing, seen: u64) -> Standing {
-        let missing = expected.services.saturating_sub(seen);
-        if missing == 0 {
-            return self;
-        }
-        let own = expected.bytes.saturating_sub(expected.shared) / expected.services;
-        let shared = if self.shared == 0 { expected.shared } else { 0 };
-        Standing {
-            bytes: self.bytes + own * missing + shared,
-            shared: self.shared + shared,
-            services: self.services + missing,
-        }
     }
 }
 

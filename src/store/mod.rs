@@ -48,7 +48,7 @@ pub use model::{
     TaskStatus, parse_estimate_source,
 };
 pub use prune::Prune;
-pub use query::{FailedTask, HistoryRun, RecordedTask, RunFilter, StepHistory, TimelineTask};
+pub use query::{FailedTask, HistoryRun, RunFilter, StepHistory, TimelineTask};
 pub use schema::SCHEMA_VERSION;
 pub use step_figures::StepFigures;
 pub use writer::{RunRecorder, RunWritten};

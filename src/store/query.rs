@@ -21,6 +21,7 @@ use super::{
 };
 use crate::measure::PeakSource;
 use crate::plan::EstimateSource;
+use crate::resume::RecordedTask;
 
 /// A run in a history, as the estimator and `runner history` see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -137,19 +138,6 @@ pub struct TimelineTask<'a> {
     pub peak_bytes: u64,
     /// How its peak was measured (`None` for rows that do not say).
     pub peak_source: Option<PeakSource>,
-}
-
-/// A task of an earlier run with what `--resume` compares to reuse it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct RecordedTask {
-    pub step: String,
-    pub task_index: Option<u64>,
-    pub key: String,
-    pub status: TaskStatus,
-    pub args_hash: Option<u64>,
-    pub inputs_hash: Option<u64>,
-    pub output_hash: Option<u64>,
-    pub output_path: Option<String>,
 }
 
 /// The tasks `t` of the blocks `b`, for a `WHERE` on `b.run_id` and `b.step`.
@@ -475,7 +463,7 @@ impl Store {
                     step,
                     task_index,
                     key,
-                    status: TaskStatus::from_code(row.get(3)?),
+                    finished: matches!(TaskStatus::from_code(row.get(3)?), TaskStatus::Ok | TaskStatus::Reused),
                     args_hash: hash(4)?,
                     inputs_hash: hash(5)?,
                     output_hash: hash(6)?,

@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use super::spill::Relief;
 use super::{Model, State, TaskRef};
 use crate::estimate::StepModel;
 use crate::memory::{Admission, Reservation, TaskSlot};
@@ -280,14 +279,6 @@ impl<'g> State<'g> {
                 })
             }
         }
-    }
-
-    /// A task `blocked` may still run alone when waiting cannot help: nothing runs or is being
-    /// spilled, and spilling can do nothing more for it ([`State::relief`]), or is impossible.
-    pub(super) fn nothing_could_free_memory_for(&self, blocked: &Blocked) -> bool {
-        self.ledger.running() == 0
-            && self.spills_in_flight == 0
-            && (!self.can_spill || self.relief(blocked) == Relief::Nothing)
     }
 
     /// The estimate of a task of `step` and its source: from the step's model (learned from

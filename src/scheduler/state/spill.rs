@@ -37,6 +37,14 @@ impl<'g> State<'g> {
         self.can_spill && waiting_cannot_help && self.spills_in_flight == 0 && self.relief(blocked) != Relief::Nothing
     }
 
+    /// A task `blocked` may still run alone when waiting cannot help: nothing runs or is being
+    /// spilled, and spilling can do nothing more for it ([`State::relief`]), or is impossible.
+    pub(super) fn nothing_could_free_memory_for(&self, blocked: &Blocked) -> bool {
+        self.ledger.running() == 0
+            && self.spills_in_flight == 0
+            && (!self.can_spill || self.relief(blocked) == Relief::Nothing)
+    }
+
     /// What spilling can do for `blocked`.
     ///
     /// Never spill its own inputs to make room for it beside other work: it maps a spilled
