@@ -87,7 +87,7 @@ impl<'g> State<'g> {
     /// The order finishes what was started: consumers (deeper steps first) before sources, and
     /// sources in lockstep, each in an order that completes the gathers nearest to it first.
     /// Buffers are spilled only when waiting for running tasks cannot make room (see
-    /// [`State::should_spill`]), so a budget that a good order fits never spills.
+    /// [`State::spill_for`]), so a budget that a good order fits never spills.
     pub fn pick(&mut self, plan: &Plan, slot: TaskSlot) -> Pick {
         // A reservation whose guard was lost goes back before anything is admitted.
         self.ledger.reclaim_dropped();
@@ -99,9 +99,10 @@ impl<'g> State<'g> {
                 Ok(pick) => return pick,
                 // Preferred work that only a spill can make room for: make it now, rather than
                 // let less preferred work take the room meanwhile (other workers go on).
-                Err(Some(task)) if blocked.is_none() && self.should_spill(&task) => {
-                    return self.choose_victims(&task);
-                }
+                Err(Some(task)) if blocked.is_none() => match self.spill_for(&task) {
+                    Some(relief) => return self.choose_victims(&task, relief),
+                    None => blocked = Some(task),
+                },
                 Err(needed) => blocked = blocked.or(needed),
             }
         }
@@ -112,7 +113,10 @@ impl<'g> State<'g> {
             }
         }
         match blocked {
-            Some(task) if self.should_spill(&task) => self.choose_victims(&task),
+            Some(task) => match self.spill_for(&task) {
+                Some(relief) => self.choose_victims(&task, relief),
+                None => Pick::Wait,
+            },
             _ => Pick::Wait,
         }
     }

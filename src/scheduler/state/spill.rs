@@ -30,11 +30,15 @@ pub struct SpillDone {
 impl<'g> State<'g> {
     /// Spilling is the last resort, for a task `blocked` for want of room: only when waiting
     /// cannot make room — nothing runs, or the resident buffers alone leave too little even
-    /// once every running task has finished — and no spill is being written.
-    pub(super) fn should_spill(&self, blocked: &Blocked) -> bool {
+    /// once every running task has finished — and no spill is being written. What spilling can
+    /// do for it then ([`State::relief`]), or `None` when it should not spill.
+    pub(super) fn spill_for(&self, blocked: &Blocked) -> Option<Relief> {
         let waiting_cannot_help =
             self.ledger.running() == 0 || self.ledger.resident().saturating_add(blocked.needed) > self.ledger.budget();
-        self.can_spill && waiting_cannot_help && self.spills_in_flight == 0 && self.relief(blocked) != Relief::Nothing
+        if !(self.can_spill && waiting_cannot_help && self.spills_in_flight == 0) {
+            return None;
+        }
+        Some(self.relief(blocked)).filter(|relief| *relief != Relief::Nothing)
     }
 
     /// A task `blocked` may still run alone when waiting cannot help: nothing runs or is being
@@ -76,18 +80,18 @@ impl<'g> State<'g> {
         if over > 0 { Relief::OwnInputs(over) } else { Relief::Nothing }
     }
 
-    /// Chooses the buffers to spill for `blocked` ([`State::relief`]) and hands them to the
-    /// worker to write: other idle resident buffers, the one needed last first (see
-    /// [`State::needed_in`]), then the largest, until it would fit; or, for a task to run
-    /// alone, the largest of its own inputs until it holds no more than the budget.
-    pub(super) fn choose_victims(&mut self, blocked: &Blocked) -> Pick {
+    /// Chooses the buffers to spill for `blocked`, as `relief` says ([`State::relief`]), and
+    /// hands them to the worker to write: other idle resident buffers, the one needed last
+    /// first (see [`State::needed_in`]), then the largest, until it would fit; or, for a task
+    /// to run alone, the largest of its own inputs until it holds no more than the budget.
+    pub(super) fn choose_victims(&mut self, blocked: &Blocked, relief: Relief) -> Pick {
         let mut own = Vec::new();
         self.for_each_live_input(blocked.task, |producer, live| {
             if is_victim(live) {
                 own.push(producer);
             }
         });
-        let (mut victims, to_free): (Vec<(NeededIn, u64, TaskRef)>, u64) = match self.relief(blocked) {
+        let (mut victims, to_free): (Vec<(NeededIn, u64, TaskRef)>, u64) = match relief {
             Relief::Nothing => return Pick::Wait,
             Relief::Others => {
                 own.sort_unstable();
