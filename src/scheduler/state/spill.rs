@@ -38,18 +38,16 @@ impl<'g> State<'g> {
         if !(self.can_spill && waiting_cannot_help && self.spills_in_flight == 0) {
             return None;
         }
-        Some(self.relief(blocked)).filter(|relief| *relief != Relief::Nothing)
+        self.relief(blocked)
     }
 
     /// A task `blocked` may still run alone when waiting cannot help: nothing runs or is being
     /// spilled, and spilling can do nothing more for it ([`State::relief`]), or is impossible.
     pub(super) fn nothing_could_free_memory_for(&self, blocked: &Blocked) -> bool {
-        self.ledger.running() == 0
-            && self.spills_in_flight == 0
-            && (!self.can_spill || self.relief(blocked) == Relief::Nothing)
+        self.ledger.running() == 0 && self.spills_in_flight == 0 && (!self.can_spill || self.relief(blocked).is_none())
     }
 
-    /// What spilling can do for `blocked`.
+    /// What spilling can do for `blocked` (`None`: nothing).
     ///
     /// Never spill its own inputs to make room for it beside other work: it maps a spilled
     /// input back as it reads it, and its reservation counts it (see [`State::input_sums`]),
@@ -57,9 +55,9 @@ impl<'g> State<'g> {
     /// Once it is to run alone, though, its spilled inputs stream through (each one's pages
     /// are released once read), so those its resident inputs hold beyond what the budget
     /// leaves beside its estimate are spilled, and no more.
-    pub(super) fn relief(&self, blocked: &Blocked) -> Relief {
+    pub(super) fn relief(&self, blocked: &Blocked) -> Option<Relief> {
         if self.ledger.resident() == 0 {
-            return Relief::Nothing;
+            return None;
         }
         let (mut own_victims, mut own_resident) = (0, 0);
         self.for_each_live_input(blocked.task, |_, live| {
@@ -69,15 +67,15 @@ impl<'g> State<'g> {
             }
         });
         if self.outputs.values().filter(|live| is_victim(live)).nth(own_victims).is_some() {
-            return Relief::Others;
+            return Some(Relief::Others);
         }
         if self.ledger.running() > 0 {
-            return Relief::Nothing;
+            return None;
         }
         let over = (self.ledger.used().saturating_add(blocked.estimate))
             .saturating_sub(self.ledger.budget())
             .min(own_resident);
-        if over > 0 { Relief::OwnInputs(over) } else { Relief::Nothing }
+        (over > 0).then_some(Relief::OwnInputs(over))
     }
 
     /// Chooses the buffers to spill for `blocked`, as `relief` says ([`State::relief`]), and
@@ -92,7 +90,6 @@ impl<'g> State<'g> {
             }
         });
         let (mut victims, to_free): (Vec<(NeededIn, u64, TaskRef)>, u64) = match relief {
-            Relief::Nothing => return Pick::Wait,
             Relief::Others => {
                 own.sort_unstable();
                 let victims = self
@@ -227,7 +224,7 @@ impl<'g> State<'g> {
     }
 }
 
-/// What spilling can do for a blocked task ([`State::relief`]).
+/// What spilling can do for a blocked task ([`State::relief`]), when it can do anything.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Relief {
     /// Idle buffers other than its inputs can go.
@@ -235,7 +232,6 @@ pub(super) enum Relief {
     /// It is to run alone, and its resident inputs hold this many bytes beyond what the budget
     /// leaves beside its estimate.
     OwnInputs(u64),
-    Nothing,
 }
 
 /// How many of a consumer's producers must still finish before a buffer is read (0: a consumer
