@@ -413,6 +413,76 @@ fn a_command_s_file_is_predicted_at_the_size_it_had_in_the_cycle_with_the_neares
 }
 
 #[test]
+fn past_the_recorded_range_a_file_its_args_size_grows_as_it_grew_and_its_readers_with_it() {
+    let _alone = alone();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "f.yaml", FILES);
+    for (cycle, mib) in [("c1", 16), ("c2", 16), ("c3", 32)] {
+        files_cycle(dir.path(), "run", cycle, mib);
+    }
+    // `truncate -s {mib}M`: the file doubled from 16 to 32, as a power 1 of `mib`; at 64 it is
+    // taken to double again, and the reader (whose args stay) to read twice what c3's read.
+    let (said, predicted) = with_var(dir.path(), "simulate", "c4", "mib=64", "1GiB");
+    assert!(
+        said.contains(
+            "write grows as mib^1.0 between the runs at 16 and 32: at 64 its output, time and peak are taken 2.00 times"
+        ),
+        "{said}"
+    );
+    let grown = predicted["grown_past_history"].as_array().unwrap();
+    assert_eq!(grown.len(), 1, "only the writer's args are set by `mib`: {grown:?}");
+    assert_eq!(
+        (&grown[0]["step"], &grown[0]["var"], &grown[0]["value"]),
+        (&"write".into(), &"mib".into(), &64.0.into())
+    );
+    let exponent = grown[0]["exponent"].as_f64().unwrap();
+    assert!((exponent - 1.0).abs() < 0.01 && (grown[0]["factor"].as_f64().unwrap() - 2.0).abs() < 0.02, "{grown:?}");
+    let real = files_cycle(dir.path(), "run", "c4", 64);
+    assert!(real["peak_reserved_bytes"].as_f64().unwrap() > 2.0 * 64.0 * MIB, "two readers of 64 MiB files: {real}");
+    assert_reserved_within_10_percent(&predicted, &real, " (with c3's files as they were, half)");
+}
+
+/// A synthetic field of the cycle's weather, and a command that writes a file as large as the
+/// field's data is wet (bytes above 200: none where it is dry): its output follows the
+/// weather, its args do not.
+const WET_FILES: &str = r#"recipe: sim-wet-files
+vars:
+  wet: 0.02
+dims:
+  i: 2
+steps:
+  field:
+    plugin: synth
+    over: [i]
+    args: {ny: 200, nx: 200, wet_fraction: "{wet}", seed: "{cycle}/{i}"}
+  wet_bytes:
+    plugin: exec
+    over: [i]
+    inputs: {field: field}
+    args:
+      command: [python3, -c, "import sys; d = open(sys.argv[1], 'rb').read(); open(sys.argv[2], 'wb').write(bytes(sum(b > 200 for b in d)))", "{input.field}", "{output}"]
+      output: "work/{cycle}/w{i}.bin"
+"#;
+
+#[test]
+fn past_the_recorded_range_a_step_whose_data_not_its_args_moved_is_not_grown() {
+    let _shared = beside_others();
+    let dir = runs_of(WET_FILES, &["wet=0.02", "wet=0.02", "wet=0.04"]);
+    let file_bytes = common::query(
+        &dir.path().join("h.db"),
+        "SELECT max(file_bytes) FROM tasks WHERE step = 'wet_bytes' GROUP BY run_id ORDER BY run_id",
+    );
+    let sizes: Vec<f64> = file_bytes.iter().map(|row| row[0].parse().unwrap()).collect();
+    assert!(sizes[2] > 1.5 * sizes[1], "the wetter cycle wrote larger files: {sizes:?}");
+    // The field is the same grid at any weather, and the command's args stay: nothing grows,
+    // though the files did between the runs along `wet`.
+    let (said, predicted) = with_var(dir.path(), "simulate", "c4", "wet=0.5", "1GiB");
+    assert!(said.contains("wet = 0.5 is outside the recorded runs' 0.02 to 0.04"), "{said}");
+    assert_eq!(predicted["grown_past_history"], serde_json::json!([]), "{said}");
+    assert!(!said.contains(" grows as "), "{said}");
+}
+
+#[test]
 fn between_two_recorded_weathers_a_file_is_predicted_at_the_size_between_them() {
     let _alone = alone();
     let dir = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@ use super::simulate_cmd::{CriticalPathSummary, PredictedSummary, SpillBandwidth,
 use super::summary::RunSummary;
 use crate::plan::Compiled;
 use crate::simulate::alike::Beyond;
+use crate::simulate::growth::{Grown, grown_text};
 use crate::simulate::{History, Recompile, SimOptions};
 use crate::store::RunRow;
 
@@ -46,6 +47,7 @@ struct CycleEntry {
     recorded: Figures,
     error: Errors,
     vars_beyond_history: Vec<Beyond>,
+    grown_past_history: Vec<Grown>,
 }
 
 /// Predicts each of `cycles` (compiled in `compiled`) against the store at `db`.
@@ -137,6 +139,7 @@ fn entry(summary: PredictedSummary, row: &RunRow) -> CycleEntry {
         recorded,
         error,
         vars_beyond_history: summary.vars_beyond_history,
+        grown_past_history: summary.grown_past_history,
     }
 }
 
@@ -158,5 +161,8 @@ fn print_row(entry: &CycleEntry) {
     );
     for beyond in &entry.vars_beyond_history {
         show!("{:<20} {}", "", beyond_text(beyond));
+    }
+    for grown in &entry.grown_past_history {
+        show!("{:<20} {}", "", grown_text(grown));
     }
 }

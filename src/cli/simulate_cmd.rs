@@ -16,6 +16,7 @@ use crate::plan::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
 use crate::simulate::alike::{Beyond, Measure};
+use crate::simulate::growth::{Grown, grown_text};
 use crate::simulate::{ClusterShape, CpuSharing, History, Prediction, SimOptions};
 use crate::store::Executor;
 
@@ -213,6 +214,9 @@ pub struct PredictedSummary {
     /// The numbers among the cycle's vars outside every recorded run's values of them: what
     /// follows the data is the nearest run's, and may be far off.
     pub vars_beyond_history: Vec<Beyond>,
+    /// The steps whose figures were carried on past the recorded range, as a power of the
+    /// number that sets their size (their args), and by how much.
+    pub grown_past_history: Vec<Grown>,
     /// How fast spills were taken to be written and read back.
     pub spill_bandwidth: SpillBandwidth,
     /// Seconds of `wall_s` for what a run costs beyond its tasks and the machine's pace, as
@@ -295,6 +299,7 @@ impl PredictedSummary {
             critical_path: CriticalPathSummary { steps: names, wall_s: prediction.critical_path.length.as_secs_f64() },
             alike_cycles: prediction.alike_cycles.clone(),
             vars_beyond_history: prediction.beyond.clone(),
+            grown_past_history: prediction.grown.clone(),
             spill_bandwidth,
             overhead_s: prediction.overhead,
             cpus_shared: match prediction.cpus {
@@ -380,6 +385,9 @@ impl PredictedSummary {
                  off by as much as the data differs",
                 beyond_text(beyond)
             );
+        }
+        for grown in &self.grown_past_history {
+            say!("  {}", grown_text(grown));
         }
         if let Some(dealt) = &self.dealings {
             say!(

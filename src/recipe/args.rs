@@ -22,14 +22,14 @@ use super::yaml::Item;
 
 /// A step's arguments: fixed for every task, or with templates over the step's dims that are
 /// filled in per task.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum StepArgs {
     Fixed(Args),
     PerTask { fixed: Map<String, Json>, templated: Vec<(String, ArgTemplate)> },
 }
 
 /// A JSON argument value in which some strings still refer to dims.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum ArgTemplate {
     Json(Json),
     Text(Template),

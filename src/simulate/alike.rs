@@ -115,7 +115,7 @@ pub fn alike(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Vec<(usiz
 
 /// Each candidate's vars, `None` for a run without them (recorded before runs kept them) or
 /// with text that is not a JSON object.
-fn parse(candidates: &[Option<&str>]) -> Vec<Option<Map<String, Value>>> {
+pub(super) fn parse(candidates: &[Option<&str>]) -> Vec<Option<Map<String, Value>>> {
     candidates.iter().map(|text| text.and_then(|t| serde_json::from_str(t).ok())).collect()
 }
 
@@ -143,7 +143,10 @@ fn nearest(now: &Map<String, Value>, parsed: &[Option<Map<String, Value>>]) -> O
 
 /// The one var `now` and `recorded` differ in, when it is a number in both: its name, `now`'s
 /// value and `recorded`'s.
-fn one_number_apart<'a>(now: &'a Map<String, Value>, recorded: &Map<String, Value>) -> Option<(&'a str, f64, f64)> {
+pub(super) fn one_number_apart<'a>(
+    now: &'a Map<String, Value>,
+    recorded: &Map<String, Value>,
+) -> Option<(&'a str, f64, f64)> {
     if now.len() != recorded.len() {
         return None;
     }

@@ -40,7 +40,8 @@ pub fn pace(
     };
     // Without alike plans, the predictor gives each task the estimate and output the alike
     // runs recorded for it, and the time of the tasks like it, unmoved.
-    let predictor = Predictor::new(then, history, vec![None; then.recipe.steps.len()], guess_speed);
+    // The alike runs' own figures, not grown to this cycle's (`super::growth`).
+    let predictor = Predictor::new(then, &history.as_recorded(), vec![None; then.recipe.steps.len()], guess_speed);
     let alike = &history.alike_runs;
     let mut paces = Vec::with_capacity(1 + history.recent.len());
     if !alike.is_empty() {

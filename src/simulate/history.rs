@@ -20,26 +20,10 @@ use crate::plan::EstimateSource;
 use crate::store::{Executor, HistoryRun, RunFilter, RunRow, RunStatus, SpillSpeed, Store, StoreError, TaskStatus};
 
 use super::alike;
+use super::alike_figures::{self, Recorded};
 use super::durations::{DurationModel, Timing};
+use super::growth::{self, Growth};
 use super::like_tasks::{self, LikeTasks};
-
-/// What one task of the alike run was estimated at and produced.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Recorded {
-    pub plugin_estimate: u64,
-    pub output_bytes: u64,
-    /// The size of the file its path output named (0 for an output in memory).
-    pub file_bytes: u64,
-    /// The µs a prediction gives it: the mean of the recorded tasks like it
-    /// ([`super::like_tasks`]), else how long it took. Like its output, what its weather made it.
-    pub wall_us: u64,
-    /// What its inputs held (with its output and file, the bytes its time is scaled from when
-    /// this cycle's metadata makes the task another size).
-    pub input_bytes: u64,
-    /// Its measured peak (0: not measured), which followed that cycle's args and data as its
-    /// time did, where the step's model may not see either.
-    pub peak_bytes: u64,
-}
 
 /// A step's recorded tasks.
 #[derive(Debug, Clone, Default)]
@@ -62,6 +46,9 @@ pub struct StepRecords {
     pub alike_vars: Option<(String, String)>,
     /// The alike runs (run ids) and their weights.
     pub alike_runs: Vec<(i64, f64)>,
+    /// How the alike run's figures grow past the recorded range ([`super::growth`]); the
+    /// figures above are as recorded.
+    pub grown: Option<Growth>,
     pub longest: Option<Duration>,
     /// Of the last [`PATTERN_RUNS`] runs (oldest first), what each sampled task's data made
     /// of it (its plugin estimate, output and file bytes, summed), by task index: whether
@@ -193,6 +180,16 @@ impl History {
             None
         };
         Ok(History { steps, spill_speed, alike_runs, recent, first_run, beyond, standing, standing_workers })
+    }
+
+    /// The same history with its figures as recorded, none grown past the recorded range: the
+    /// alike runs as they ran ([`super::calibrate`]).
+    pub fn as_recorded(&self) -> History {
+        let mut history = self.clone();
+        for step in &mut history.steps {
+            step.grown = None;
+        }
+        history
     }
 
     /// The most workers of the runs that pace the prediction (0: none): their task times were
@@ -427,9 +424,19 @@ pub fn read_step(
         AlikeBy::Run(id) => runs.iter().position(|r| r.run_id == id).map(|at| (at, 1.0)).into_iter().collect(),
     };
     records.alike_runs = alike.iter().map(|&(at, weight)| (runs[at].run_id, weight)).collect();
+    let along = match (alike_by, &alike[..]) {
+        (AlikeBy::Vars(vars), &[(nearest, _)]) => {
+            growth::along(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>(), nearest)
+        }
+        _ => None,
+    };
     let mut taken = Vec::with_capacity(alike.len());
     for (at, weight) in alike {
-        taken.push((read_alike(store, &runs[at], step)?, weight));
+        taken.push((alike_figures::read(store, &runs[at], step)?, weight));
+    }
+    if let (Some(along), Some((near, _))) = (along, taken.first()) {
+        let far = alike_figures::read(store, &runs[along.far], step)?;
+        records.grown = growth::growth(&along, &near.by_index, &far.by_index);
     }
     let runs = &runs[runs.len().saturating_sub(HISTORY_RUNS)..];
     // Per run: its ok tasks' figures and times, for the tasks like each alike run's.
@@ -491,7 +498,14 @@ pub fn read_step(
             recorded.wall_us = like.mean_wall_us(figure).unwrap_or(recorded.wall_us);
         }
     }
-    blend_alike(taken, &mut records);
+    if let Some((blended, cycles)) = alike_figures::blend(taken) {
+        records.alike_by_index = blended.by_index;
+        records.alike_output_bytes = blended.output_bytes;
+        records.alike_plugin_estimate = blended.plugin_estimate;
+        records.alike_file_bytes = blended.file_bytes;
+        records.alike_vars = blended.vars.map(|vars| (blended.cycle, vars));
+        records.alike_cycle = Some(cycles);
+    }
     Ok(records)
 }
 
@@ -505,129 +519,5 @@ fn near_vars(vars: Option<&str>, runs: &[HistoryRun]) -> Vec<bool> {
             .map(|distance| distance <= like_tasks::NEAR_VARS)
             .collect(),
         None => vec![false; runs.len()],
-    }
-}
-
-/// What one run measured of a step's tasks that only a real run measures.
-struct Alike {
-    by_index: HashMap<u64, Recorded>,
-    output_bytes: Option<u64>,
-    plugin_estimate: Option<u64>,
-    file_bytes: Option<u64>,
-    cycle: String,
-    vars: Option<String>,
-}
-
-/// The figures of `run`'s tasks of `step` that only a real run measures.
-fn read_alike(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, StoreError> {
-    let mut by_index = HashMap::new();
-    let mut outputs = Vec::new();
-    let mut estimates = Vec::new();
-    let mut files = Vec::new();
-    store.step_tasks(run.run_id, step, HISTORY_TASKS_PER_RUN, |task| {
-        if matches!(task.status, TaskStatus::Skipped | TaskStatus::Reused) {
-            return;
-        }
-        let plugin_estimate = task.plugin_estimate_bytes.unwrap_or(0);
-        if let Some(index) = task.task_index {
-            let recorded = Recorded {
-                plugin_estimate,
-                output_bytes: task.output_bytes,
-                file_bytes: task.file_bytes,
-                wall_us: task.wall_us,
-                input_bytes: task.input_bytes,
-                peak_bytes: task.peak_bytes,
-            };
-            by_index.insert(index, recorded);
-        }
-        outputs.push(task.output_bytes);
-        files.push(task.file_bytes);
-        if plugin_estimate > 0 {
-            estimates.push(plugin_estimate);
-        }
-    })?;
-    Ok(Alike {
-        by_index,
-        output_bytes: median(&mut outputs),
-        plugin_estimate: median(&mut estimates),
-        file_bytes: median(&mut files),
-        cycle: run.cycle.clone(),
-        vars: run.vars.clone(),
-    })
-}
-
-/// The alike runs' figures, weighted ([`alike::alike`]: one run, or two to interpolate
-/// between), into `records`. A task only the first run recorded keeps its figures.
-fn blend_alike(taken: Vec<(Alike, f64)>, records: &mut StepRecords) {
-    let mut taken = taken.into_iter();
-    let Some((mut first, weight)) = taken.next() else { return };
-    let mut cycles = first.cycle.clone();
-    if let Some((second, other)) = taken.next() {
-        let mix = |a: u64, b: u64| (a as f64 * weight + b as f64 * other).round() as u64;
-        let mix_median = |a: Option<u64>, b: Option<u64>| match (a, b) {
-            (Some(a), Some(b)) => Some(mix(a, b)),
-            (a, b) => a.or(b),
-        };
-        for (index, recorded) in &mut first.by_index {
-            if let Some(across) = second.by_index.get(index) {
-                *recorded = Recorded {
-                    plugin_estimate: mix(recorded.plugin_estimate, across.plugin_estimate),
-                    output_bytes: mix(recorded.output_bytes, across.output_bytes),
-                    file_bytes: mix(recorded.file_bytes, across.file_bytes),
-                    wall_us: mix(recorded.wall_us, across.wall_us),
-                    input_bytes: mix(recorded.input_bytes, across.input_bytes),
-                    peak_bytes: mix(recorded.peak_bytes, across.peak_bytes),
-                };
-            }
-        }
-        first.output_bytes = mix_median(first.output_bytes, second.output_bytes);
-        first.plugin_estimate = mix_median(first.plugin_estimate, second.plugin_estimate);
-        first.file_bytes = mix_median(first.file_bytes, second.file_bytes);
-        cycles = format!("{cycles} and {} (interpolated)", second.cycle);
-    }
-    records.alike_by_index = first.by_index;
-    records.alike_output_bytes = first.output_bytes;
-    records.alike_plugin_estimate = first.plugin_estimate;
-    records.alike_file_bytes = first.file_bytes;
-    records.alike_vars = first.vars.map(|vars| (first.cycle, vars));
-    records.alike_cycle = Some(cycles);
-}
-
-/// The lower median, `None` for none.
-fn median(values: &mut [u64]) -> Option<u64> {
-    if values.is_empty() {
-        return None;
-    }
-    values.sort_unstable();
-    Some(values[(values.len() - 1) / 2])
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn alike(cycle: &str, output_bytes: u64, wall_us: u64) -> Alike {
-        let recorded =
-            Recorded { plugin_estimate: 0, output_bytes, file_bytes: 0, wall_us, input_bytes: 0, peak_bytes: wall_us };
-        Alike {
-            by_index: HashMap::from([(0, recorded)]),
-            output_bytes: Some(output_bytes),
-            plugin_estimate: None,
-            file_bytes: None,
-            cycle: cycle.into(),
-            vars: None,
-        }
-    }
-
-    fn blended(weights: (f64, f64)) -> Recorded {
-        let mut records = StepRecords::default();
-        blend_alike(vec![(alike("a", 1000, 400), weights.0), (alike("b", 2000, 800), weights.1)], &mut records);
-        records.alike_by_index[&0]
-    }
-
-    #[test]
-    fn a_tasks_time_and_peak_are_interpolated_like_its_output() {
-        let between = blended((0.75, 0.25));
-        assert_eq!((between.output_bytes, between.wall_us, between.peak_bytes), (1250, 500, 500));
     }
 }

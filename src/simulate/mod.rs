@@ -6,6 +6,7 @@
 //! result is what `run` reports, plus the [`critical_path`].
 
 pub mod alike;
+pub mod alike_figures;
 pub mod alike_plan;
 pub mod calibrate;
 pub mod cluster;
@@ -14,6 +15,7 @@ pub mod critical_path;
 pub mod deal;
 pub mod durations;
 pub mod engine;
+pub mod growth;
 pub mod history;
 pub mod like_tasks;
 pub mod meter;
@@ -42,6 +44,8 @@ pub struct Prediction {
     pub alike_cycles: Vec<String>,
     /// The numbers among the cycle's vars outside every recorded run's ([`History::beyond`]).
     pub beyond: Vec<alike::Beyond>,
+    /// The steps whose figures were grown past the recorded range ([`growth`]).
+    pub grown: Vec<growth::Grown>,
     /// The most workers of the runs whose interpreters' baseline the prediction holds
     /// ([`History::standing_workers`]).
     pub standing_workers: usize,
@@ -83,6 +87,9 @@ pub fn predict(
     cluster: Option<ClusterShape>,
     record_tasks: bool,
 ) -> Prediction {
+    // Past the recorded range, only the steps whose args the number sets grow.
+    let sized = growth::sized_by_args(history, compiled, recompile);
+    let history = sized.as_ref().unwrap_or(history);
     history.learn_footprints(compiled);
     // Times recorded here with more tasks at once than CPUs hold the sharing they met.
     let recorded_alone = history.paced_workers() <= crate::scheduler::cpus_here();
@@ -131,6 +138,7 @@ pub fn predict(
         durations,
         alike_cycles: history.alike_cycles(),
         beyond: history.beyond.clone(),
+        grown: growth::grown_steps(history, compiled),
         standing_workers: history.standing_workers,
         overhead,
         dealt,

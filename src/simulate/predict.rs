@@ -12,10 +12,12 @@ use crate::estimate::StepModel;
 use crate::memory::{RanStanding, Standing};
 use crate::plan::Compiled;
 
+use super::alike_figures::Recorded;
 use super::alike_plan::AlikePlan;
 use super::deal::Dealing;
 use super::durations::DurationModel;
-use super::history::{History, Recorded};
+use super::growth;
+use super::history::History;
 use super::variants::Variants;
 
 /// A step's predictions.
@@ -75,6 +77,9 @@ pub struct Predictor {
     /// and the most workers those runs had.
     standing: Standing,
     standing_workers: usize,
+    /// A step's figures were grown past the recorded range ([`super::growth`]): its
+    /// consumers read more (or less) than their recorded tasks did, and grow with it.
+    grown: bool,
 }
 
 impl Predictor {
@@ -98,34 +103,41 @@ impl Predictor {
             .zip(durations)
             .zip(&compiled.recipe.steps)
             .zip(alike_plans)
-            .map(|(((((index, plan), records), duration), step), then)| StepPrediction {
-                sample_estimate: plan.plugin_estimate,
-                planned_bytes_scale: then.as_ref().and_then(|then| {
-                    let (now, then) = (planned_touched(plan), planned_touched(&then.compiled.plan.steps[index]));
-                    (now != then && then > 0).then(|| now as f64 / then as f64)
-                }),
-                then,
-                // A plugin estimating from its data at dispatch saw that cycle's weather, which
-                // the plan's metadata estimate cannot scale.
-                estimate_scale: match records.alike_by_index.get(&0).map(|r| r.plugin_estimate) {
-                    Some(first) if first > 0 && !step.plugin.estimate_follows_data() => {
-                        plan.plugin_estimate as f64 / first as f64
-                    }
-                    _ => 1.0,
-                },
-                output_scale: match (records.alike_by_index.get(&0).map(|r| r.output_bytes), plan.output.bytes()) {
-                    (Some(first), Some(now)) if first > 0 => now as f64 / first as f64,
-                    _ => 1.0,
-                },
-                duration,
-                // A shape the plan knows is exact; otherwise the alike run's size.
-                output_bytes: plan.output.bytes().or(records.alike_output_bytes).unwrap_or(0),
-                dispatch_estimate: records.alike_plugin_estimate.unwrap_or(plan.plugin_estimate),
-                recorded_output_bytes: records.alike_output_bytes,
-                recorded_file_bytes: records.alike_file_bytes.unwrap_or(0),
-                by_index: records.alike_by_index.clone(),
-                per_task_args: step.args.is_per_task(),
-                follows_data: step.plugin.estimate_follows_data(),
+            .map(|(((((index, plan), records), duration), step), then)| {
+                // Past the recorded range, the figures of a step the number sizes, grown.
+                let factor = records.grown.as_ref().map_or(1.0, |grown| grown.factor);
+                let grow = |bytes: u64| growth::scaled(bytes, factor);
+                let mut by_index = records.alike_by_index.clone();
+                growth::grow(&mut by_index, factor);
+                StepPrediction {
+                    sample_estimate: plan.plugin_estimate,
+                    planned_bytes_scale: then.as_ref().and_then(|then| {
+                        let (now, then) = (planned_touched(plan), planned_touched(&then.compiled.plan.steps[index]));
+                        (now != then && then > 0).then(|| now as f64 / then as f64)
+                    }),
+                    then,
+                    // A plugin estimating from its data at dispatch saw that cycle's weather, which
+                    // the plan's metadata estimate cannot scale.
+                    estimate_scale: match records.alike_by_index.get(&0).map(|r| r.plugin_estimate) {
+                        Some(first) if first > 0 && !step.plugin.estimate_follows_data() => {
+                            plan.plugin_estimate as f64 / first as f64
+                        }
+                        _ => 1.0,
+                    },
+                    output_scale: match (by_index.get(&0).map(|r| r.output_bytes), plan.output.bytes()) {
+                        (Some(first), Some(now)) if first > 0 => now as f64 / first as f64,
+                        _ => 1.0,
+                    },
+                    duration,
+                    // A shape the plan knows is exact; otherwise the alike run's size.
+                    output_bytes: plan.output.bytes().or(records.alike_output_bytes.map(grow)).unwrap_or(0),
+                    dispatch_estimate: records.alike_plugin_estimate.unwrap_or(plan.plugin_estimate),
+                    recorded_output_bytes: records.alike_output_bytes.map(grow),
+                    recorded_file_bytes: records.alike_file_bytes.map_or(0, grow),
+                    by_index,
+                    per_task_args: step.args.is_per_task(),
+                    follows_data: step.plugin.estimate_follows_data(),
+                }
             })
             .collect();
         Predictor {
@@ -135,6 +147,7 @@ impl Predictor {
             dealing: Dealing::as_recorded(),
             standing: history.standing,
             standing_workers: history.standing_workers,
+            grown: history.steps.iter().any(|records| records.grown.is_some()),
         }
     }
 
@@ -250,17 +263,23 @@ impl Predictor {
         let prediction = &self.steps[step];
         // The alike run's record whose figures this task takes, looked up once.
         let alike = self.dealt(step, index);
+        // Past the recorded range, a task reading what a grown step made reads another size than
+        // its recorded task did: what it makes, takes and holds grows with what it reads.
+        let grew = alike
+            .filter(|recorded| self.grown && recorded.input_bytes > 0 && recorded.input_bytes != input_bytes)
+            .map(|recorded| input_bytes as f64 / recorded.input_bytes as f64);
+        let with_input = |bytes: u64| grew.map_or(bytes, |factor| growth::scaled(bytes, factor));
         let known = || self.variants.of(step, index).and_then(|variant| variant.output.bytes());
         let output_bytes = if as_planned {
             prediction.output_bytes
         } else if let Some(bytes) = known() {
             bytes
         } else {
-            let recorded = alike.map(|r| r.output_bytes).or(prediction.recorded_output_bytes);
+            let recorded = alike.map(|r| with_input(r.output_bytes)).or(prediction.recorded_output_bytes);
             recorded.map_or(prediction.output_bytes, |bytes| (bytes as f64 * prediction.output_scale) as u64)
         };
         // A file's size no plan knows: the alike run's, of the same task or the step's median.
-        let file_bytes = alike.map_or(prediction.recorded_file_bytes, |r| r.file_bytes);
+        let file_bytes = alike.map_or(prediction.recorded_file_bytes, |r| with_input(r.file_bytes));
         // The time of the recorded tasks like the one whose figures it took (their mean, see
         // `super::like_tasks`), which followed that cycle's weather as its output did; where
         // this cycle's metadata makes the task another size (six thresholds where it had two),
@@ -278,7 +297,7 @@ impl Predictor {
                 // Its plugin says the same of it, but it reads or writes another size (a writer
                 // of six thresholds' probabilities where it had two): as the plan's bytes move.
                 (_, Some(scale)) => wall.mul_f64(scale),
-                _ => wall,
+                _ => grew.map_or(wall, |factor| wall.mul_f64(factor)),
             }
         });
         let (duration, guessed) = match (recorded_wall, &prediction.duration) {
@@ -286,7 +305,10 @@ impl Predictor {
             (None, Some(model)) => (model.predict(plugin_estimate, input_bytes), false),
             (None, None) => (Duration::from_secs_f64(reserved as f64 / self.guess_speed as f64), true),
         };
-        let peak = model.map_or(reserved, |model| Self::peak(model, alike, plugin_estimate, input_bytes));
+        let peak = match (grew, alike) {
+            (Some(factor), Some(recorded)) if recorded.peak_bytes > 0 => growth::scaled(recorded.peak_bytes, factor),
+            _ => model.map_or(reserved, |model| Self::peak(model, alike, plugin_estimate, input_bytes)),
+        };
         TaskPrediction { duration, peak, output_bytes, file_bytes, guessed }
     }
 
