@@ -442,6 +442,43 @@ fn past_the_recorded_range_a_file_its_args_size_grows_as_it_grew_and_its_readers
     assert_reserved_within_10_percent(&predicted, &real, " (with c3's files as they were, half)");
 }
 
+/// Synthetic fields whose side is a var, thresholded: the plan knows each step's output shape.
+const SIZED_FIELDS: &str = r#"recipe: sim-sized-fields
+vars:
+  size: 200
+dims:
+  i: 4
+steps:
+  field:
+    plugin: synth
+    over: [i]
+    args: {ny: "{size}", nx: "{size}", wet_fraction: 0.3, seed: "{cycle}/{i}"}
+  exceed:
+    plugin: threshold
+    over: [i]
+    inputs: {field: field}
+    args: {thresholds: [0.5, 4.0]}
+"#;
+
+#[test]
+fn past_the_recorded_range_a_step_whose_plan_knows_its_size_is_moved_by_its_plugin_not_grown_again() {
+    let _shared = beside_others();
+    let dir = runs_of(SIZED_FIELDS, &["size=200", "size=200", "size=300"]);
+    // `size` sets the field's args and its output grew between the runs, but its plugin says
+    // what a grid of 450 holds: grown as well, the field would peak at twice that.
+    let (said, predicted) = with_var(dir.path(), "simulate", "c4", "size=450", "1GiB");
+    assert_eq!(predicted["grown_past_history"], serde_json::json!([]), "{said}");
+    let (_, real) = with_var(dir.path(), "run", "c4", "size=450", "1GiB");
+    let peak = |s: &Json| s["steps"][0]["peak_bytes_p50"].as_f64().unwrap();
+    assert!(
+        (peak(&predicted) - peak(&real)).abs() <= 0.1 * peak(&real),
+        "the field predicted to peak at {} bytes, ran at {}",
+        peak(&predicted),
+        peak(&real)
+    );
+    assert_eq!(predicted["underestimates"], real["underestimates"], "{predicted}\n{real}");
+}
+
 /// A synthetic field of the cycle's weather, and a command that writes a file as large as the
 /// field's data is wet (bytes above 200: none where it is dry): its output follows the
 /// weather, its args do not.
