@@ -164,7 +164,10 @@ enum Command {
         the output size and data-following estimate it had in the recorded run whose vars are nearest this \
         cycle's, the mean time of the recorded tasks like it, and the peak its step's history predicts (`runner \
         history --durations` shows the time models); a task of a step without recorded times runs for its memory \
-        estimate at --guess-speed bytes a second, and such tasks are counted as guesses. Where the recent runs' \
+        estimate at --guess-speed bytes a second, and such tasks are counted as guesses. Between two recorded \
+        values of the one var a cycle differs in, the figures are interpolated; past them, the nearest run's \
+        are taken, but a step whose args that var sets and whose output grew with it between two runs (a grid \
+        made from `size`) grows by the same power of it, and what reads it with it. Where the recent runs' \
         tasks did not keep their sizes from run to run (rain falling anew on each member), the recorded sizes are \
         dealt out 9 times over the members (the dims that set no size) and the dealing with the median peak \
         reserved is shown, with the range of all. The wall is then scaled by how many times longer than their \
