@@ -10,14 +10,15 @@ use std::time::Duration;
 
 use crate::estimate::StepModel;
 use crate::memory::{RanStanding, Standing};
-use crate::plan::Compiled;
+use crate::plan::{Compiled, StepPlan};
+use crate::recipe::Step;
 
 use super::alike_figures::Recorded;
 use super::alike_plan::AlikePlan;
 use super::deal::Dealing;
 use super::durations::DurationModel;
 use super::growth;
-use super::history::History;
+use super::history::{History, StepRecords};
 use super::variants::Variants;
 
 /// A step's predictions.
@@ -49,6 +50,54 @@ struct StepPrediction {
     planned_bytes_scale: Option<f64>,
     /// What the plugins said under the alike run's vars, where they differ from this cycle's.
     then: Option<Rc<AlikePlan>>,
+}
+
+impl StepPrediction {
+    /// Step `index`'s predictions: `plan` its plan, `records` its history, `step` its recipe
+    /// step, `then` the plan under its alike run's vars where they differ.
+    fn new(
+        index: usize,
+        plan: &StepPlan,
+        records: &StepRecords,
+        duration: Option<DurationModel>,
+        step: &Step,
+        then: Option<Rc<AlikePlan>>,
+    ) -> StepPrediction {
+        // Past the recorded range, the figures of a step the number sizes, grown.
+        let factor = records.grown.as_ref().map_or(1.0, |grown| grown.factor);
+        let grow = |bytes: u64| growth::scaled(bytes, factor);
+        let mut by_index = records.alike_by_index.clone();
+        growth::grow(&mut by_index, factor);
+        StepPrediction {
+            sample_estimate: plan.plugin_estimate,
+            planned_bytes_scale: then.as_ref().and_then(|then| {
+                let (now, then) = (planned_touched(plan), planned_touched(&then.compiled.plan.steps[index]));
+                (now != then && then > 0).then(|| now as f64 / then as f64)
+            }),
+            then,
+            // A plugin estimating from its data at dispatch saw that cycle's weather, which
+            // the plan's metadata estimate cannot scale.
+            estimate_scale: match records.alike_by_index.get(&0).map(|r| r.plugin_estimate) {
+                Some(first) if first > 0 && !step.plugin.estimate_follows_data() => {
+                    plan.plugin_estimate as f64 / first as f64
+                }
+                _ => 1.0,
+            },
+            output_scale: match (by_index.get(&0).map(|r| r.output_bytes), plan.output.bytes()) {
+                (Some(first), Some(now)) if first > 0 => now as f64 / first as f64,
+                _ => 1.0,
+            },
+            duration,
+            // A shape the plan knows is exact; otherwise the alike run's size.
+            output_bytes: plan.output.bytes().or(records.alike_output_bytes.map(grow)).unwrap_or(0),
+            dispatch_estimate: records.alike_plugin_estimate.unwrap_or(plan.plugin_estimate),
+            recorded_output_bytes: records.alike_output_bytes.map(grow),
+            recorded_file_bytes: records.alike_file_bytes.map_or(0, grow),
+            by_index,
+            per_task_args: step.args.is_per_task(),
+            follows_data: step.plugin.estimate_follows_data(),
+        }
+    }
 }
 
 /// One task as the simulator has it run.
@@ -104,40 +153,7 @@ impl Predictor {
             .zip(&compiled.recipe.steps)
             .zip(alike_plans)
             .map(|(((((index, plan), records), duration), step), then)| {
-                // Past the recorded range, the figures of a step the number sizes, grown.
-                let factor = records.grown.as_ref().map_or(1.0, |grown| grown.factor);
-                let grow = |bytes: u64| growth::scaled(bytes, factor);
-                let mut by_index = records.alike_by_index.clone();
-                growth::grow(&mut by_index, factor);
-                StepPrediction {
-                    sample_estimate: plan.plugin_estimate,
-                    planned_bytes_scale: then.as_ref().and_then(|then| {
-                        let (now, then) = (planned_touched(plan), planned_touched(&then.compiled.plan.steps[index]));
-                        (now != then && then > 0).then(|| now as f64 / then as f64)
-                    }),
-                    then,
-                    // A plugin estimating from its data at dispatch saw that cycle's weather, which
-                    // the plan's metadata estimate cannot scale.
-                    estimate_scale: match records.alike_by_index.get(&0).map(|r| r.plugin_estimate) {
-                        Some(first) if first > 0 && !step.plugin.estimate_follows_data() => {
-                            plan.plugin_estimate as f64 / first as f64
-                        }
-                        _ => 1.0,
-                    },
-                    output_scale: match (by_index.get(&0).map(|r| r.output_bytes), plan.output.bytes()) {
-                        (Some(first), Some(now)) if first > 0 => now as f64 / first as f64,
-                        _ => 1.0,
-                    },
-                    duration,
-                    // A shape the plan knows is exact; otherwise the alike run's size.
-                    output_bytes: plan.output.bytes().or(records.alike_output_bytes.map(grow)).unwrap_or(0),
-                    dispatch_estimate: records.alike_plugin_estimate.unwrap_or(plan.plugin_estimate),
-                    recorded_output_bytes: records.alike_output_bytes.map(grow),
-                    recorded_file_bytes: records.alike_file_bytes.map_or(0, grow),
-                    by_index,
-                    per_task_args: step.args.is_per_task(),
-                    follows_data: step.plugin.estimate_follows_data(),
-                }
+                StepPrediction::new(index, plan, records, duration, step, then)
             })
             .collect();
         Predictor {
@@ -334,6 +350,6 @@ impl Predictor {
 
 /// The bytes a step's sample task reads and writes, as its plan has them (a path output's file
 /// is not known to the plan: its inputs speak for it).
-fn planned_touched(plan: &crate::plan::StepPlan) -> u64 {
+fn planned_touched(plan: &StepPlan) -> u64 {
     plan.input_bytes + plan.output.bytes().unwrap_or(0)
 }
