@@ -74,3 +74,30 @@ pub fn per_step(history: &History, now: &Compiled, recompile: &Recompile<'_>) ->
         })
         .collect()
 }
+
+/// `history` with growth kept only for the steps whose args the number sets and whose output
+/// the plan does not know (`None`: no step grows): the recipe compiled with the nearest run's
+/// vars for this cycle gives them other args. A step whose output grew while its args stayed
+/// (a command thresholding a wetter field: the data, not the number, made its files larger) is
+/// as recorded; so is every step when the recipe no longer compiles with those vars. A step
+/// whose output shape the plan knows (`synth` with `ny: "{size}"`) has its plugin say what the
+/// number makes of it, which the prediction already moves its figures by
+/// ([`per_step`]): growing them too would count the number twice ([`super::growth`]).
+pub fn sized_by_args(history: &History, now: &Compiled, recompile: &Recompile<'_>) -> Option<History> {
+    let vars = history.steps.iter().find(|records| records.grown.is_some())?.alike_vars.as_ref()?;
+    let then =
+        serde_json::from_str::<Map<String, Value>>(&vars.1).ok().and_then(|vars| recompile(&now.recipe.cycle, &vars));
+    let mut sized = history.clone();
+    for (at, records) in sized.steps.iter_mut().enumerate() {
+        let args_moved = then
+            .as_ref()
+            .and_then(|then| then.recipe.steps.get(at))
+            .is_some_and(|step| step.args != now.recipe.steps[at].args);
+        // A path's file, or a value the plugin cannot size in advance, only a run measures.
+        let plan_sizes_it = now.plan.steps[at].output.bytes().is_some_and(|bytes| bytes > 0);
+        if !args_moved || plan_sizes_it {
+            records.grown = None;
+        }
+    }
+    Some(sized)
+}

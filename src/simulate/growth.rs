@@ -20,12 +20,8 @@ use std::collections::HashMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::plan::Compiled;
-
-use super::Recompile;
 use super::alike;
 use super::alike_figures::Recorded;
-use super::history::History;
 
 /// The largest power a figure is taken to grow by (a grid of three dimensions by its side).
 pub const MAX_EXPONENT: f64 = 3.0;
@@ -65,14 +61,6 @@ pub struct Grown {
     pub step: String,
     #[serde(flatten)]
     pub growth: Growth,
-}
-
-/// The steps of `compiled` whose figures `history` grows, in step order.
-pub fn grown_steps(history: &History, compiled: &Compiled) -> Vec<Grown> {
-    let steps = compiled.recipe.steps.iter().zip(&history.steps);
-    steps
-        .filter_map(|(step, records)| records.grown.clone().map(|growth| Grown { step: step.name.clone(), growth }))
-        .collect()
 }
 
 /// `temperature grows as size^2.0 between the runs at 300 and 400: ...` for a prediction's text.
@@ -141,33 +129,6 @@ pub fn grow(records: &mut HashMap<u64, Recorded>, factor: f64) {
         recorded.wall_us = scaled(recorded.wall_us, factor);
         recorded.peak_bytes = scaled(recorded.peak_bytes, factor);
     }
-}
-
-/// `history` with growth kept only for the steps whose args the number sets and whose output
-/// the plan does not know (`None`: no step grows): the recipe compiled with the nearest run's
-/// vars for this cycle gives them other args. A step whose output grew while its args stayed
-/// (a command thresholding a wetter field: the data, not the number, made its files larger) is
-/// as recorded; so is every step when the recipe no longer compiles with those vars. A step
-/// whose output shape the plan knows (`synth` with `ny: "{size}"`) has its plugin say what the
-/// number makes of it, which the prediction already moves its figures by
-/// ([`super::alike_plan`]): growing them too would count the number twice.
-pub fn sized_by_args(history: &History, now: &Compiled, recompile: &Recompile<'_>) -> Option<History> {
-    let vars = history.steps.iter().find(|records| records.grown.is_some())?.alike_vars.as_ref()?;
-    let then =
-        serde_json::from_str::<Map<String, Value>>(&vars.1).ok().and_then(|vars| recompile(&now.recipe.cycle, &vars));
-    let mut sized = history.clone();
-    for (at, records) in sized.steps.iter_mut().enumerate() {
-        let args_moved = then
-            .as_ref()
-            .and_then(|then| then.recipe.steps.get(at))
-            .is_some_and(|step| step.args != now.recipe.steps[at].args);
-        // A path's file, or a value the plugin cannot size in advance, only a run measures.
-        let plan_sizes_it = now.plan.steps[at].output.bytes().is_some_and(|bytes| bytes > 0);
-        if !args_moved || plan_sizes_it {
-            records.grown = None;
-        }
-    }
-    Some(sized)
 }
 
 /// `value` × `factor`, rounded.

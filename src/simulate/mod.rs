@@ -88,7 +88,7 @@ pub fn predict(
     record_tasks: bool,
 ) -> Prediction {
     // Past the recorded range, only the steps whose args the number sets grow.
-    let sized = growth::sized_by_args(history, compiled, recompile);
+    let sized = alike_plan::sized_by_args(history, compiled, recompile);
     let history = sized.as_ref().unwrap_or(history);
     history.learn_footprints(compiled);
     // Times recorded here with more tasks at once than CPUs hold the sharing they met.
@@ -138,10 +138,20 @@ pub fn predict(
         durations,
         alike_cycles: history.alike_cycles(),
         beyond: history.beyond.clone(),
-        grown: growth::grown_steps(history, compiled),
+        grown: grown_steps(history, compiled),
         standing_workers: history.standing_workers,
         overhead,
         dealt,
         cpus,
     }
+}
+
+/// The steps of `compiled` whose figures `history` grows, in step order.
+fn grown_steps(history: &History, compiled: &Compiled) -> Vec<growth::Grown> {
+    let steps = compiled.recipe.steps.iter().zip(&history.steps);
+    steps
+        .filter_map(|(step, records)| {
+            records.grown.clone().map(|growth| growth::Grown { step: step.name.clone(), growth })
+        })
+        .collect()
 }
