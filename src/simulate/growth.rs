@@ -9,11 +9,12 @@
 //! grow by that factor; the tasks that read it read more than their recorded tasks did, and
 //! grow with what they read ([`super::predict`]).
 //!
-//! A step whose output stays the same size along the number is not grown: a synthetic field of
-//! a wetter weather is the same grid, and what the weather makes of the steps after it only the
-//! data shows. Growing every figure by its own power of the number was tried on the cycles
-//! files and kept to none: the files of a wet area level off as it grows, and the first wet
-//! cycle after dry ones came out several times too long.
+//! Only a step whose args the number sets, and whose output the plan cannot size, is grown
+//! ([`super::alike_plan::sized_by_args`]). A step whose output stays the same size along the
+//! number is not: a synthetic field of a wetter weather is the same grid, and what the weather
+//! makes of the steps after it only the data shows. Growing every figure by its own power of
+//! the number was tried on the cycles files and dropped: the files of a wet area level off as
+//! it grows, and the first wet cycle after dry ones came out several times too long.
 
 use std::collections::HashMap;
 
