@@ -401,11 +401,7 @@ fn a_command_s_file_is_predicted_at_the_size_it_had_in_the_cycle_with_the_neares
     // Alone: its Python readers of 96 MiB files slow the runs of the tests beside it, whose
     // walls are then learned 2–3× longer than they run.
     let _alone = alone();
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.yaml", FILES);
-    for (cycle, mib) in [("c1", 96), ("c2", 2), ("c3", 2)] {
-        files_cycle(dir.path(), "run", cycle, mib);
-    }
+    let dir = runs_of(FILES, &["mib=96", "mib=2", "mib=2"]);
     let (predicted, real) = predicted_then_run(dir.path(), "c4", 96, "c1");
     let reserved = |s: &Json| s["peak_reserved_bytes"].as_f64().unwrap();
     assert!(reserved(&real) > 2.0 * 96.0 * MIB, "two readers of 96 MiB files at once: {real}");
@@ -415,11 +411,7 @@ fn a_command_s_file_is_predicted_at_the_size_it_had_in_the_cycle_with_the_neares
 #[test]
 fn past_the_recorded_range_a_file_its_args_size_grows_as_it_grew_and_its_readers_with_it() {
     let _alone = alone();
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "f.yaml", FILES);
-    for (cycle, mib) in [("c1", 16), ("c2", 16), ("c3", 32)] {
-        files_cycle(dir.path(), "run", cycle, mib);
-    }
+    let dir = runs_of(FILES, &["mib=16", "mib=16", "mib=32"]);
     // `truncate -s {mib}M`: the file doubled from 16 to 32, as a power 1 of `mib`; at 64 it is
     // taken to double again, and the reader (whose args stay) to read twice what c3's read.
     let (said, predicted) = with_var(dir.path(), "simulate", "c4", "mib=64", "1GiB");
