@@ -84,11 +84,24 @@ pub fn per_step(history: &History, now: &Compiled, recompile: &Recompile<'_>) ->
 /// number makes of it, which the prediction already moves its figures by
 /// ([`per_step`]): growing them too would count the number twice ([`super::growth`]).
 pub fn sized_by_args(history: &History, now: &Compiled, recompile: &Recompile<'_>) -> Option<History> {
-    let vars = history.steps.iter().find(|records| records.grown.is_some())?.alike_vars.as_ref()?;
-    let then =
-        serde_json::from_str::<Map<String, Value>>(&vars.1).ok().and_then(|vars| recompile(&now.recipe.cycle, &vars));
+    if history.steps.iter().all(|records| records.grown.is_none()) {
+        return None;
+    }
+    // Per distinct vars of the steps' nearest runs, the recipe compiled with them for this cycle.
+    let mut compiled: Vec<(&str, Option<Compiled>)> = Vec::new();
     let mut sized = history.clone();
-    for (at, records) in sized.steps.iter_mut().enumerate() {
+    for (at, records) in sized.steps.iter_mut().enumerate().filter(|(_, records)| records.grown.is_some()) {
+        let text = history.steps[at].alike_vars.as_ref().map_or("", |(_, vars)| vars.as_str());
+        let then = match compiled.iter().position(|(seen, _)| *seen == text) {
+            Some(found) => &compiled[found].1,
+            None => {
+                let then = serde_json::from_str::<Map<String, Value>>(text)
+                    .ok()
+                    .and_then(|vars| recompile(&now.recipe.cycle, &vars));
+                compiled.push((text, then));
+                &compiled[compiled.len() - 1].1
+            }
+        };
         let args_moved = then
             .as_ref()
             .and_then(|then| then.recipe.steps.get(at))

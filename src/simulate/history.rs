@@ -183,13 +183,16 @@ impl History {
     }
 
     /// The same history with its figures as recorded, none grown past the recorded range: the
-    /// alike runs as they ran ([`super::calibrate`]).
-    pub fn as_recorded(&self) -> History {
+    /// alike runs as they ran ([`super::calibrate`]). Copied only when a step grows.
+    pub fn as_recorded(&self) -> std::borrow::Cow<'_, History> {
+        if self.steps.iter().all(|step| step.grown.is_none()) {
+            return std::borrow::Cow::Borrowed(self);
+        }
         let mut history = self.clone();
         for step in &mut history.steps {
             step.grown = None;
         }
-        history
+        std::borrow::Cow::Owned(history)
     }
 
     /// The most workers of the runs that pace the prediction (0: none): their task times were

@@ -101,6 +101,11 @@ impl TaskStatus {
         }
     }
 
+    /// It ended ok or was reused: its output was made.
+    pub fn made_output(self) -> bool {
+        matches!(self, TaskStatus::Ok | TaskStatus::Reused)
+    }
+
     /// The status stored as `code`; an unknown code reads as failed.
     pub fn from_code(code: i64) -> TaskStatus {
         TaskStatus::ALL.into_iter().find(|s| s.code() == code).unwrap_or(TaskStatus::Failed)

@@ -463,7 +463,7 @@ impl Store {
                     step,
                     task_index,
                     key,
-                    finished: matches!(TaskStatus::from_code(row.get(3)?), TaskStatus::Ok | TaskStatus::Reused),
+                    finished: TaskStatus::from_code(row.get(3)?).made_output(),
                     args_hash: hash(4)?,
                     inputs_hash: hash(5)?,
                     output_hash: hash(6)?,
