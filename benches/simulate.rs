@@ -13,7 +13,7 @@ use std::time::Instant;
 use runner::testing::plan::Compiled;
 use runner::testing::recipe::CompileOptions;
 use runner::testing::registry::Registry;
-use runner::testing::simulate::{self, History, SimOptions};
+use runner::testing::simulate::{self, History, Interpreters, SimOptions};
 
 fn compile(files: u64) -> Compiled {
     let yaml = format!(
@@ -71,6 +71,7 @@ fn spill_heavy(budget_mib: u64) {
         spill_bandwidth: 1 << 30,
         read_every_task: false,
         cpus: None,
+        interpreters: Interpreters::Cold,
     };
     let started = Instant::now();
     let prediction = simulate::predict(&mut compiled, &history, &|_, _| None, &options, 1 << 30, None, false);
@@ -90,7 +91,14 @@ fn spill_heavy(budget_mib: u64) {
 fn run(files: u64, workers: usize, read_every_task: bool) {
     let mut compiled = compile(files);
     let history = History::none(&compiled);
-    let options = SimOptions { workers, budget: 64 << 30, spill_bandwidth: 1 << 30, read_every_task, cpus: None };
+    let options = SimOptions {
+        workers,
+        budget: 64 << 30,
+        spill_bandwidth: 1 << 30,
+        read_every_task,
+        cpus: None,
+        interpreters: Interpreters::Cold,
+    };
     let started = Instant::now();
     let prediction = simulate::predict(&mut compiled, &history, &|_, _| None, &options, 1 << 30, None, false);
     let elapsed = started.elapsed();

@@ -99,6 +99,7 @@ pub mod testing {
     }
 
     pub mod simulate {
+        pub use crate::simulate::service_wait::Interpreters;
         pub use crate::simulate::{History, SimOptions, predict};
     }
 

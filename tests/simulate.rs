@@ -1143,6 +1143,47 @@ fn a_budget_the_warm_interpreters_fill_runs_the_tasks_one_at_a_time_as_predicted
 }
 
 #[test]
+fn a_replay_s_later_cycles_find_their_interpreters_warm_and_are_predicted_so() {
+    // Alone: the walls are compared.
+    let _alone = alone();
+    let Some(dir) = python_holding() else { return };
+    write(dir.path(), "f.yaml", &PYTHON_HOLDING.replace("seconds: 0", "seconds: 0.1"));
+    write(dir.path(), "cycles.yaml", "recipe: f.yaml\ncycles:\n  - {id: c1}\n  - {id: c2}\n  - {id: c3}\n");
+    let real = runner(dir.path(), &["replay", "cycles.yaml", "--workers", "2", "--budget", "1GiB", "--db", "h.db"]);
+    assert_eq!(real.status.code(), Some(0), "{}", stderr(&real));
+    // c1 started its interpreters, its first tasks waiting for them to import NumPy; c2 and c3
+    // ran in the same process and found them warm.
+    let db = dir.path().join("h.db");
+    let found = common::query(&db, "SELECT warm_services FROM runs ORDER BY run_id");
+    let found: Vec<u64> = found.iter().map(|row| row[0].parse().unwrap()).collect();
+    assert!(found[0] == 0 && found[1] > 0 && found[2] > 0, "services alive as each run started: {found:?}");
+    let waited = common::query(
+        &db,
+        "SELECT coalesce(max(e.waited_us), 0) FROM task_blocks AS b CROSS JOIN task_rows AS t \
+         ON t.task_id BETWEEN b.first_task_id AND b.last_task_id LEFT JOIN task_details AS e \
+         ON e.task_id = t.task_id GROUP BY b.run_id ORDER BY b.run_id",
+    );
+    let waited: Vec<f64> = waited.iter().map(|row| row[0].parse().unwrap()).collect();
+    assert!(waited[0] >= 30_000.0 && waited[1] < waited[0] / 2.0, "the longest waits, in µs: {waited:?}");
+    // Predicted from c1 alone, c2 waits for no interpreter: c1's tasks' times without their
+    // wait, c1's pace taken from its simulation with it. (With the wait in the tasks' times,
+    // c2 was predicted as long as c1.)
+    let out = runner(dir.path(), &["replay", "cycles.yaml", "--simulate", "--db", "h.db", "--summary", "p.json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let summary = json(&dir.path().join("p.json"));
+    let c1 = summary["cycles"][0]["recorded"]["wall_s"].as_f64().unwrap();
+    for cycle in &summary["cycles"].as_array().unwrap()[1..] {
+        let recorded = cycle["recorded"]["wall_s"].as_f64().unwrap();
+        let predicted = cycle["predicted"]["wall_s"].as_f64().unwrap();
+        let table = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            (predicted - recorded).abs() <= 0.2 * recorded,
+            "{predicted} s predicted, {recorded} s ran (c1 {c1} s)\n{table}"
+        );
+    }
+}
+
+#[test]
 fn a_task_s_peak_follows_its_args_as_the_alike_run_measured_them() {
     let _shared = beside_others();
     let Some(dir) = python_holding() else { return };
@@ -1170,10 +1211,11 @@ fn the_second_cycle_is_paced_by_the_first_run_simulated_as_it_ran() {
     let Some(dir) = python_holding() else { return };
     let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "seconds=0.2", "1GiB").1;
     cycle("run", "c1");
-    // Each run starts its interpreters and imports NumPy before its first tasks, which no
-    // task's time holds: only the first run's wall, against its simulation as it ran (its
-    // step's first task alone), tells it. (The tasks' 0.6 s on each worker alone would be
-    // short by that start.)
+    // Each run starts its interpreters and imports NumPy while its first tasks wait: the first
+    // run's tasks recorded that wait apart from their own time, which the prediction adds back
+    // for a run started cold, and its wall, against its simulation as it ran (its step's first
+    // task alone), gives the pace. (The tasks' 0.6 s on each worker alone would be short by
+    // that start.)
     let predicted = cycle("simulate", "c2");
     assert!(predicted["overhead_s"].is_f64(), "no pace taken: {predicted}");
     let real = cycle("run", "c2");
@@ -1186,19 +1228,20 @@ fn the_second_cycle_is_paced_by_the_first_run_simulated_as_it_ran() {
 fn a_store_of_an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_was() {
     let _shared = beside_others();
     let dir = holding_run_twice();
-    // The store as schema version 6 left it: without the columns versions 7 and 8 added.
+    // The store as schema version 6 left it: without the columns versions 7, 8 and 9 added.
     let db = dir.path().join("h.db");
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.execute_batch(
         "ALTER TABLE runs DROP COLUMN wall_us_rest; ALTER TABLE runs DROP COLUMN spill_us; \
          ALTER TABLE runs DROP COLUMN standing_bytes; ALTER TABLE runs DROP COLUMN standing_shared_bytes; \
-         ALTER TABLE runs DROP COLUMN standing_services; PRAGMA user_version = 6;",
+         ALTER TABLE runs DROP COLUMN standing_services; ALTER TABLE runs DROP COLUMN warm_services; \
+         ALTER TABLE task_details DROP COLUMN waited_us; PRAGMA user_version = 6;",
     )
     .unwrap();
     drop(conn);
     let before = std::fs::read(&db).unwrap();
     let (said, predicted) = simulate_cycle(dir.path(), "h.yaml", "c3", "p.json", &[]);
-    assert!(said.contains("has schema version 6, older than this runner's (8): reading a copy"), "{said}");
+    assert!(said.contains("has schema version 6, older than this runner's (9): reading a copy"), "{said}");
     // Predicted from the recorded runs, not as if there were none.
     assert_eq!(predicted["guesses"], 0);
     let history = runner(dir.path(), &["history", "--db", "h.db"]);

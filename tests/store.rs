@@ -55,6 +55,7 @@ fn task(steps: &[Arc<str>; 3], i: u64) -> TaskRecord {
             output_bytes: i * 3,
             file_bytes: if i.is_multiple_of(13) { i * 5 } else { 0 },
             wall: Duration::from_millis(i % 1000),
+            waited: Duration::from_micros(if i.is_multiple_of(4) { i % 1000 * 300 } else { 0 }),
             started: Duration::from_millis(i * 2),
         },
         task_index: Some(i),
@@ -95,7 +96,8 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
             "SELECT t.run_id, r.cycle, step, key, plugin, t.status, attempts, input_bytes, estimate_bytes, \
              estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, t.wall_ms, error, task_index, \
              peak_source, worker, start_ms, end_ms, log_path, args_hash, inputs_hash, output_hash, output_path, \
-             file_bytes FROM tasks t JOIN runs r USING (run_id) WHERE run_id = ?1 ORDER BY input_bytes",
+             file_bytes, (SELECT coalesce(max(w.waited_us), 0) FROM task_details AS w WHERE w.task_id = t.task_id) \
+             FROM tasks t JOIN runs r USING (run_id) WHERE run_id = ?1 ORDER BY input_bytes",
         )
         .unwrap();
     let mut rows = stmt.query([run_id]).unwrap();
@@ -130,6 +132,7 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
         assert_eq!(hash(23), want.output_hash);
         assert_eq!(row.get::<_, Option<String>>(24).unwrap(), want.output_path);
         assert_eq!(u64_at(row, 25).unwrap(), want.figures.file_bytes);
+        assert_eq!(u64_at(row, 26).unwrap(), want.figures.waited.as_micros() as u64);
         i += 1;
     }
     assert_eq!(i, n, "run {run_id} has {i} rows, expected {n}");
@@ -155,7 +158,7 @@ fn schema_version_tables_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 8);
+    assert_eq!(SCHEMA_VERSION, 9);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     drop(store);
 
@@ -200,6 +203,7 @@ fn schema_version_tables_and_columns() {
         "standing_bytes",
         "standing_shared_bytes",
         "standing_services",
+        "warm_services",
     ] {
         assert!(runs.iter().any(|c| c == column), "runs has no column {column}: {runs:?}");
     }
@@ -236,6 +240,9 @@ fn schema_version_tables_and_columns() {
     }
     // The µs past `wall_ms`, which the view leaves out (SPEC's columns) and predictions read.
     assert!(columns("task_rows").iter().any(|c| c == "wall_us_rest"));
+    // And what a task waited for its service, which a prediction takes out of its time: a
+    // detail, as only a service's tasks wait.
+    assert!(columns("task_details").iter().any(|c| c == "waited_us"));
     for (table, wanted) in [
         (
             "samples",

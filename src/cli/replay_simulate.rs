@@ -15,6 +15,7 @@ use super::summary::RunSummary;
 use crate::plan::Compiled;
 use crate::simulate::alike::Beyond;
 use crate::simulate::growth::{Grown, grown_text};
+use crate::simulate::service_wait::Interpreters;
 use crate::simulate::{History, Recompile, SimOptions};
 use crate::store::RunRow;
 
@@ -96,6 +97,8 @@ pub fn replay(
             spill_bandwidth: spill.bytes_per_second,
             read_every_task: false,
             cpus: Some(crate::scheduler::cpus_here()),
+            // As the cycle ran: after another in one process, its interpreters were warm.
+            interpreters: Interpreters::of_run(row.warm_services),
         };
         let prediction =
             crate::simulate::predict(&mut compiled, &history, recompile, &options, guess_speed, None, false);

@@ -268,6 +268,7 @@ pub fn execute(
                 start.executor = crate::store::Executor::Slurm;
             }
             start.resumed_from = reuse.map(|r| r.from_run);
+            start.warm_services = crate::command::service::alive() as u64;
             let recorder = store.start_run(&start)?;
             Some(StoreSink::new(recorder, &start, compiled, options.workers.max(1)))
         }

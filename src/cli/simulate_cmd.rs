@@ -17,6 +17,7 @@ use crate::recipe::CompileOptions;
 use crate::registry::Registry;
 use crate::simulate::alike::{Beyond, Measure};
 use crate::simulate::growth::{Grown, grown_text};
+use crate::simulate::service_wait::Interpreters;
 use crate::simulate::{ClusterShape, CpuSharing, History, Prediction, SimOptions};
 use crate::store::Executor;
 
@@ -143,6 +144,8 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool, spill_bandwidth: u64) -> 
         read_every_task: args.read_every_task,
         // A cluster's CPUs are its nodes'.
         cpus: (!cluster).then(|| args.cpus.map_or(cpus, |cpus| cpus as usize)),
+        // `runner run` is a new process: its interpreters start with it.
+        interpreters: Interpreters::Cold,
     })
 }
 

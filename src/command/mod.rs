@@ -84,6 +84,9 @@ pub struct CommandMeasured {
     pub peak: u64,
     pub source: PeakSource,
     pub log_path: PathBuf,
+    /// How long the task waited for its service (an interpreter) to be started or warmed up
+    /// for it; zero for a command, which starts at once.
+    pub waited: Duration,
 }
 
 /// Runs a plugin's command `spec` as part of `task`: killed at the sooner of the spec's and the
@@ -95,7 +98,12 @@ pub fn run_for_task(
     mut measured: impl FnMut(&CommandMeasured),
 ) -> Result<runner_plugin::CommandOutcome, TaskError> {
     let log_path = spec.log_path.clone().unwrap_or_else(|| task.default_log.clone());
-    measured(&CommandMeasured { peak: 0, source: PeakSource::Cgroup, log_path: log_path.clone() });
+    measured(&CommandMeasured {
+        peak: 0,
+        source: PeakSource::Cgroup,
+        log_path: log_path.clone(),
+        waited: Duration::ZERO,
+    });
     // Whichever ends sooner: the command's own timeout from now, or the task's from its start.
     let now = Instant::now();
     let (timeout, timeout_from) = match (spec.timeout, task.timeout) {
@@ -117,7 +125,12 @@ pub fn run_for_task(
         isolation: Isolation::Auto,
     };
     let finished = run(&request).map_err(|e| TaskError::msg(e.to_string()))?;
-    measured(&CommandMeasured { peak: finished.peak_bytes, source: finished.peak_source, log_path: log_path.clone() });
+    measured(&CommandMeasured {
+        peak: finished.peak_bytes,
+        source: finished.peak_source,
+        log_path: log_path.clone(),
+        waited: Duration::ZERO,
+    });
     let exit = finished.exit()?;
     let source = match finished.peak_source {
         PeakSource::Cgroup => runner_plugin::CommandPeakSource::Cgroup,

@@ -95,6 +95,8 @@ pub struct TaskOutcome {
     pub log_path: Option<PathBuf>,
     /// From its start to its end.
     pub elapsed: Duration,
+    /// Of `elapsed`, what it waited for its services to be started or warmed up for it.
+    pub waited: Duration,
 }
 
 impl TaskOutcome {
@@ -106,6 +108,7 @@ impl TaskOutcome {
             peak_source: PeakSource::Allocator,
             log_path: None,
             elapsed: started.elapsed(),
+            waited: Duration::ZERO,
         }
     }
 }
@@ -169,7 +172,8 @@ pub fn attempt(task: &TaskToRun<'_>, site: &dyn Site, limits: &Limits) -> TaskOu
         Some(commands) => (commands.peak.max(heap_peak), commands.source),
         None => (heap_peak, PeakSource::Allocator),
     };
-    TaskOutcome { result, peak, peak_source, log_path: commands.and_then(|c| c.log_path), elapsed }
+    let waited = commands.as_ref().map_or(Duration::ZERO, |c| c.waited);
+    TaskOutcome { result, peak, peak_source, log_path: commands.and_then(|c| c.log_path), elapsed, waited }
 }
 
 /// What a task's commands measured: the highest of (heap held when the command started +
@@ -179,6 +183,8 @@ struct CommandRecord {
     peak: u64,
     source: PeakSource,
     log_path: Option<PathBuf>,
+    /// What it waited for its services, all of them together.
+    waited: Duration,
 }
 
 /// The engine services of one attempt (the plugin API's [`Host`]); built on the stack, so it
@@ -267,8 +273,14 @@ impl TaskHost<'_> {
     /// Keeps the highest of (heap held + a command's or service's tree at its peak).
     fn note(&self, heap: u64, measured: &command::CommandMeasured) {
         let mut record = self.commands.lock().unwrap_or_else(|p| p.into_inner());
-        let record = record.get_or_insert(CommandRecord { peak: 0, source: measured.source, log_path: None });
+        let record = record.get_or_insert(CommandRecord {
+            peak: 0,
+            source: measured.source,
+            log_path: None,
+            waited: Duration::ZERO,
+        });
         record.log_path = Some(measured.log_path.clone());
+        record.waited += measured.waited;
         let peak = heap.saturating_add(measured.peak);
         if peak >= record.peak {
             (record.peak, record.source) = (peak, measured.source);

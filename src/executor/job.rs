@@ -33,6 +33,9 @@ pub struct TaskResult {
     pub peak_bytes: u64,
     pub peak_source: String,
     pub wall_ms: u64,
+    /// Of `wall_ms`, what the task waited for its services (interpreters) to start.
+    #[serde(default)]
+    pub waited_ms: u64,
     pub output_bytes: u64,
     /// The value file, relative to the run folder.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +168,7 @@ fn run_one(compiled: &Compiled, folder: &RunFolder, step_id: StepId, index: u64)
         peak_bytes: outcome.peak,
         peak_source: outcome.peak_source.as_str().to_string(),
         wall_ms: 0,
+        waited_ms: outcome.waited.as_millis() as u64,
         output_bytes: 0,
         value: None,
         log_path: outcome.log_path,

@@ -77,6 +77,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             output_bytes,
             file_bytes,
             wall,
+            waited: outcome.waited,
             started: started.saturating_duration_since(self.shared.started),
         };
         let measured = Measured { figures, log_path: outcome.log_path, hashes, output_path };

@@ -54,6 +54,10 @@ pub struct TaskFigures {
     /// consumers read, which a prediction needs as a real run's input bytes.
     pub file_bytes: u64,
     pub wall: Duration,
+    /// Of `wall`, what it waited for its services (warm interpreters) to be started or warmed
+    /// up for it: a prediction learns the task's own time without it and adds it where the
+    /// run it predicts starts interpreters.
+    pub waited: Duration,
     /// When the task started, since the run started (zero for a task that never ran).
     pub started: Duration,
 }
@@ -84,6 +88,7 @@ impl Default for TaskFigures {
             output_bytes: 0,
             file_bytes: 0,
             wall: Duration::ZERO,
+            waited: Duration::ZERO,
             started: Duration::ZERO,
         }
     }

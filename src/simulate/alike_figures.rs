@@ -15,7 +15,8 @@ pub struct Recorded {
     /// The size of the file its path output named (0 for an output in memory).
     pub file_bytes: u64,
     /// The µs a prediction gives it: the mean of the recorded tasks like it
-    /// ([`super::like_tasks`]), else how long it took. Like its output, what its weather made it.
+    /// ([`super::like_tasks`]), else how long it took, without its wait for a service
+    /// ([`super::service_wait`]). Like its output, what its weather made it.
     pub wall_us: u64,
     /// What its inputs held (with its output and file, the bytes its time is scaled from when
     /// this cycle's metadata makes the task another size).
@@ -53,7 +54,7 @@ pub fn read(store: &Store, run: &HistoryRun, step: &str) -> Result<Alike, StoreE
                 plugin_estimate,
                 output_bytes: task.output_bytes,
                 file_bytes: task.file_bytes,
-                wall_us: task.wall_us,
+                wall_us: task.own_us(),
                 input_bytes: task.input_bytes,
                 peak_bytes: task.peak_bytes,
             };

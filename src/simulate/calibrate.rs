@@ -73,7 +73,14 @@ pub fn pace(
 fn slower_by(ran: &RanAs, compiled: &Compiled, predictor: &Predictor, options: &SimOptions) -> f64 {
     // Each of its workers had a CPU (a prediction shares CPUs only after such runs), whatever
     // this prediction's CPUs.
-    let options = SimOptions { workers: ran.workers, budget: ran.budget, cpus: None, ..options.clone() };
+    // Its services found as they were as it started.
+    let options = SimOptions {
+        workers: ran.workers,
+        budget: ran.budget,
+        cpus: None,
+        interpreters: ran.interpreters,
+        ..options.clone()
+    };
     let simulated = engine::simulate(compiled, predictor, &options, None, false).report.wall;
     ran.wall.as_secs_f64() / simulated.as_secs_f64().max(1e-9)
 }

@@ -30,6 +30,7 @@ use super::cpus::SharedCpus;
 use super::meter::ReservationsOnly;
 use super::outcome::{MemoryPoint, Simulated, SimulatedTask};
 use super::predict::{Predictor, TaskPrediction};
+use super::service_wait::{Interpreters, Readiness};
 
 /// How to simulate.
 #[derive(Debug, Clone)]
@@ -46,6 +47,9 @@ pub struct SimOptions {
     /// worker has a CPU of its own (a cluster's are its nodes'; and times recorded on more
     /// workers than CPUs already hold the sharing they met).
     pub cpus: Option<usize>,
+    /// How the run finds its services (warm interpreters) as it starts: a cluster's jobs each
+    /// start theirs.
+    pub interpreters: Interpreters,
 }
 
 /// Memory points kept at most: one every so often, whatever the run's length.
@@ -108,6 +112,8 @@ struct Loop<'a> {
     /// The CPUs the workers share, when fewer than the workers ([`SimOptions::cpus`]).
     cpus: Option<SharedCpus>,
     failed: Vec<(Picked, TaskPrediction)>,
+    /// When each step's services are ready (a cluster's: each job's own, from its start).
+    readiness: Readiness,
     /// Why tasks failed, as a run lists them (a job no node could hold).
     failures: Vec<Failure>,
 }
@@ -157,6 +163,7 @@ pub fn simulate(
         cpus: options.cpus.filter(|&cpus| cluster.is_none() && cpus < workers).map(SharedCpus::new),
         cluster,
         failed: Vec::new(),
+        readiness: Readiness::new(recipe.steps.len()),
         failures: Vec::new(),
     };
     sim.run(&mut state);
@@ -378,6 +385,7 @@ impl Loop<'_> {
     /// Runs `worker`'s claimed tasks one after another from now (on shared CPUs, until the
     /// clock of work says they are done: [`Self::stretch`] places them).
     fn run_claimed(&mut self, worker: u32) {
+        self.wait_for_services(worker);
         if let Some(cpus) = &mut self.cpus {
             let held = &mut self.workers[worker as usize];
             held.started = self.now;
@@ -403,6 +411,24 @@ impl Loop<'_> {
             clock += prediction.duration.as_nanos() as u64;
         }
         self.schedule(clock, worker, Event::Ran);
+    }
+
+    /// `worker`'s claimed tasks, one after another from now, wait for their steps' services
+    /// where these are not ready yet ([`Readiness`]); a cluster's job starts its own, cold.
+    fn wait_for_services(&mut self, worker: u32) {
+        let (start, mut clock) = match &self.cluster {
+            None => (self.options.interpreters, self.now),
+            Some(cluster) => {
+                self.readiness.reset();
+                (Interpreters::Cold, self.now + cluster.shape().job_start.as_nanos() as u64)
+            }
+        };
+        for (picked, prediction) in &mut self.workers[worker as usize].claimed {
+            let step = picked.task.step;
+            let wait = self.readiness.wait(step, clock, self.predictor.service_wait(step, start));
+            prediction.duration += wait;
+            clock += prediction.duration.as_nanos() as u64;
+        }
     }
 
     /// Starts the eligible jobs that fit a node, in submission order (a later one that fits

@@ -24,6 +24,7 @@ use super::alike_figures::{self, Recorded};
 use super::durations::{DurationModel, Timing};
 use super::growth::{self, Growth};
 use super::like_tasks::{self, LikeTasks};
+use super::service_wait::{Interpreters, StepWaits};
 
 /// A step's recorded tasks.
 #[derive(Debug, Clone, Default)]
@@ -54,6 +55,9 @@ pub struct StepRecords {
     /// of it (its plugin estimate, output and file bytes, summed), by task index: whether
     /// these keep to their tasks from one run to the next ([`super::deal`]).
     pub data_figures: Vec<HashMap<u64, u64>>,
+    /// How long its services took to be ready for it, in the newest runs started cold and warm
+    /// ([`super::service_wait`]).
+    pub waits: StepWaits,
 }
 
 /// Runs whose per-task figures are compared, each with the one before it.
@@ -134,6 +138,8 @@ pub struct RanAs {
     pub budget: u64,
     /// What its service processes held at their baseline at its peak reserved.
     pub standing: Standing,
+    /// Whether it found its services alive as it started.
+    pub interpreters: Interpreters,
 }
 
 /// A run the alike figures come from, and its weight among them (they sum to 1).
@@ -374,6 +380,7 @@ fn ran_as(store: &Store, run_id: i64, first: FirstRun) -> Result<Option<RanAs>, 
         workers: run.workers.max(1) as usize,
         budget: run.budget_bytes,
         standing: run.standing(),
+        interpreters: Interpreters::of_run(run.warm_services),
     }))
 }
 
@@ -444,6 +451,7 @@ pub fn read_step(
     let runs = &runs[runs.len().saturating_sub(HISTORY_RUNS)..];
     // Per run: its ok tasks' figures and times, for the tasks like each alike run's.
     let mut like_by_run = Vec::with_capacity(runs.len());
+    let mut waits_by_run = Vec::with_capacity(runs.len());
     let mut longest_ms = 0;
     // The recipe's first run is no measure of a task's time, as it is none of a run's pace
     // (`ran_as`): its process ran cold and its first tasks alone. Its times enter the means
@@ -455,6 +463,7 @@ pub fn read_step(
     for (index, run) in runs.iter().enumerate() {
         let age = (runs.len() - 1 - index) as u32;
         let mut like = Vec::new();
+        let mut waited = 0;
         let mut figures = (age < PATTERN_RUNS as u32).then(HashMap::new);
         store.step_tasks(run.run_id, step, HISTORY_TASKS_PER_RUN, |task| {
             // Reused tasks were measured by the run they come from; skipped ones not at all.
@@ -467,8 +476,10 @@ pub fn read_step(
                 figures.insert(index, figure);
             }
             if task.status == TaskStatus::Ok && recipes_first != Some(run.run_id) {
-                like.push((figure, task.wall_us));
+                like.push((figure, task.own_us()));
             }
+            // The longest: how long the step's services took to be ready.
+            waited = waited.max(task.waited_us);
             records.observations.push(Observation {
                 age,
                 peak: task.peak_bytes,
@@ -479,8 +490,9 @@ pub fn read_step(
             });
             records.timings.push(Timing {
                 age,
-                // To the µs (rows from before schema version 6: the middle of their whole ms).
-                wall: Duration::from_micros(task.wall_us),
+                // To the µs (rows from before schema version 6: the middle of their whole ms),
+                // without its wait for a service.
+                wall: Duration::from_micros(task.own_us()),
                 plugin_estimate,
                 input_bytes: task.input_bytes,
             });
@@ -488,8 +500,17 @@ pub fn read_step(
         })?;
         records.data_figures.extend(figures);
         like_by_run.push(like);
+        let own = matches!(alike_by, AlikeBy::Run(id) if id == run.run_id);
+        // A run from before schema version 9 recorded no waits (nor what it found warm).
+        let waited = run.warm_services.map(|_| Duration::from_micros(waited));
+        waits_by_run.push((own, Interpreters::of_run(run.warm_services), waited));
     }
     records.longest = (!runs.is_empty()).then(|| Duration::from_millis(longest_ms));
+    // A run simulated as it ran waits as it did; others as the newest run started alike.
+    waits_by_run.sort_by_key(|&(own, _, _)| own);
+    for (_, start, longest) in waits_by_run {
+        records.waits.note(start, longest);
+    }
     // Each alike run's tasks take the mean time of the tasks like them in the runs near it,
     // before two alike runs are interpolated: a time between two weathers is between theirs.
     for (alike, _) in &mut taken {

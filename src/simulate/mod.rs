@@ -21,6 +21,7 @@ pub mod like_tasks;
 pub mod meter;
 pub mod outcome;
 pub mod predict;
+pub mod service_wait;
 pub(crate) mod variants;
 
 use crate::plan::Compiled;

@@ -19,6 +19,7 @@ use super::deal::Dealing;
 use super::durations::DurationModel;
 use super::growth;
 use super::history::{History, StepRecords};
+use super::service_wait::{Interpreters, StepWaits};
 use super::variants::Variants;
 
 /// A step's predictions.
@@ -50,6 +51,8 @@ struct StepPrediction {
     planned_bytes_scale: Option<f64>,
     /// What the plugins said under the alike run's vars, where they differ from this cycle's.
     then: Option<Rc<AlikePlan>>,
+    /// How long its services took to be ready for it, by how a run starts.
+    waits: StepWaits,
 }
 
 impl StepPrediction {
@@ -96,6 +99,7 @@ impl StepPrediction {
             by_index,
             per_task_args: step.args.is_per_task(),
             follows_data: step.plugin.estimate_follows_data(),
+            waits: records.waits,
         }
     }
 }
@@ -340,6 +344,12 @@ impl Predictor {
             return now;
         }
         (alike.peak_bytes as f64 * now as f64 / then as f64) as u64
+    }
+
+    /// How long the services of `step` take to be ready for it from its first task on, in a
+    /// run that starts as `start` ([`super::service_wait`]).
+    pub fn service_wait(&self, step: usize, start: Interpreters) -> Duration {
+        self.steps[step].waits.of(start)
     }
 
     /// The duration model of `step`, if it has one.

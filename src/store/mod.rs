@@ -323,8 +323,8 @@ impl Store {
             let tx = self.conn.unchecked_transaction()?;
             tx.execute(
                 "INSERT INTO runs (recipe, cycle, started_at, status, executor, budget_bytes, workers, tasks_total, \
-                 resumed_from, pid, proc_start, boot_id, host, pid_ns, runner_version, vars) \
-                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+                 resumed_from, pid, proc_start, boot_id, host, pid_ns, runner_version, vars, warm_services) \
+                 VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
                 params![
                     start.recipe,
                     start.cycle,
@@ -341,6 +341,7 @@ impl Store {
                     owner.pid_ns,
                     env!("CARGO_PKG_VERSION"),
                     start.vars,
+                    to_sql_int(start.warm_services),
                 ],
             )?;
             let run_id = tx.last_insert_rowid();

@@ -248,6 +248,9 @@ pub struct RunStart {
     pub keys: Vec<StepKeys>,
     /// The recipe's vars as the run has them, a JSON object (`{}` for none).
     pub vars: String,
+    /// Services (warm interpreters) alive in the process as the run starts: a run after
+    /// another in one process (a replay's) finds its interpreters warm.
+    pub warm_services: u64,
 }
 
 impl RunStart {
@@ -263,6 +266,7 @@ impl RunStart {
             resumed_from: None,
             keys: Vec::new(),
             vars: "{}".into(),
+            warm_services: 0,
         }
     }
 }
@@ -336,6 +340,8 @@ pub struct RunRow {
     pub standing_bytes: Option<u64>,
     pub standing_shared_bytes: Option<u64>,
     pub standing_services: Option<u64>,
+    /// Services alive as the run started ([`RunStart::warm_services`]; `None` before version 9).
+    pub warm_services: Option<u64>,
     pub spilled_bytes: Option<u64>,
     pub spill_count: Option<u64>,
     pub spill_error: Option<String>,

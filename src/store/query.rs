@@ -35,6 +35,10 @@ pub struct HistoryRun {
     /// The recipe's vars as the run had them (a JSON object), when recorded.
     #[serde(skip)]
     pub vars: Option<String>,
+    /// Services (warm interpreters) alive as it started (`None`: not recorded, before schema
+    /// version 9).
+    #[serde(skip)]
+    pub warm_services: Option<u64>,
 }
 
 impl From<&super::RunRow> for HistoryRun {
@@ -46,6 +50,7 @@ impl From<&super::RunRow> for HistoryRun {
             started_at: run.started_at.clone(),
             status: run.status,
             vars: run.vars.clone(),
+            warm_services: run.warm_services,
         }
     }
 }
@@ -93,6 +98,17 @@ pub struct HistoryTask {
     pub wall_us: u64,
     /// The size of the file a path output names (0 for an output in memory).
     pub file_bytes: u64,
+    /// Of `wall_us`, what it waited for its service to be started or warmed up for it (0 in
+    /// runs from before schema version 9, which did not record it: [`HistoryRun::warm_services`]
+    /// is `None` for them).
+    pub waited_us: u64,
+}
+
+impl HistoryTask {
+    /// Its own time in µs: its wall without what it waited for its service.
+    pub fn own_us(&self) -> u64 {
+        self.wall_us.saturating_sub(self.waited_us)
+    }
 }
 
 /// One step of one run, aggregated for `runner history`: the run, then its step's figures (the
@@ -154,7 +170,7 @@ const ESTIMATE: &str = "coalesce(t.estimate_bytes, b.estimate_bytes)";
 const TASK_COLUMNS: &str = "b.run_id, t.task_index, t.status, t.attempts, t.input_bytes, \
      coalesce(t.estimate_bytes, b.estimate_bytes), coalesce(t.estimate_source, b.estimate_source), \
      coalesce(t.plugin_estimate_bytes, b.plugin_estimate_bytes), t.peak_bytes, \
-     coalesce(t.peak_source, b.peak_source), t.output_bytes, t.wall_ms, t.file_bytes, t.wall_us_rest";
+     coalesce(t.peak_source, b.peak_source), t.output_bytes, t.wall_ms, t.file_bytes, t.wall_us_rest, coalesce(e.waited_us, 0)";
 
 fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask> {
     let int = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map_or(0, from_sql_int));
@@ -175,6 +191,7 @@ fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask
         wall_ms: int(11)?,
         wall_us: super::micros(int(11)?, row.get::<_, Option<i64>>(13)?.map(from_sql_int)),
         file_bytes: int(12)?,
+        waited_us: from_sql_int(row.get(14)?),
     })
 }
 
@@ -194,7 +211,8 @@ impl Store {
         let mut stmt = self
             .conn()
             .prepare_cached(&format!(
-                "SELECT run_id, recipe, cycle, started_at, status, pid, proc_start, boot_id, host, pid_ns, vars FROM runs \
+                "SELECT run_id, recipe, cycle, started_at, status, pid, proc_start, boot_id, host, pid_ns, vars, \
+                 warm_services FROM runs \
                  WHERE {recipe_filter} \
                  AND (?2 IS NULL OR EXISTS (SELECT 1 FROM task_blocks AS b WHERE b.run_id = runs.run_id AND b.step = ?2)) \
                  ORDER BY run_id DESC",
@@ -213,6 +231,7 @@ impl Store {
                     started_at: row.get(3)?,
                     status: status_now(&stored, || run_owner(row, 5)),
                     vars: row.get(10)?,
+                    warm_services: row.get::<_, Option<i64>>(11)?.map(from_sql_int),
                 })
             };
             let run = read().map_err(|e| self.err(what, e))?;
@@ -259,8 +278,8 @@ impl Store {
         let mut stmt = self
             .conn()
             .prepare_cached(&format!(
-                "SELECT {TASK_COLUMNS} FROM {STEP_ROWS} WHERE b.run_id = ?1 AND b.step = ?2 \
-                 ORDER BY b.first_task_id, t.task_id LIMIT ?3"
+                "SELECT {TASK_COLUMNS} FROM {STEP_ROWS} LEFT JOIN task_details AS e ON e.task_id = t.task_id \
+                 WHERE b.run_id = ?1 AND b.step = ?2 ORDER BY b.first_task_id, t.task_id LIMIT ?3"
             ))
             .map_err(|e| self.err(what, e))?;
         let mut rows = stmt.query(params![run_id, step, to_sql_int(limit)]).map_err(|e| self.err(what, e))?;

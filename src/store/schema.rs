@@ -326,6 +326,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // a simulation on other workers counts its own interpreters.
     "ALTER TABLE runs ADD COLUMN standing_bytes INTEGER; ALTER TABLE runs ADD COLUMN standing_shared_bytes INTEGER; \
      ALTER TABLE runs ADD COLUMN standing_services INTEGER;",
+    // 9: of a task's wall, the µs it waited for its service (a warm interpreter) to be started
+    // or warmed up for it (a detail: only tasks of services wait, and a column of `task_rows`
+    // would cost every task of a 10⁶-task run a byte), and how many services were alive when
+    // the run started (NULL in runs from before, whose waits were not recorded; a run after
+    // another in one process finds them warm): a prediction learns a task's own time without
+    // the wait and adds the wait where its run starts cold.
+    "ALTER TABLE task_details ADD COLUMN waited_us INTEGER; ALTER TABLE runs ADD COLUMN warm_services INTEGER;",
 ];
 
 /// The schema version this code writes and understands.

@@ -226,6 +226,9 @@ pub fn serve_for_task(
             return Err(e);
         }
     };
+    // Until here the task has only waited for its service: a prediction adds that wait where
+    // its run starts interpreters, and learns the task's own time without it.
+    let waited = started.elapsed();
     let sampler = Sampler::new(&service);
     sampler.rebase();
     let mut spoiled = false;
@@ -252,7 +255,7 @@ pub fn serve_for_task(
     service.set_standing(standing);
     external::clear(task.tag);
     let source = if service.cgroup.is_some() { PeakSource::ServiceCgroup } else { PeakSource::ServiceProc };
-    measured(&CommandMeasured { peak, source, log_path: log_path.to_path_buf() });
+    measured(&CommandMeasured { peak, source, log_path: log_path.to_path_buf(), waited });
     let killed = sampler.killed.into_inner().unwrap_or_else(|p| p.into_inner());
     let ending = Ending { spoiled, killed, standing, fresh, started, peak, source };
     settle(service, ending, result, &mut log)
@@ -347,6 +350,12 @@ pub fn keep_at_most(services: usize) {
         tracing::debug!("{} idle services stopped: no task left can use them", beyond.len());
     }
     drop(beyond);
+}
+
+/// How many services are alive in this process (idle, lent or warming up), of every spec:
+/// what a run starting now finds warm.
+pub fn alive() -> usize {
+    pool().live.iter().map(|(_, n)| n).sum()
 }
 
 /// Kills every idle service and waits for each to end (its cgroup removed). Called when the

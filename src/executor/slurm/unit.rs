@@ -185,6 +185,7 @@ impl SlurmExecutor {
             peak_source,
             log_path: result.log_path,
             elapsed: Duration::from_millis(result.wall_ms),
+            waited: Duration::from_millis(result.waited_ms),
         };
         JobOutcome { outcome, output_bytes: result.output_bytes }
     }
@@ -197,6 +198,7 @@ fn remote_failure(error: TaskError) -> JobOutcome {
         peak_source: PeakSource::Allocator,
         log_path: None,
         elapsed: Duration::ZERO,
+        waited: Duration::ZERO,
     };
     JobOutcome { outcome, output_bytes: 0 }
 }
