@@ -16,7 +16,8 @@ use std::time::Duration;
 use crate::plan::Compiled;
 
 use super::Recompile;
-use super::engine::{self, SimOptions};
+use super::SimOptions;
+use super::engine;
 use super::history::{History, RanAs};
 use super::predict::Predictor;
 

@@ -30,27 +30,8 @@ use super::cpus::SharedCpus;
 use super::meter::ReservationsOnly;
 use super::outcome::{MemoryPoint, Simulated, SimulatedTask};
 use super::predict::{Predictor, TaskPrediction};
+use super::SimOptions;
 use super::service_wait::{Interpreters, Readiness};
-
-/// How to simulate.
-#[derive(Debug, Clone)]
-pub struct SimOptions {
-    pub workers: usize,
-    pub budget: u64,
-    /// Bytes a second a spill is written at.
-    pub spill_bandwidth: u64,
-    /// Have the ledger read every running task's live bytes at each admission, as it does in a
-    /// local run (whose meter cannot promise tasks stay within their reservations): the
-    /// predictions are the same, only slower; the bench measures what that costs per worker.
-    pub read_every_task: bool,
-    /// The CPUs local workers share when more of them are busy (`cpus::SharedCpus`); `None`: each
-    /// worker has a CPU of its own (a cluster's are its nodes'; and times recorded on more
-    /// workers than CPUs already hold the sharing they met).
-    pub cpus: Option<usize>,
-    /// How the run finds its services (warm interpreters) as it starts: a cluster's jobs each
-    /// start theirs.
-    pub interpreters: Interpreters,
-}
 
 /// Memory points kept at most: one every so often, whatever the run's length.
 const MEMORY_POINTS: usize = 4000;
