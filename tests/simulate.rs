@@ -1181,6 +1181,15 @@ fn a_replay_s_later_cycles_find_their_interpreters_warm_and_are_predicted_so() {
             "{predicted} s predicted, {recorded} s ran (c1 {c1} s)\n{table}"
         );
     }
+    // Tomorrow's `runner run` is a new process: its interpreters start cold, and the prediction
+    // says how long the step's first tasks wait for them, as c1's did.
+    let (said, predicted) = with_var(dir.path(), "simulate", "c4", "mib=48", "1GiB");
+    assert!(said.contains("interpreters start with the run, as a new process's do"), "{said}");
+    let waits = &predicted["interpreter_waits"];
+    assert_eq!(waits["interpreters"], "cold", "{waits}");
+    assert_eq!(waits["steps"][0]["step"], "hold", "{waits}");
+    let wait = waits["steps"][0]["wait_s"].as_f64().unwrap();
+    assert!((wait - waited[0] / 1e6).abs() < 1e-6, "{wait} s against c1's {} µs", waited[0]);
 }
 
 #[test]

@@ -172,7 +172,9 @@ enum Command {
         dealt out 9 times over the members (the dims that set no size) and the dealing with the median peak \
         reserved is shown, with the range of all. The wall is then scaled by how many times longer than their \
         own simulations the alike runs and the two newest others took: what a run costs beyond its tasks, and \
-        the pace the machine runs at now. More workers busy than --cpus (default: the CPUs here) share them, \
+        the pace the machine runs at now. A python step's tasks wait for their interpreters to start (a new \
+        process's do) as long as the newest run started so waited, and learn their times without that wait. \
+        More workers busy than --cpus (default: the CPUs here) share them, \
         each task at CPUs/busy of its recorded speed. \
         The critical path is the chain of steps whose longest tasks add up to the most: no schedule is shorter.\n\n\
         Exit codes: 0 predicted (whatever the prediction says); 2 invalid recipe or command line; 3 the store \

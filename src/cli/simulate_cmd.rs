@@ -17,7 +17,7 @@ use crate::recipe::CompileOptions;
 use crate::registry::Registry;
 use crate::simulate::alike::{Beyond, Measure};
 use crate::simulate::growth::{Grown, grown_text};
-use crate::simulate::service_wait::Interpreters;
+use crate::simulate::service_wait::{AddedWaits, Interpreters};
 use crate::simulate::{ClusterShape, CpuSharing, History, Prediction, SimOptions};
 use crate::store::Executor;
 
@@ -220,6 +220,8 @@ pub struct PredictedSummary {
     /// The steps whose figures were carried on past the recorded range, as a power of the
     /// number that sets their size (their args), and by how much.
     pub grown_past_history: Vec<Grown>,
+    /// How the run finds its interpreters, and what each step's first tasks wait for theirs.
+    pub interpreter_waits: AddedWaits,
     /// How fast spills were taken to be written and read back.
     pub spill_bandwidth: SpillBandwidth,
     /// Seconds of `wall_s` for what a run costs beyond its tasks and the machine's pace, as
@@ -303,6 +305,7 @@ impl PredictedSummary {
             alike_cycles: prediction.alike_cycles.clone(),
             vars_beyond_history: prediction.beyond.clone(),
             grown_past_history: prediction.grown.clone(),
+            interpreter_waits: prediction.waits.clone(),
             spill_bandwidth,
             overhead_s: prediction.overhead,
             cpus_shared: match prediction.cpus {
@@ -391,6 +394,9 @@ impl PredictedSummary {
         }
         for grown in &self.grown_past_history {
             say!("  {}", grown_text(grown));
+        }
+        if let Some(text) = self.interpreter_waits.text() {
+            say!("  {text}");
         }
         if let Some(dealt) = &self.dealings {
             say!(

@@ -25,12 +25,12 @@ use crate::scheduler::{
     Failure, Garbage, MAX_BATCH, Outcome, Pick, Picked, RunReport, SpillJob, SpillRecord, State, StepTraits, TaskRef,
 };
 
+use super::SimOptions;
 use super::cluster::{Cluster, ClusterShape, Job};
 use super::cpus::SharedCpus;
 use super::meter::ReservationsOnly;
 use super::outcome::{MemoryPoint, Simulated, SimulatedTask};
 use super::predict::{Predictor, TaskPrediction};
-use super::SimOptions;
 use super::service_wait::{Interpreters, Readiness};
 
 /// Memory points kept at most: one every so often, whatever the run's length.

@@ -79,6 +79,8 @@ pub struct Prediction {
     pub dealt: Option<deal::Dealt>,
     /// Whether the workers shared the CPUs.
     pub cpus: CpuSharing,
+    /// What its tasks wait for their interpreters ([`service_wait`]).
+    pub waits: service_wait::AddedWaits,
 }
 
 /// Whether a local simulation's workers shared its CPUs ([`cpus`]).
@@ -164,6 +166,12 @@ pub fn predict(
         overhead,
         dealt,
         cpus,
+        // A cluster's every job starts its interpreters.
+        waits: service_wait::AddedWaits::of(
+            compiled,
+            &predictor,
+            if local { options.interpreters } else { Interpreters::Cold },
+        ),
     }
 }
 

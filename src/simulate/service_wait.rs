@@ -15,8 +15,15 @@
 
 use std::time::Duration;
 
+use serde::Serialize;
+
+use crate::plan::Compiled;
+
+use super::predict::Predictor;
+
 /// How a run finds its services as it starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Interpreters {
     /// None alive: a new process (every `runner run`, a replay's first cycle).
     #[default]
@@ -59,6 +66,54 @@ impl StepWaits {
             Interpreters::Warm => self.warm,
         }
         .unwrap_or_default()
+    }
+}
+
+/// The waits a prediction added: how its run found its interpreters, and each step whose
+/// tasks wait for theirs, for how long at most.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AddedWaits {
+    pub interpreters: Interpreters,
+    pub steps: Vec<StepWait>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepWait {
+    pub step: String,
+    pub wait_s: f64,
+}
+
+impl AddedWaits {
+    /// What `predictor` adds to the steps of `compiled` for a run starting as `start`.
+    pub fn of(compiled: &Compiled, predictor: &Predictor, start: Interpreters) -> AddedWaits {
+        let steps = compiled.recipe.steps.iter().enumerate();
+        let steps = steps
+            .map(|(index, step)| (step, predictor.service_wait(index, start)))
+            .filter(|(_, wait)| !wait.is_zero())
+            .map(|(step, wait)| StepWait { step: step.name.clone(), wait_s: wait.as_secs_f64() })
+            .collect();
+        AddedWaits { interpreters: start, steps }
+    }
+
+    /// What `simulate` says of them (`None`: no step waits, in a run started cold).
+    pub fn text(&self) -> Option<String> {
+        // Below a millisecond is taking an idle interpreter, not waiting for one.
+        let waits = self.steps.iter().filter(|s| s.wait_s >= 1e-3);
+        let waits = waits.map(|s| format!("{} {:.0} ms", s.step, s.wait_s * 1e3)).collect::<Vec<_>>();
+        match (self.interpreters, waits.is_empty()) {
+            (Interpreters::Cold, true) => None,
+            (Interpreters::Cold, false) => Some(format!(
+                "interpreters start with the run, as a new process's do: the first tasks of a step wait for \
+                 theirs as long as in the newest run started so ({})",
+                waits.join(", ")
+            )),
+            (Interpreters::Warm, true) => Some("interpreters found warm: no task waits for one".to_string()),
+            (Interpreters::Warm, false) => Some(format!(
+                "interpreters found warm: the first tasks of a step wait as long as in the newest run that \
+                 found them so ({})",
+                waits.join(", ")
+            )),
+        }
     }
 }
 
@@ -114,6 +169,23 @@ mod tests {
         // Without a warm run recorded, a warm start waits for nothing.
         let cold_only = StepWaits { cold: Some(MS), warm: None };
         assert_eq!(cold_only.of(Interpreters::Warm), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_prediction_says_which_steps_wait_and_how_its_run_found_its_interpreters() {
+        let wait = |step: &str, ms: f64| StepWait { step: step.to_string(), wait_s: ms / 1e3 };
+        let cold = AddedWaits { interpreters: Interpreters::Cold, steps: vec![wait("temperature", 198.6)] };
+        assert_eq!(
+            cold.text().unwrap(),
+            "interpreters start with the run, as a new process's do: the first tasks of a step wait for theirs \
+             as long as in the newest run started so (temperature 199 ms)"
+        );
+        assert_eq!(AddedWaits { interpreters: Interpreters::Cold, steps: vec![wait("save", 0.4)] }.text(), None);
+        let warm = AddedWaits { interpreters: Interpreters::Warm, steps: Vec::new() };
+        assert_eq!(warm.text().unwrap(), "interpreters found warm: no task waits for one");
+        let json = serde_json::to_value(&cold).unwrap();
+        assert_eq!(json["interpreters"], "cold");
+        assert_eq!(json["steps"][0]["step"], "temperature");
     }
 
     #[test]
