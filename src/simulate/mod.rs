@@ -167,12 +167,20 @@ pub fn predict(
         dealt,
         cpus,
         // A cluster's every job starts its interpreters.
-        waits: service_wait::AddedWaits::of(
-            compiled,
-            &predictor,
-            if local { options.interpreters } else { Interpreters::Cold },
-        ),
+        waits: added_waits(compiled, &predictor, if local { options.interpreters } else { Interpreters::Cold }),
     }
+}
+
+/// What `predictor` adds to the steps of `compiled` for a run starting as `start`: the steps
+/// whose first tasks wait for their interpreters, and how long.
+fn added_waits(compiled: &Compiled, predictor: &Predictor, start: Interpreters) -> service_wait::AddedWaits {
+    let steps = compiled.recipe.steps.iter().enumerate();
+    let steps = steps
+        .map(|(index, step)| (step, predictor.service_wait(index, start)))
+        .filter(|(_, wait)| !wait.is_zero())
+        .map(|(step, wait)| service_wait::StepWait { step: step.name.clone(), wait_s: wait.as_secs_f64() })
+        .collect();
+    service_wait::AddedWaits { interpreters: start, steps }
 }
 
 /// The steps of `compiled` whose figures `history` grows, in step order.

@@ -17,10 +17,6 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::plan::Compiled;
-
-use super::predict::Predictor;
-
 /// How a run finds its services as it starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -84,17 +80,6 @@ pub struct StepWait {
 }
 
 impl AddedWaits {
-    /// What `predictor` adds to the steps of `compiled` for a run starting as `start`.
-    pub fn of(compiled: &Compiled, predictor: &Predictor, start: Interpreters) -> AddedWaits {
-        let steps = compiled.recipe.steps.iter().enumerate();
-        let steps = steps
-            .map(|(index, step)| (step, predictor.service_wait(index, start)))
-            .filter(|(_, wait)| !wait.is_zero())
-            .map(|(step, wait)| StepWait { step: step.name.clone(), wait_s: wait.as_secs_f64() })
-            .collect();
-        AddedWaits { interpreters: start, steps }
-    }
-
     /// What `simulate` says of them (`None`: no step waits, in a run started cold).
     pub fn text(&self) -> Option<String> {
         // Below a millisecond is taking an idle interpreter, not waiting for one.
