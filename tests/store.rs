@@ -31,6 +31,7 @@ fn outcome(status: RunStatus) -> RunOutcome {
         standing_bytes: 300 << 20,
         standing_shared_bytes: 120 << 20,
         standing_services: 3,
+        most_services: 4,
         spilled_bytes: 1 << 20,
         ..RunOutcome::new(status)
     }
@@ -158,7 +159,7 @@ fn schema_version_tables_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 9);
+    assert_eq!(SCHEMA_VERSION, 10);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     drop(store);
 
@@ -204,6 +205,7 @@ fn schema_version_tables_and_columns() {
         "standing_shared_bytes",
         "standing_services",
         "warm_services",
+        "most_services",
     ] {
         assert!(runs.iter().any(|c| c == column), "runs has no column {column}: {runs:?}");
     }
@@ -352,6 +354,11 @@ fn a_hundred_thousand_rows_land_with_their_values() {
         (Some(1234), Some(5 << 30), Some(4 << 30), Some(300 << 20), Some(1 << 20))
     );
     assert_eq!((row.standing_shared_bytes, row.standing_services), (Some(120 << 20), Some(3)));
+    // 3 interpreters stood at its peak of the 4 it started: read as holding all 4, each the
+    // others' own share (60 MiB) beside the pages they share.
+    assert_eq!(row.most_services, Some(4));
+    let started = row.standing_of_started();
+    assert_eq!((started.bytes, started.shared, started.services), (360 << 20, 120 << 20, 4));
     assert_eq!((row.budget_bytes, row.workers, row.pid), (8 << 30, 4, std::process::id()));
     let steps = step_names();
     let tasks: Vec<_> = (0..100_000).map(|i| task(&steps, i)).collect();

@@ -268,7 +268,7 @@ pub fn execute(
                 start.executor = crate::store::Executor::Slurm;
             }
             start.resumed_from = reuse.map(|r| r.from_run);
-            start.warm_services = crate::command::service::alive() as u64;
+            start.warm_services = crate::command::service::begin_run() as u64;
             let recorder = store.start_run(&start)?;
             Some(StoreSink::new(recorder, &start, compiled, options.workers.max(1)))
         }
@@ -333,6 +333,7 @@ pub fn execute(
             standing_bytes: report.standing_at_peak.bytes,
             standing_shared_bytes: report.standing_at_peak.shared,
             standing_services: report.standing_at_peak.services,
+            most_services: crate::command::service::most_alive() as u64,
             spilled_bytes: report.spilled_bytes,
             spill_count: report.spill_count,
             spill_wall: report.spills.iter().map(|spill| spill.wall).sum(),

@@ -106,6 +106,7 @@ fn page(compiled: &Compiled, prediction: &Prediction) -> RunPage {
             standing_shared_bytes: Some(report.standing_at_peak.shared),
             standing_services: Some(report.standing_at_peak.services),
             warm_services: None,
+            most_services: None,
             spilled_bytes: Some(report.spilled_bytes),
             spill_count: Some(report.spill_count),
             spill_error: None,

@@ -379,7 +379,9 @@ fn ran_as(store: &Store, run_id: i64, first: FirstRun) -> Result<Option<RanAs>, 
         wall: Duration::from_micros(wall_us),
         workers: run.workers.max(1) as usize,
         budget: run.budget_bytes,
-        standing: run.standing(),
+        // As if every interpreter it started had stood at its peak, as a run with history
+        // starts them all at once (the ledger of a real run expects what stood).
+        standing: run.standing_of_started(),
         interpreters: Interpreters::of_run(run.warm_services),
     }))
 }

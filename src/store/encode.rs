@@ -69,7 +69,7 @@ const FINISH_RUN: &str = "UPDATE runs SET finished_at = ?2, status = ?3, wall_ms
      peak_reserved_bytes = ?6, spilled_bytes = ?7, spill_count = ?8, spill_error = ?9, oversized = ?10, \
      tasks_ok = ?11, tasks_failed = ?12, tasks_skipped = ?13, underestimates = ?14, estimate_bytes_sum = ?15, \
      peak_bytes_sum = ?16, recorded_ms = max(coalesce(recorded_ms, 0), ?17), wall_us_rest = ?18, spill_us = ?19, \
-     standing_bytes = ?20, standing_shared_bytes = ?21, standing_services = ?22 WHERE run_id = ?1";
+     standing_bytes = ?20, standing_shared_bytes = ?21, standing_services = ?22, most_services = ?23 WHERE run_id = ?1";
 
 /// What the run row counts of the rows written.
 #[derive(Default, Clone, Copy)]
@@ -404,6 +404,7 @@ fn finish_run(
             figure(outcome.standing_bytes),
             figure(outcome.standing_shared_bytes),
             figure(outcome.standing_services),
+            figure(outcome.most_services),
         ],
     )?;
     Ok(())

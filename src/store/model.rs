@@ -286,6 +286,9 @@ pub struct RunOutcome {
     pub standing_bytes: u64,
     pub standing_shared_bytes: u64,
     pub standing_services: u64,
+    /// The most services (warm interpreters) alive at once during the run: those it started,
+    /// where its peak may have caught fewer standing.
+    pub most_services: u64,
     pub spilled_bytes: u64,
     pub spill_count: u64,
     /// How long writing the spills took, summed over them.
@@ -306,6 +309,7 @@ impl RunOutcome {
             standing_bytes: 0,
             standing_shared_bytes: 0,
             standing_services: 0,
+            most_services: 0,
             spilled_bytes: 0,
             spill_count: 0,
             spill_wall: Duration::ZERO,
@@ -342,6 +346,9 @@ pub struct RunRow {
     pub standing_services: Option<u64>,
     /// Services alive as the run started ([`RunStart::warm_services`]; `None` before version 9).
     pub warm_services: Option<u64>,
+    /// The most services alive at once during the run ([`RunOutcome::most_services`]; `None`
+    /// before version 10).
+    pub most_services: Option<u64>,
     pub spilled_bytes: Option<u64>,
     pub spill_count: Option<u64>,
     pub spill_error: Option<String>,
@@ -369,6 +376,17 @@ impl RunRow {
             bytes: self.standing_bytes.unwrap_or(0),
             shared: self.standing_shared_bytes.unwrap_or(0),
             services: self.standing_services.unwrap_or(0),
+        }
+    }
+
+    /// What its services held at their baseline had every service it started stood at its
+    /// peak: the recipe's first run, its first task alone to be measured, may peak while the
+    /// others are still starting, and the next run starts them all at once.
+    pub fn standing_of_started(&self) -> crate::memory::Standing {
+        let standing = self.standing();
+        match self.most_services {
+            Some(most) if most > standing.services => standing.with_services(most),
+            _ => standing,
         }
     }
 }

@@ -11,7 +11,7 @@ const RUN_COLUMNS: &str = "run_id, recipe, cycle, started_at, finished_at, statu
      tasks_total, wall_ms, peak_rss_bytes, peak_reserved_bytes, spilled_bytes, spill_count, spill_error, tasks_ok, \
      tasks_failed, tasks_skipped, underestimates, oversized, estimate_bytes_sum, peak_bytes_sum, recorded_ms, \
      resumed_from, pid, proc_start, boot_id, host, pid_ns, vars, wall_us_rest, standing_bytes, \
-     standing_shared_bytes, standing_services, warm_services";
+     standing_shared_bytes, standing_services, warm_services, most_services";
 
 /// The owner of a run row, from its last five [`RUN_COLUMNS`] starting at `at`.
 pub(super) fn run_owner(row: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<ProcessIdentity> {
@@ -58,6 +58,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
         standing_shared_bytes: opt(33)?,
         standing_services: opt(34)?,
         warm_services: opt(35)?,
+        most_services: opt(36)?,
         spilled_bytes: opt(13)?,
         spill_count: opt(14)?,
         spill_error: row.get(15)?,

@@ -333,6 +333,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // another in one process finds them warm): a prediction learns a task's own time without
     // the wait and adds the wait where its run starts cold.
     "ALTER TABLE task_details ADD COLUMN waited_us INTEGER; ALTER TABLE runs ADD COLUMN warm_services INTEGER;",
+    // 10: the most services alive at once during a run: a prediction reads a run whose peak
+    // caught fewer of its interpreters standing than it started (the recipe's first, its first
+    // task alone) as holding all it started.
+    "ALTER TABLE runs ADD COLUMN most_services INTEGER;",
 ];
 
 /// The schema version this code writes and understands.

@@ -62,6 +62,8 @@ struct Pool {
     warming: Vec<ServiceSpec>,
     /// The most services the run's tasks can still use at once ([`keep_at_most`]).
     keep: usize,
+    /// The most alive at once since the run began ([`begin_run`]).
+    most: usize,
 }
 
 impl Pool {
@@ -93,11 +95,16 @@ impl Pool {
             None => {}
         }
         self.live.retain(|(_, n)| *n > 0);
+        self.most = self.most.max(self.alive());
+    }
+
+    fn alive(&self) -> usize {
+        self.live.iter().map(|(_, n)| n).sum()
     }
 }
 
 static POOL: Mutex<Pool> =
-    Mutex::new(Pool { idle: Vec::new(), live: Vec::new(), warming: Vec::new(), keep: usize::MAX });
+    Mutex::new(Pool { idle: Vec::new(), live: Vec::new(), warming: Vec::new(), keep: usize::MAX, most: 0 });
 /// Signalled when a warming spare becomes idle (or fails).
 static LANDED: Condvar = Condvar::new();
 
@@ -352,10 +359,18 @@ pub fn keep_at_most(services: usize) {
     drop(beyond);
 }
 
-/// How many services are alive in this process (idle, lent or warming up), of every spec:
-/// what a run starting now finds warm.
-pub fn alive() -> usize {
-    pool().live.iter().map(|(_, n)| n).sum()
+/// A run begins: how many services are alive in this process (idle, lent or warming up), of
+/// every spec — what it finds warm — and from which [`most_alive`] counts.
+pub fn begin_run() -> usize {
+    let mut pool = pool();
+    pool.most = pool.alive();
+    pool.most
+}
+
+/// The most services alive at once since the run began ([`begin_run`]): those a run started,
+/// where its peak may have caught fewer standing (its first task alone, the others starting).
+pub fn most_alive() -> usize {
+    pool().most
 }
 
 /// Kills every idle service and waits for each to end (its cgroup removed). Called when the
