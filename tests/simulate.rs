@@ -1101,6 +1101,38 @@ fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
 }
 
 #[test]
+fn a_run_whose_peak_caught_fewer_interpreters_than_it_started_is_read_as_holding_all_of_them() {
+    let _shared = beside_others();
+    let Some(dir) = python_holding() else { return };
+    let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "mib=48", "1GiB").1;
+    cycle("run", "c1");
+    cycle("run", "c2");
+    let db = dir.path().join("h.db");
+    let rows = common::query(
+        &db,
+        "SELECT standing_services, most_services, standing_bytes - standing_shared_bytes FROM runs ORDER BY run_id",
+    );
+    assert!(rows.iter().all(|row| row[0] == "2" && row[1] == "2"), "both stood the 2 they started: {rows:?}");
+    // Each interpreter's own share, beside the pages the forked ones share.
+    let own = rows[1][2].parse::<f64>().unwrap() / 2.0;
+    let standing = |s: &Json| s["peak_reserved_standing_bytes"].as_f64().unwrap();
+    let as_recorded = standing(&cycle("simulate", "c3"));
+    // As a recipe's first run may record it, its first task alone: the peak caught one of the
+    // two interpreters standing, the other still starting.
+    let update = |sql: &str| rusqlite::Connection::open(&db).unwrap().execute_batch(sql).unwrap();
+    update(
+        "UPDATE runs SET standing_bytes = standing_shared_bytes + (standing_bytes - standing_shared_bytes) / 2, \
+         standing_services = 1",
+    );
+    let all_started = standing(&cycle("simulate", "c3"));
+    assert!((all_started - as_recorded).abs() <= 16.0, "{all_started} bytes, as recorded {as_recorded}");
+    // Without the count of those started, one is taken for all the run had tasks for.
+    update("UPDATE runs SET most_services = NULL");
+    let caught_one = standing(&cycle("simulate", "c3"));
+    assert!(caught_one < as_recorded - own / 2.0, "{caught_one} bytes, as recorded {as_recorded}, {own} each");
+}
+
+#[test]
 fn a_budget_the_warm_interpreters_fill_runs_the_tasks_one_at_a_time_as_predicted() {
     // Alone: the walls are compared. Tasks mostly asleep: the recorded runs held two at once and
     // this one holds one, so CPU the machine shares with others would move their walls apart.
