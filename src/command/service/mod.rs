@@ -218,6 +218,8 @@ pub fn serve_for_task(
         let over = task.timeout.filter(|&t| started.elapsed() > t);
         over.or_else(|| (task.cancelled)().then(|| task.timeout.unwrap_or_default()))
     };
+    // The wait is from here: the log is opened whether the service is ready or not.
+    let asked = Instant::now();
     let (mut service, fresh) = match take_idle(spec, &give_up) {
         Ok(Idle::Service(service)) => (service, false),
         Ok(Idle::Start(place)) => match start(place, log_path) {
@@ -235,7 +237,7 @@ pub fn serve_for_task(
     };
     // Until here the task has only waited for its service: a prediction adds that wait where
     // its run starts interpreters, and learns the task's own time without it.
-    let waited = started.elapsed();
+    let waited = asked.elapsed();
     let sampler = Sampler::new(&service);
     sampler.rebase();
     let mut spoiled = false;
