@@ -167,7 +167,9 @@ enum Command {
         estimate at --guess-speed bytes a second, and such tasks are counted as guesses. Between two recorded \
         values of the one var a cycle differs in, the figures are interpolated; past them, the nearest run's \
         are taken, but a step whose args that var sets and whose output grew with it between two runs (a grid \
-        made from `size`) grows by the same power of it, and what reads it with it. Where the recent runs' \
+        made from `size`) grows by the same power of it, and what reads it with it; where no step grows, what \
+        the data made of a step (estimates, files, peaks; not times) that moved between the runs along that var \
+        is carried toward the line through them, the more the farther past the nearest run. Where the recent runs' \
         tasks did not keep their sizes from run to run (rain falling anew on each member), the recorded sizes are \
         dealt out 9 times over the members (the dims that set no size) and the dealing with the median peak \
         reserved is shown, with the range of all. The wall is then scaled by how many times longer than their \

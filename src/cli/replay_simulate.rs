@@ -16,6 +16,7 @@ use crate::plan::Compiled;
 use crate::simulate::alike::Beyond;
 use crate::simulate::growth::{Grown, grown_text};
 use crate::simulate::service_wait::Interpreters;
+use crate::simulate::trend::{Carried, carried_text};
 use crate::simulate::{History, Recompile, SimOptions};
 use crate::store::RunRow;
 
@@ -49,6 +50,7 @@ struct CycleEntry {
     error: Errors,
     vars_beyond_history: Vec<Beyond>,
     grown_past_history: Vec<Grown>,
+    carried_past_history: Vec<Carried>,
 }
 
 /// Predicts each of `cycles` (compiled in `compiled`) against the store at `db`.
@@ -143,6 +145,7 @@ fn entry(summary: PredictedSummary, row: &RunRow) -> CycleEntry {
         error,
         vars_beyond_history: summary.vars_beyond_history,
         grown_past_history: summary.grown_past_history,
+        carried_past_history: summary.carried_past_history,
     }
 }
 
@@ -167,5 +170,8 @@ fn print_row(entry: &CycleEntry) {
     }
     for grown in &entry.grown_past_history {
         show!("{:<20} {}", "", grown_text(grown));
+    }
+    for carried in &entry.carried_past_history {
+        show!("{:<20} {}", "", carried_text(carried));
     }
 }

@@ -18,6 +18,7 @@ use crate::registry::Registry;
 use crate::simulate::alike::{Beyond, Measure};
 use crate::simulate::growth::{Grown, grown_text};
 use crate::simulate::service_wait::{AddedWaits, Interpreters};
+use crate::simulate::trend::{Carried, carried_text};
 use crate::simulate::{ClusterShape, CpuSharing, History, Prediction, SimOptions};
 use crate::store::Executor;
 
@@ -220,6 +221,9 @@ pub struct PredictedSummary {
     /// The steps whose figures were carried on past the recorded range, as a power of the
     /// number that sets their size (their args), and by how much.
     pub grown_past_history: Vec<Grown>,
+    /// The steps whose data-following figures were carried along the line through the two
+    /// farthest-apart runs past the recorded range, and by how much.
+    pub carried_past_history: Vec<Carried>,
     /// How the run finds its interpreters, and what each step's first tasks wait for theirs.
     pub interpreter_waits: AddedWaits,
     /// How fast spills were taken to be written and read back.
@@ -305,6 +309,7 @@ impl PredictedSummary {
             alike_cycles: prediction.alike_cycles.clone(),
             vars_beyond_history: prediction.beyond.clone(),
             grown_past_history: prediction.grown.clone(),
+            carried_past_history: prediction.carried.clone(),
             interpreter_waits: prediction.waits.clone(),
             spill_bandwidth,
             overhead_s: prediction.overhead,
@@ -386,14 +391,18 @@ impl PredictedSummary {
             );
         }
         for beyond in &self.vars_beyond_history {
-            say!(
-                "  {}: what follows the data (estimates from inputs, files, task times) is the nearest run's, \
-                 off by as much as the data differs",
-                beyond_text(beyond)
-            );
+            let taken = if self.carried_past_history.is_empty() && self.grown_past_history.is_empty() {
+                "is the nearest run's, off by as much as the data differs"
+            } else {
+                "is the nearest run's, but where it moved between the runs along the number (below)"
+            };
+            say!("  {}: what follows the data (estimates from inputs, files, task times) {taken}", beyond_text(beyond));
         }
         for grown in &self.grown_past_history {
             say!("  {}", grown_text(grown));
+        }
+        for carried in &self.carried_past_history {
+            say!("  {}", carried_text(carried));
         }
         if let Some(text) = self.interpreter_waits.text() {
             say!("  {text}");

@@ -16,10 +16,12 @@
 //! vars differ from the nearest run's in one number only (`wet: 0.30`, the nearest run at
 //! 0.20) and a run with the same other vars lies on the other side of it (0.40), both are
 //! taken, weighted by how near each is along that number. Past the recorded range the nearest
-//! run is taken alone: extending the line through the two nearest (`wet: 0.55` from runs at
-//! 0.45 and 0.05) overshot where the figures level off as the number grows (the files of a
-//! cycle at 0.55 are about those at 0.45), and on 28 recorded passes of the cycles files took
-//! 3 fewer peaks within 10% than the nearest run alone.
+//! run is taken alone, and its figures moved by [`super::growth`] (a step the number sizes) or
+//! [`super::trend`] (what the data made of a step, where it moved along the number): extending
+//! the line through the two nearest runs in full (`wet: 0.55` from runs at 0.45 and 0.05)
+//! overshot where the figures level off as the number grows (the files of a cycle at 0.55 are
+//! about those at 0.45), and on 28 recorded passes of the cycles files took 3 fewer peaks within
+//! 10% than the nearest run alone.
 
 use std::collections::HashMap;
 

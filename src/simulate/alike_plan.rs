@@ -82,7 +82,8 @@ pub fn per_step(history: &History, now: &Compiled, recompile: &Recompile<'_>) ->
 /// as recorded; so is every step when the recipe no longer compiles with those vars. A step
 /// whose output shape the plan knows (`synth` with `ny: "{size}"`) has its plugin say what the
 /// number makes of it, which the prediction already moves its figures by
-/// ([`per_step`]): growing them too would count the number twice ([`super::growth`]).
+/// ([`per_step`]): growing them too would count the number twice ([`super::growth`]). Where a
+/// step grows, no step's figures are carried along the line ([`super::trend`]).
 pub fn sized_by_args(history: &History, now: &Compiled, recompile: &Recompile<'_>) -> Option<History> {
     if history.steps.iter().all(|records| records.grown.is_none()) {
         return None;
@@ -110,6 +111,13 @@ pub fn sized_by_args(history: &History, now: &Compiled, recompile: &Recompile<'_
         let plan_sizes_it = now.plan.steps[at].output.bytes().is_some_and(|bytes| bytes > 0);
         if !args_moved || plan_sizes_it {
             records.grown = None;
+        }
+    }
+    // A step grown by the number carries its consumers with what they read: carried along the
+    // line as well, they would count it twice.
+    if sized.steps.iter().any(|records| records.grown.is_some()) {
+        for records in &mut sized.steps {
+            records.extended = None;
         }
     }
     Some(sized)

@@ -12,9 +12,10 @@
 //! Only a step whose args the number sets, and whose output the plan cannot size, is grown
 //! ([`super::alike_plan::sized_by_args`]). A step whose output stays the same size along the
 //! number is not: a synthetic field of a wetter weather is the same grid, and what the weather
-//! makes of the steps after it only the data shows. Growing every figure by its own power of
-//! the number was tried on the cycles files and dropped: the files of a wet area level off as
-//! it grows, and the first wet cycle after dry ones came out several times too long.
+//! makes of the steps after it only the data shows; where that moved between the runs along the
+//! number, it is carried toward the line through them instead ([`super::trend`]). Growing every
+//! figure, time included, by its own power of the number was tried on the cycles files and
+//! dropped: the first wet cycle after dry ones came out several times too long.
 
 use std::collections::HashMap;
 

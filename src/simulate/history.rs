@@ -25,6 +25,7 @@ use super::durations::{DurationModel, Timing};
 use super::growth::{self, Growth};
 use super::like_tasks::{self, LikeTasks};
 use super::service_wait::{Interpreters, StepWaits};
+use super::trend::{self, Extended};
 
 /// A step's recorded tasks.
 #[derive(Debug, Clone, Default)]
@@ -50,6 +51,10 @@ pub struct StepRecords {
     /// How the alike run's figures grow past the recorded range ([`super::growth`]); the
     /// figures above are as recorded.
     pub grown: Option<Growth>,
+    /// Past the recorded range along a number that does not size the step, the alike run's
+    /// figures carried along the line through it and the farthest run ([`super::trend`]); the
+    /// figures above are as recorded.
+    pub extended: Option<Extended>,
     pub longest: Option<Duration>,
     /// Of the last [`PATTERN_RUNS`] runs (oldest first), what each sampled task's data made
     /// of it (its plugin estimate, output and file bytes, summed), by task index: whether
@@ -188,15 +193,17 @@ impl History {
         Ok(History { steps, spill_speed, alike_runs, recent, first_run, beyond, standing, standing_workers })
     }
 
-    /// The same history with its figures as recorded, none grown past the recorded range: the
-    /// alike runs as they ran ([`super::calibrate`]). Copied only when a step grows.
+    /// The same history with its figures as recorded, none grown or carried past the recorded
+    /// range: the alike runs as they ran ([`super::calibrate`]). Copied only when a step grows
+    /// or is carried.
     pub fn as_recorded(&self) -> std::borrow::Cow<'_, History> {
-        if self.steps.iter().all(|step| step.grown.is_none()) {
+        if self.steps.iter().all(|step| step.grown.is_none() && step.extended.is_none()) {
             return std::borrow::Cow::Borrowed(self);
         }
         let mut history = self.clone();
         for step in &mut history.steps {
             step.grown = None;
+            step.extended = None;
         }
         std::borrow::Cow::Owned(history)
     }
@@ -446,10 +453,14 @@ pub fn read_step(
     for (at, weight) in alike {
         taken.push((alike_figures::read(store, &runs[at], step)?, weight));
     }
-    if let (Some(along), Some((near, _))) = (along, taken.first()) {
-        let far = alike_figures::read(store, &runs[along.far], step)?;
-        records.grown = growth::growth(&along, &near.by_index, &far.by_index);
-    }
+    let far = match (along, taken.first()) {
+        (Some(along), Some((near, _))) => {
+            let far = alike_figures::read(store, &runs[along.far], step)?;
+            records.grown = growth::growth(&along, &near.by_index, &far.by_index);
+            Some((along, far))
+        }
+        _ => None,
+    };
     let runs = &runs[runs.len().saturating_sub(HISTORY_RUNS)..];
     // Per run: its ok tasks' figures and times, for the tasks like each alike run's.
     let mut like_by_run = Vec::with_capacity(runs.len());
@@ -523,6 +534,9 @@ pub fn read_step(
             let figure = like_tasks::figure(recorded.plugin_estimate, recorded.output_bytes, recorded.file_bytes);
             recorded.wall_us = like.mean_wall_us(figure).unwrap_or(recorded.wall_us);
         }
+    }
+    if let (Some((along, far)), Some((near, _))) = (&far, taken.first()) {
+        records.extended = trend::extend(along, near, far);
     }
     if let Some((blended, cycles)) = alike_figures::blend(taken) {
         records.alike_by_index = blended.by_index;

@@ -22,6 +22,7 @@ pub mod meter;
 pub mod outcome;
 pub mod predict;
 pub mod service_wait;
+pub mod trend;
 pub(crate) mod variants;
 
 use crate::plan::Compiled;
@@ -67,6 +68,8 @@ pub struct Prediction {
     pub beyond: Vec<alike::Beyond>,
     /// The steps whose figures were grown past the recorded range ([`growth`]).
     pub grown: Vec<growth::Grown>,
+    /// The steps whose figures were carried along the line past it ([`trend`]).
+    pub carried: Vec<trend::Carried>,
     /// The most workers of the runs whose interpreters' baseline the prediction holds
     /// ([`History::standing_workers`]).
     pub standing_workers: usize,
@@ -162,6 +165,7 @@ pub fn predict(
         alike_cycles: history.alike_cycles(),
         beyond: history.beyond.clone(),
         grown: grown_steps(history, compiled),
+        carried: carried_steps(history, compiled),
         standing_workers: history.standing_workers,
         overhead,
         dealt,
@@ -189,6 +193,17 @@ fn grown_steps(history: &History, compiled: &Compiled) -> Vec<growth::Grown> {
     steps
         .filter_map(|(step, records)| {
             records.grown.clone().map(|growth| growth::Grown { step: step.name.clone(), growth })
+        })
+        .collect()
+}
+
+/// The steps of `compiled` whose figures `history` carries along the line, in step order.
+fn carried_steps(history: &History, compiled: &Compiled) -> Vec<trend::Carried> {
+    let steps = compiled.recipe.steps.iter().zip(&history.steps);
+    steps
+        .filter_map(|(step, records)| {
+            let trend = records.extended.as_ref()?.trend.clone();
+            Some(trend::Carried { step: step.name.clone(), trend })
         })
         .collect()
 }

@@ -66,10 +66,12 @@ impl StepPrediction {
         step: &Step,
         then: Option<Rc<AlikePlan>>,
     ) -> StepPrediction {
-        // Past the recorded range, the figures of a step the number sizes, grown.
+        // Past the recorded range, the figures of a step the number sizes, grown; of a step whose
+        // data follows it, carried along the line.
         let factor = records.grown.as_ref().map_or(1.0, |grown| grown.factor);
         let grow = |bytes: u64| growth::scaled(bytes, factor);
-        let mut by_index = records.alike_by_index.clone();
+        let measured = Measured::of(records);
+        let mut by_index = measured.by_index.clone();
         growth::grow(&mut by_index, factor);
         StepPrediction {
             sample_estimate: plan.plugin_estimate,
@@ -80,7 +82,7 @@ impl StepPrediction {
             then,
             // A plugin estimating from its data at dispatch saw that cycle's weather, which
             // the plan's metadata estimate cannot scale.
-            estimate_scale: match records.alike_by_index.get(&0).map(|r| r.plugin_estimate) {
+            estimate_scale: match measured.by_index.get(&0).map(|r| r.plugin_estimate) {
                 Some(first) if first > 0 && !step.plugin.estimate_follows_data() => {
                     plan.plugin_estimate as f64 / first as f64
                 }
@@ -92,14 +94,42 @@ impl StepPrediction {
             },
             duration,
             // A shape the plan knows is exact; otherwise the alike run's size.
-            output_bytes: plan.output.bytes().or(records.alike_output_bytes.map(grow)).unwrap_or(0),
-            dispatch_estimate: records.alike_plugin_estimate.unwrap_or(plan.plugin_estimate),
-            recorded_output_bytes: records.alike_output_bytes.map(grow),
-            recorded_file_bytes: records.alike_file_bytes.map_or(0, grow),
+            output_bytes: plan.output.bytes().or(measured.output_bytes.map(grow)).unwrap_or(0),
+            dispatch_estimate: measured.plugin_estimate.unwrap_or(plan.plugin_estimate),
+            recorded_output_bytes: measured.output_bytes.map(grow),
+            recorded_file_bytes: measured.file_bytes.map_or(0, grow),
             by_index,
             per_task_args: step.args.is_per_task(),
             follows_data: step.plugin.estimate_follows_data(),
             waits: records.waits,
+        }
+    }
+}
+
+/// What the alike run measured of a step's tasks, or those figures carried past the recorded
+/// range along the line ([`super::trend`]).
+struct Measured<'a> {
+    by_index: &'a HashMap<u64, Recorded>,
+    output_bytes: Option<u64>,
+    plugin_estimate: Option<u64>,
+    file_bytes: Option<u64>,
+}
+
+impl Measured<'_> {
+    fn of(records: &StepRecords) -> Measured<'_> {
+        match &records.extended {
+            Some(extended) => Measured {
+                by_index: &extended.by_index,
+                output_bytes: extended.output_bytes,
+                plugin_estimate: extended.plugin_estimate,
+                file_bytes: extended.file_bytes,
+            },
+            None => Measured {
+                by_index: &records.alike_by_index,
+                output_bytes: records.alike_output_bytes,
+                plugin_estimate: records.alike_plugin_estimate,
+                file_bytes: records.alike_file_bytes,
+            },
         }
     }
 }
