@@ -460,6 +460,8 @@ fn past_the_recorded_range_a_step_whose_plan_knows_its_size_is_moved_by_its_plug
     // what a grid of 450 holds: grown as well, the field would peak at twice that.
     let (said, predicted) = with_var(dir.path(), "simulate", "c4", "size=450", "1GiB");
     assert_eq!(predicted["grown_past_history"], serde_json::json!([]), "{said}");
+    // Nor carried along the line: what the plan says of 450 moves both steps' figures.
+    assert_eq!(predicted["carried_past_history"], serde_json::json!([]), "{said}");
     let (_, real) = with_var(dir.path(), "run", "c4", "size=450", "1GiB");
     let peak = |s: &Json| s["steps"][0]["peak_bytes_p50"].as_f64().unwrap();
     assert!(

@@ -165,7 +165,7 @@ pub fn predict(
         alike_cycles: history.alike_cycles(),
         beyond: history.beyond.clone(),
         grown: grown_steps(history, compiled),
-        carried: carried_steps(history, compiled),
+        carried: carried_steps(compiled, &predictor),
         standing_workers: history.standing_workers,
         overhead,
         dealt,
@@ -197,12 +197,12 @@ fn grown_steps(history: &History, compiled: &Compiled) -> Vec<growth::Grown> {
         .collect()
 }
 
-/// The steps of `compiled` whose figures `history` carries along the line, in step order.
-fn carried_steps(history: &History, compiled: &Compiled) -> Vec<trend::Carried> {
-    let steps = compiled.recipe.steps.iter().zip(&history.steps);
+/// The steps of `compiled` whose figures `predictor` carried along the line, in step order.
+fn carried_steps(compiled: &Compiled, predictor: &Predictor) -> Vec<trend::Carried> {
+    let steps = compiled.recipe.steps.iter().enumerate();
     steps
-        .filter_map(|(step, records)| {
-            let trend = records.extended.as_ref()?.trend.clone();
+        .filter_map(|(index, step)| {
+            let trend = predictor.carried(index)?.clone();
             Some(trend::Carried { step: step.name.clone(), trend })
         })
         .collect()

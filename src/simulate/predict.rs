@@ -20,6 +20,7 @@ use super::durations::DurationModel;
 use super::growth;
 use super::history::{History, StepRecords};
 use super::service_wait::{Interpreters, StepWaits};
+use super::trend::Trend;
 use super::variants::Variants;
 
 /// A step's predictions.
@@ -53,6 +54,8 @@ struct StepPrediction {
     then: Option<Rc<AlikePlan>>,
     /// How long its services took to be ready for it, by how a run starts.
     waits: StepWaits,
+    /// How its figures were carried along the line past the recorded range ([`super::trend`]).
+    carried: Option<Trend>,
 }
 
 impl StepPrediction {
@@ -66,19 +69,26 @@ impl StepPrediction {
         step: &Step,
         then: Option<Rc<AlikePlan>>,
     ) -> StepPrediction {
+        let planned_bytes_scale = then.as_ref().and_then(|then| {
+            let (now, then) = (planned_touched(plan), planned_touched(&then.compiled.plan.steps[index]));
+            (now != then && then > 0).then(|| now as f64 / then as f64)
+        });
         // Past the recorded range, the figures of a step the number sizes, grown; of a step whose
-        // data follows it, carried along the line.
+        // data moved along it, carried along the line — unless this cycle's metadata moves the
+        // step's plan (what it reads or its plugin's estimate): its plan moves its figures, and
+        // carried as well they would count the number twice.
+        let planned_estimate_moved =
+            then.as_ref().is_some_and(|then| then.compiled.plan.steps[index].plugin_estimate != plan.plugin_estimate);
+        let moved_by_plan = planned_bytes_scale.is_some() || planned_estimate_moved;
         let factor = records.grown.as_ref().map_or(1.0, |grown| grown.factor);
         let grow = |bytes: u64| growth::scaled(bytes, factor);
-        let measured = Measured::of(records);
+        let measured = if moved_by_plan { Measured::recorded(records) } else { Measured::of(records) };
         let mut by_index = measured.by_index.clone();
         growth::grow(&mut by_index, factor);
         StepPrediction {
             sample_estimate: plan.plugin_estimate,
-            planned_bytes_scale: then.as_ref().and_then(|then| {
-                let (now, then) = (planned_touched(plan), planned_touched(&then.compiled.plan.steps[index]));
-                (now != then && then > 0).then(|| now as f64 / then as f64)
-            }),
+            planned_bytes_scale,
+            carried: measured.carried.cloned(),
             then,
             // A plugin estimating from its data at dispatch saw that cycle's weather, which
             // the plan's metadata estimate cannot scale.
@@ -113,9 +123,12 @@ struct Measured<'a> {
     output_bytes: Option<u64>,
     plugin_estimate: Option<u64>,
     file_bytes: Option<u64>,
+    /// How they were carried (`None`: as recorded).
+    carried: Option<&'a Trend>,
 }
 
 impl Measured<'_> {
+    /// The figures carried along the line where the history carries them, else as recorded.
     fn of(records: &StepRecords) -> Measured<'_> {
         match &records.extended {
             Some(extended) => Measured {
@@ -123,13 +136,20 @@ impl Measured<'_> {
                 output_bytes: extended.output_bytes,
                 plugin_estimate: extended.plugin_estimate,
                 file_bytes: extended.file_bytes,
+                carried: Some(&extended.trend),
             },
-            None => Measured {
-                by_index: &records.alike_by_index,
-                output_bytes: records.alike_output_bytes,
-                plugin_estimate: records.alike_plugin_estimate,
-                file_bytes: records.alike_file_bytes,
-            },
+            None => Measured::recorded(records),
+        }
+    }
+
+    /// The alike run's figures as recorded (or interpolated).
+    fn recorded(records: &StepRecords) -> Measured<'_> {
+        Measured {
+            by_index: &records.alike_by_index,
+            output_bytes: records.alike_output_bytes,
+            plugin_estimate: records.alike_plugin_estimate,
+            file_bytes: records.alike_file_bytes,
+            carried: None,
         }
     }
 }
@@ -380,6 +400,12 @@ impl Predictor {
     /// run that starts as `start` ([`super::service_wait`]).
     pub fn service_wait(&self, step: usize, start: Interpreters) -> Duration {
         self.steps[step].waits.of(start)
+    }
+
+    /// How the figures of `step` were carried along the line past the recorded range, if they
+    /// were ([`super::trend`]).
+    pub fn carried(&self, step: usize) -> Option<&Trend> {
+        self.steps[step].carried.as_ref()
     }
 
     /// The duration model of `step`, if it has one.
