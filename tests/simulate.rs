@@ -1322,3 +1322,51 @@ fn a_store_of_an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_was() 
     assert!(String::from_utf8_lossy(&history.stdout).contains("c2"));
     assert_eq!(std::fs::read(&db).unwrap(), before, "a command that only reads changed the store");
 }
+
+/// The module of [`PYTHON_GATHER`]: parts of `mib` MiB, and their concatenation (as much again).
+const PYTHON_PARTS: &str = "import numpy as np\n\ndef make(mib):\n    return np.ones(mib << 20, np.uint8)\n\n\
+                            def total(*parts):\n    return int(np.concatenate(parts)[::4096].sum())\n";
+
+/// A python step gathering another's values, whose sizes no plan knows: the plugin counts its
+/// inputs' bytes at dispatch only.
+const PYTHON_GATHER: &str = r#"recipe: sim-python-gather
+vars:
+  mib: 8
+dims:
+  i: 4
+steps:
+  make:
+    plugin: python
+    over: [i]
+    args: {call: "steps:make", kwargs: {mib: "{mib}"}, pythonpath: [lib]}
+  total:
+    plugin: python
+    inputs: {parts: make}
+    args: {call: "steps:total", args: ["*{input.parts}"], pythonpath: [lib]}
+"#;
+
+#[test]
+fn a_python_step_reading_values_no_plan_sizes_is_estimated_as_its_plugin_counts_them_at_dispatch() {
+    let _shared = beside_others();
+    if !numpy_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "lib/steps.py", PYTHON_PARTS);
+    write(dir.path(), "f.yaml", PYTHON_GATHER);
+    for cycle in ["c1", "c2"] {
+        with_var(dir.path(), "run", cycle, "mib=8", "1GiB");
+    }
+    let (said, predicted) = with_var(dir.path(), "simulate", "c3", "mib=8", "1GiB");
+    let (_, real) = with_var(dir.path(), "run", "c3", "mib=8", "1GiB");
+    let estimate = |s: &Json| s["steps"][1]["estimate_bytes_p50"].as_f64().unwrap();
+    // The real run's plugin counted the 32 MiB of parts the gather reads; the plan's figure,
+    // without them, came out at half the real estimate.
+    assert!(estimate(&real) > 32.0 * MIB, "{real}");
+    assert!(
+        (estimate(&predicted) - estimate(&real)).abs() <= 0.02 * estimate(&real),
+        "the gather predicted to reserve {} bytes, reserved {}: {said}",
+        estimate(&predicted),
+        estimate(&real)
+    );
+}

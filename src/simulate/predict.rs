@@ -85,19 +85,20 @@ impl StepPrediction {
         let measured = if moved_by_plan { Measured::recorded(records) } else { Measured::of(records) };
         let mut by_index = measured.by_index.clone();
         growth::grow(&mut by_index, factor);
+        // A plugin estimating from its data at dispatch saw that cycle's weather, which the
+        // plan's metadata estimate cannot scale.
+        let estimate_scale = match measured.by_index.get(&0).map(|r| r.plugin_estimate) {
+            Some(first) if first > 0 && !step.plugin.estimate_follows_data() => {
+                estimate_scale(plan, then.as_deref().map(|then| &then.compiled.plan.steps[index]), first)
+            }
+            _ => 1.0,
+        };
         StepPrediction {
             sample_estimate: plan.plugin_estimate,
             planned_bytes_scale,
             carried: measured.carried.cloned(),
             then,
-            // A plugin estimating from its data at dispatch saw that cycle's weather, which
-            // the plan's metadata estimate cannot scale.
-            estimate_scale: match measured.by_index.get(&0).map(|r| r.plugin_estimate) {
-                Some(first) if first > 0 && !step.plugin.estimate_follows_data() => {
-                    plan.plugin_estimate as f64 / first as f64
-                }
-                _ => 1.0,
-            },
+            estimate_scale,
             output_scale: match (by_index.get(&0).map(|r| r.output_bytes), plan.output.bytes()) {
                 (Some(first), Some(now)) if first > 0 => now as f64 / first as f64,
                 _ => 1.0,
@@ -295,12 +296,13 @@ impl Predictor {
 
     /// What the plugin says again of task `index` of `step` when the task is not as planned
     /// (the worker asks it after the claim): for a plugin estimating from metadata, what it says
-    /// of this kind of task ([`Variants`]); else, when recorded, what it estimated for the task
-    /// in the alike run (the simulation has no inputs to show it).
+    /// of this kind of task ([`Variants`]) where it was told its inputs' sizes; else, when
+    /// recorded, what it estimated for the task in the alike run (the simulation has no inputs
+    /// to show it).
     pub fn own_estimate(&self, step: usize, index: u64) -> Option<u64> {
         let prediction = &self.steps[step];
         if !prediction.follows_data
-            && let Some(variant) = self.variants.of(step, index)
+            && let Some(variant) = self.variants.of(step, index).filter(|variant| variant.inputs_known)
         {
             return Some(variant.plugin_estimate).filter(|&e| e > 0);
         }
@@ -411,6 +413,20 @@ impl Predictor {
     /// The duration model of `step`, if it has one.
     pub fn duration_model(&self, step: usize) -> Option<&DurationModel> {
         self.steps[step].duration.as_ref()
+    }
+}
+
+/// How many times what a metadata plugin said of the alike run's first task (`recorded`, at
+/// dispatch) it says of it now: the plan's estimate over the recorded one — unless the plan did
+/// not know its inputs' sizes (a python call's value), so that the plugin said less at planning
+/// than at dispatch, where it counted them: then the plan now over the plan under the alike
+/// run's vars (`then`; the same vars, the same estimate).
+fn estimate_scale(plan: &StepPlan, then: Option<&StepPlan>, recorded: u64) -> f64 {
+    let inputs_known = plan.inputs.iter().all(|input| input.bytes().is_some());
+    match then {
+        _ if inputs_known => plan.plugin_estimate as f64 / recorded as f64,
+        Some(then) if then.plugin_estimate > 0 => plan.plugin_estimate as f64 / then.plugin_estimate as f64,
+        _ => 1.0,
     }
 }
 

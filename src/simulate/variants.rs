@@ -23,6 +23,9 @@ const MAX_VARIANTS: u64 = 4096;
 pub struct Variant {
     pub output: ValueMeta,
     pub plugin_estimate: u64,
+    /// Whether the plugin was told its inputs' sizes: a python call's value is known only once
+    /// it is made, and a plugin whose estimate counts its inputs' bytes says more at dispatch.
+    pub inputs_known: bool,
 }
 
 impl Variant {
@@ -201,7 +204,8 @@ fn variant(compiled: &Compiled, steps: &[Option<StepVariants>], id: usize, coord
     let plugin_estimate =
         crate::panics::catch(|| step.plugin.estimate(&args, InputsForEstimate::Plan(&inputs), &output))
             .unwrap_or(plan.plugin_estimate);
-    Variant { output, plugin_estimate }
+    let inputs_known = inputs.iter().all(|input| input.bytes().is_some());
+    Variant { output, plugin_estimate, inputs_known }
 }
 
 /// Per position of `shape`'s dims: the product of the sizes after it.
