@@ -22,7 +22,7 @@
 //!
 //! A figure that moved by less than [`STILL`] between the two runs is fixed or noise (a grid's
 //! output, a whole-field task's peak), and kept: carried twenty times the distance, noise would
-//! be twenty times as large. A task's time is kept too: tasks of a few milliseconds vary more
+//! be twenty times as large; so is a step whose peak alone moved. A task's time is kept too: tasks of a few milliseconds vary more
 //! from run to run than the weather moves them across a dry spell, and the line through two
 //! runs' mean times pointed anywhere at the first wet cycles (a thresholding step, whose time
 //! does not follow the rain, +81% to +121%; a writer −100%).
@@ -148,7 +148,10 @@ pub fn extend(along: &Along, near: &Alike, far: &Alike) -> Option<Extended> {
             Some(Moved { figure, mean: now, factor: carried / now })
         })
         .collect();
-    if moved.is_empty() {
+    // A peak moves with what a task reads, makes or is estimated at; one that moved alone is the
+    // noise of a process's measured peak (a Python tool's of one weather varied by a third), which
+    // twenty spans would make twenty times as large.
+    if moved.iter().all(|m| m.figure == Figure::PeakBytes) {
         return None;
     }
     let by_index = near
@@ -304,6 +307,8 @@ mod tests {
     fn nothing_moved_nothing_is_carried_and_the_text_names_what_did() {
         let same = run(&[(1000, 5000)]);
         assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1010, 4990)])).is_none());
+        // A peak that moved while nothing the task reads or makes did: noise, not carried.
+        assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1000, 4000)])).is_none());
         let extended = extend(&along(0.45, 0.05, 0.03), &run(&[(1000, 5000)]), &run(&[(600, 5000)])).unwrap();
         let text = carried_text(&Carried { step: "smooth".into(), trend: extended.trend });
         assert!(
