@@ -72,6 +72,7 @@ fn spill_heavy(budget_mib: u64) {
         read_every_task: false,
         cpus: None,
         interpreters: Interpreters::Cold,
+        keep_services: false,
     };
     let started = Instant::now();
     let prediction = simulate::predict(&mut compiled, &history, &|_, _| None, &options, 1 << 30, None, false);
@@ -98,6 +99,7 @@ fn run(files: u64, workers: usize, read_every_task: bool) {
         read_every_task,
         cpus: None,
         interpreters: Interpreters::Cold,
+        keep_services: false,
     };
     let started = Instant::now();
     let prediction = simulate::predict(&mut compiled, &history, &|_, _| None, &options, 1 << 30, None, false);

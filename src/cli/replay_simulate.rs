@@ -86,8 +86,10 @@ pub fn replay(
     );
     let mut entries = Vec::new();
     let mut predicted_any = false;
-    for (id, mut compiled) in cycle_ids.iter().zip(compiled) {
-        let Some(row) = store.last_run_of(&compiled.recipe.name, id)? else {
+    let recipe = compiled.first().map(|c| c.recipe.name.clone()).unwrap_or_default();
+    let rows = cycle_ids.iter().map(|id| store.last_run_of(&recipe, id)).collect::<Result<Vec<_>, _>>()?;
+    for (at, (id, mut compiled)) in cycle_ids.iter().zip(compiled).enumerate() {
+        let Some(row) = rows[at].clone() else {
             show!("{id:<20} not recorded in {}: nothing to compare", db.display());
             continue;
         };
@@ -99,8 +101,10 @@ pub fn replay(
             spill_bandwidth: spill.bytes_per_second,
             read_every_task: false,
             cpus: Some(crate::scheduler::cpus_here()),
-            // As the cycle ran: after another in one process, its interpreters were warm.
+            // As the cycle ran: after another in one process, its interpreters were warm; and
+            // it kept them for the next when that one found them so.
             interpreters: Interpreters::of_run(row.warm_services),
+            keep_services: rows.get(at + 1).and_then(Option::as_ref).is_some_and(|next| next.warm_services > Some(0)),
         };
         let prediction =
             crate::simulate::predict(&mut compiled, &history, recompile, &options, guess_speed, None, false);

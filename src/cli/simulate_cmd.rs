@@ -145,8 +145,9 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool, spill_bandwidth: u64) -> 
         read_every_task: args.read_every_task,
         // A cluster's CPUs are its nodes'.
         cpus: (!cluster).then(|| args.cpus.map_or(cpus, |cpus| cpus as usize)),
-        // `runner run` is a new process: its interpreters start with it.
+        // `runner run` is a new process: its interpreters start with it, and stop before its end.
         interpreters: Interpreters::Cold,
+        keep_services: false,
     })
 }
 

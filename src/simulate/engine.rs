@@ -78,8 +78,8 @@ struct Loop<'a> {
     guesses: u64,
     held: u64,
     peak_memory: u64,
-    /// The meter's standing bytes, held all run (part of [`Simulated::peak_memory`]).
-    standing: u64,
+    /// Its standing bytes are part of [`Simulated::peak_memory`].
+    meter: &'a ReservationsOnly,
     record_tasks: bool,
     tasks: Vec<SimulatedTask>,
     memory: Vec<MemoryPoint>,
@@ -113,7 +113,8 @@ pub fn simulate(
     let plan = &compiled.plan;
     let traits = StepTraits::of(recipe, plan);
     let standing = if cluster.is_none() { predictor.standing_on(options.workers.max(1)) } else { Standing::default() };
-    let meter = ReservationsOnly { read_every_task: options.read_every_task, standing };
+    let retires = !options.keep_services && standing.services > 0;
+    let meter = ReservationsOnly::new(options.read_every_task, standing, retires);
     let workers = options.workers.max(1);
     let mut state = State::new(&compiled.graph, plan, traits, options.budget, &meter, None);
     let mut sim = Loop {
@@ -131,7 +132,7 @@ pub fn simulate(
         guesses: 0,
         held: 0,
         peak_memory: 0,
-        standing: standing.bytes,
+        meter: &meter,
         record_tasks,
         tasks: Vec::new(),
         memory: Vec::new(),
@@ -494,6 +495,7 @@ impl Loop<'_> {
         for (task, _) in state.skipped.drain(..) {
             self.stats[task.step].skipped += 1;
         }
+        self.meter.retire(state, self.workers.len());
         self.idle.push(worker);
     }
 
@@ -573,7 +575,7 @@ impl Loop<'_> {
     /// The peak of what is held, and (for a report) a point of memory over time now and then.
     fn note_memory(&mut self, state: &State<'_>) {
         let resident = state.ledger.resident();
-        self.peak_memory = self.peak_memory.max(self.held + resident + self.standing);
+        self.peak_memory = self.peak_memory.max(self.held + resident + self.meter.standing_now().bytes);
         if !self.record_tasks || self.now < self.next_point {
             return;
         }

@@ -52,6 +52,10 @@ pub struct SimOptions {
     /// How the run finds its services (warm interpreters) as it starts: a cluster's jobs each
     /// start theirs.
     pub interpreters: Interpreters,
+    /// The run keeps its services to its end, for the next run in its process (a replay's
+    /// cycles but the last); else those no task left can use are stopped near the end
+    /// ([`meter::ReservationsOnly::retire`]).
+    pub keep_services: bool,
 }
 
 /// A predicted run and its critical path.
