@@ -76,6 +76,7 @@ const CASES: &[(&str, u32, u32, &[&str])] = &[
     ("template_stray_close_brace.yaml", 12, 13, &["arg `seed`", "unmatched `}` at character 9", "expected a `{` before it, or `}}` for a literal brace"]),
     ("template_empty_braces.yaml", 5, 53, &["arg `seed`", "empty `{}`", "expected a dim, var or `cycle` name inside the braces"]),
     ("template_bad_format.yaml", 13, 18, &["arg `path` of step `save`", "bad format `zz` in `{lead:zz}`", "expected a format like `03`"]),
+    ("template_bracket_without_index.yaml", 10, 51, &["arg `seed` of step `smooth`", "`{radii[}` is not a reference", "a lookup `{var[dim]}`"]),
     ("template_width_too_large.yaml", 8, 53, &["bad format `0999999999999`", "width or precision too large", "expected at most 255"]),
     ("template_numeric_format_on_string_dim.yaml", 13, 18, &["`{model}` has a numeric format but dim `model` has string values", "expected `{model}` or a width alone"]),
     ("template_dim_not_in_over.yaml", 9, 53, &["`{lead}` refers to dim `lead`, but step `field` does not run over it", "expected a dim the step runs over (member), a var or `cycle`"]),

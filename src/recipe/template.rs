@@ -279,9 +279,10 @@ fn parse_reference(body: &str) -> Result<Segment, String> {
         let (format, has_spec) = parse_format(body, spec_text)?;
         return Ok(Segment::Ref { name: name.to_string(), format, has_spec });
     }
-    let lookup_shaped = name
-        .split_once('[')
-        .is_some_and(|(table, rest)| is_name(table) && rest.find(']') == Some(rest.len() - 1) && !rest.contains('['));
+    // `table[index]`: one bracket pair, closing the name (`radii[` alone, or `radii[]x`, is not).
+    let lookup_shaped = name.split_once('[').is_some_and(|(table, rest)| {
+        is_name(table) && rest.strip_suffix(']').is_some_and(|index| !index.contains(['[', ']']))
+    });
     if lookup_shaped && let Some(lookup) = Lookup::parse(name) {
         let (format, has_spec) = parse_format(body, spec_text)?;
         return Ok(Segment::Lookup { lookup: lookup?, format, has_spec });
@@ -418,6 +419,15 @@ mod tests {
         // `-` inside a name is the name's: `{a-b}` is one name, `{a - b}` a subtraction.
         assert!(matches!(Template::parse("{cycle-6h}").unwrap().segments[0], Segment::Ref { .. }));
         assert_eq!(Template::parse("{cycle + lead h}").unwrap().names().collect::<Vec<_>>(), ["cycle", "lead"]);
+    }
+
+    #[test]
+    fn a_bracket_that_is_not_a_lookup_is_an_error_not_a_panic() {
+        // Found by the recipe fuzz target: an opening bracket at the end of the name.
+        for text in ["{radii[}", "{radii---[}", "{radii[]x}", "{radii[lead]]}", "{radii[[lead]}"] {
+            let error = Template::parse(text).expect_err(text);
+            assert!(error.contains(text) && error.contains("expected"), "{text}: {error}");
+        }
     }
 
     #[test]

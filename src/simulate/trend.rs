@@ -15,17 +15,18 @@
 //! Re-predicting 241 recorded cycles of the cycles files (and of `quickstart.yaml` and
 //! `bench_weather.yaml` with `weather.yaml`'s cycles): peaks reserved within 10% 220 with the
 //! nearest run alone, 224 with the line alone, 225 weighted. The first wet cycle of
-//! `commands.yaml` (`wet: 0.45` after 0.03 to 0.05) went from −67% to −7%: its threshold
-//! command's files were 90% under with the nearest run alone, 7% under along the line. The
-//! line alone overshot the cycle after it (0.55 from runs at 0.03 and 0.45, where the rain
-//! covers the grid and the files level off): +26%, weighted +10%.
+//! `commands.yaml` (`wet: 0.45` after 0.03 to 0.05) went from −67% to −3% in two stores: its
+//! threshold command's files were 90% under with the nearest run alone, 7% under along the
+//! line. The line alone overshot the cycle after it (0.55 from runs at 0.03 and 0.45, where the
+//! rain covers the grid and the files level off): +26%, weighted +10%.
 //!
 //! A figure that moved by less than [`STILL`] between the two runs is fixed or noise (a grid's
 //! output, a whole-field task's peak), and kept: carried twenty times the distance, noise would
-//! be twenty times as large; so is a step whose peak alone moved. A task's time is kept too: tasks of a few milliseconds vary more
-//! from run to run than the weather moves them across a dry spell, and the line through two
-//! runs' mean times pointed anywhere at the first wet cycles (a thresholding step, whose time
-//! does not follow the rain, +81% to +121%; a writer −100%).
+//! be twenty times as large; so is a step whose peak alone moved. A task's time is kept too:
+//! tasks of a few milliseconds vary more from run to run than the weather moves them across a
+//! dry spell, and the line through two runs' mean times pointed anywhere at the first wet
+//! cycles (a thresholding step, whose time does not follow the rain, +81% to +121%; a writer
+//! −100%).
 
 use std::collections::HashMap;
 
@@ -141,7 +142,8 @@ pub fn extend(along: &Along, near: &Alike, far: &Alike) -> Option<Extended> {
         .into_iter()
         .filter_map(|figure| {
             let (now, then) = (mean_of(figure, &near.by_index)?, mean_of(figure, &far.by_index)?);
-            if !moved(now, then) {
+            // A figure none of the nearest run's tasks had (no file) has no tasks to carry.
+            if now <= 0.0 || !moved(now, then) {
                 return None;
             }
             let carried = (now + (now - then) * onward).max(0.0);
@@ -307,6 +309,8 @@ mod tests {
     fn nothing_moved_nothing_is_carried_and_the_text_names_what_did() {
         let same = run(&[(1000, 5000)]);
         assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1010, 4990)])).is_none());
+        // Files the nearest run's tasks did not write: nothing to carry (a factor on nothing).
+        assert!(extend(&along(0.45, 0.05, 0.03), &run(&[(0, 5000)]), &run(&[(800, 5000)])).is_none());
         // A peak that moved while nothing the task reads or makes did: noise, not carried.
         assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1000, 4000)])).is_none());
         let extended = extend(&along(0.45, 0.05, 0.03), &run(&[(1000, 5000)]), &run(&[(600, 5000)])).unwrap();
