@@ -670,11 +670,23 @@ fn a_run_killed_mid_way_resumes_on_slurm_and_writes_the_local_outputs() {
     let killed_jobs: Vec<String> =
         run_folders(remote.path()).iter().flat_map(|f| submitted(f)).map(|j| j.job.to_string()).collect();
     let _ = Command::new("scancel").args(&killed_jobs).env("SLURM_CONF", &conf).status();
+    // A job killed while its command wrote leaves the temporary file it was writing, named by the
+    // job process's pid, which each job notes in the run folder as it starts. Whether this kill
+    // caught one writing is timing: one is planted besides.
+    let pids = run_folders(remote.path())[0].join("pids");
+    let job_pid: u32 = std::fs::read_dir(&pids)
+        .unwrap_or_else(|e| panic!("{}: {e}", pids.display()))
+        .flatten()
+        .find_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .expect("the jobs noted their pids");
+    let planted = remote.path().join(format!("out/.{job_pid}-99.tmp.slow_5.npy"));
+    std::fs::write(&planted, b"half").unwrap();
 
     let out = common::runner_with_env(remote.path(), &[&args[..], &["--resume"]].concat(), [("SLURM_CONF", &conf)]);
     assert_exit(&out, 0);
     let said = stderr(&out);
     assert!(said.contains("--resume: run 1 (killed)"), "{said}");
+    assert!(!planted.exists() && said.contains("half-written temporary file"), "{said}");
     assert_eq!(assert_same_files(&local.path().join("out"), &remote.path().join("out")), 7);
 
     let resumed = statuses(remote.path(), 2);

@@ -114,7 +114,8 @@ pub fn replay(registry: &Registry, args: ReplayArgs) -> anyhow::Result<u8> {
                 }
                 _ => {
                     picking_up = false;
-                    reuse = plan_resume(store, &compiled)?;
+                    // A replay runs here; a Slurm run of the cycle kept its folder where it does by default.
+                    reuse = plan_resume(store, &compiled, &super::run_cmd::shared_dir(None)?)?;
                 }
             }
         }

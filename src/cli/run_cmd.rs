@@ -1,7 +1,7 @@
 //! `runner run`: compile, learn estimates from the store, run under the budget with a progress
 //! bar, record every task, summarise, exit 0/1/2/3. [`execute`] is shared with `runner replay`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context as _, anyhow};
@@ -12,6 +12,7 @@ use super::record;
 use super::summary::RunSummary;
 use super::{EXIT_RUNTIME, EXIT_TASKS_FAILED, EXIT_USAGE, ResourceArgs, RunArgs, compile, progress, sampler};
 use crate::executor::Executor;
+use crate::executor::job::RunFolder;
 use crate::executor::slurm::{Invocation, SlurmExecutor, SlurmOptions};
 use crate::measure;
 use crate::plan::Compiled;
@@ -43,7 +44,7 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
     let store = if args.no_record { record::open_for_reading(&db)? } else { Some(record::open_for_recording(&db)?) };
     let remote = if slurm { Some(slurm_executor(&compiled, &args)?) } else { None };
     let reuse = match (&store, args.resume) {
-        (Some(store), true) => plan_resume(store, &compiled)?,
+        (Some(store), true) => plan_resume(store, &compiled, &shared_dir(args.executor.shared_dir.as_deref())?)?,
         (Some(store), false) => {
             refuse_a_second_run(store, &compiled)?;
             None
@@ -73,8 +74,9 @@ pub fn run(registry: &Registry, args: RunArgs) -> anyhow::Result<u8> {
 }
 
 /// `--resume`: what the last run of this recipe and cycle leaves to take over, or `None` (with
-/// a word why) when there is nothing to resume.
-pub fn plan_resume(store: &Store, compiled: &Compiled) -> anyhow::Result<Option<Reuse>> {
+/// a word why) when there is nothing to resume. `shared` is the shared dir a Slurm run of it
+/// kept its run folder in, whose job processes' half-written files are removed too.
+pub fn plan_resume(store: &Store, compiled: &Compiled, shared: &Path) -> anyhow::Result<Option<Reuse>> {
     let recipe = &compiled.recipe;
     let Some(previous) = store.last_run_of(&recipe.name, &recipe.cycle)? else {
         say!("--resume: no earlier run of {} for cycle {}: running everything", recipe.name, recipe.cycle);
@@ -90,7 +92,9 @@ pub fn plan_resume(store: &Store, compiled: &Compiled) -> anyhow::Result<Option<
     let mut tasks = Vec::new();
     store.recorded_tasks(previous.run_id, |task| tasks.push(task))?;
     if previous.status != RunStatus::Ok {
-        let removed = crate::resume::remove_temp_files_of(previous.pid, &tasks);
+        let jobs = slurm_job_pids(shared, &recipe.name, previous.pid);
+        let removed: usize =
+            [previous.pid].iter().chain(&jobs).map(|&pid| crate::resume::remove_temp_files_of(pid, &tasks)).sum();
         if removed > 0 {
             let files = if removed == 1 { "file" } else { "files" };
             say!("--resume: removed {removed} half-written temporary {files} run {} left", previous.run_id);
@@ -165,11 +169,30 @@ fn remote_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
     Ok(RunOptions { spill_dir: resources.spill_dir.clone(), ..RunOptions::new(workers, budget, work_dir) })
 }
 
+/// The shared dir a Slurm run keeps its run folders in (`--shared-dir`, else `runner-shared`),
+/// made absolute.
+pub fn shared_dir(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
+    let cwd = std::env::current_dir().context("reading the working directory")?;
+    let shared = flag.unwrap_or(Path::new("runner-shared"));
+    Ok(if shared.is_absolute() { shared.to_path_buf() } else { cwd.join(shared) })
+}
+
+/// The pids the job processes of the Slurm run of `recipe` by runner `pid` noted in its run
+/// folders in `shared` (none for a local run).
+fn slurm_job_pids(shared: &Path, recipe: &str, pid: u32) -> Vec<u32> {
+    let prefix = format!("{}-{pid}-", sanitize_name(recipe));
+    let Ok(entries) = std::fs::read_dir(shared) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_name().to_str().is_some_and(|name| name.starts_with(&prefix)))
+        .flat_map(|entry| RunFolder { root: entry.path() }.job_pids())
+        .collect()
+}
+
 /// The Slurm executor of this run: its folder in the shared dir, how jobs start `runner task`.
 fn slurm_executor(compiled: &Compiled, args: &RunArgs) -> anyhow::Result<Arc<SlurmExecutor>> {
     let cwd = std::env::current_dir().context("reading the working directory")?;
-    let shared = args.executor.shared_dir.clone().unwrap_or_else(|| PathBuf::from("runner-shared"));
-    let shared = if shared.is_absolute() { shared } else { cwd.join(shared) };
+    let shared = shared_dir(args.executor.shared_dir.as_deref())?;
     let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%S%.3f");
     let run_dir = shared.join(format!("{}-{}-{stamp}", sanitize_name(&compiled.recipe.name), std::process::id()));
     let recipe = &args.recipe.recipe;

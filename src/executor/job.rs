@@ -92,6 +92,25 @@ impl RunFolder {
         self.root.join("jobs.tsv")
     }
 
+    /// Where each of the run's job processes notes its pid as it starts (`pids/<pid>`): the
+    /// temporary files a killed job leaves are named by its pid ([`runner_plugin::files`]), and
+    /// a run resuming this one removes them ([`crate::resume::remove_temp_files_of`]).
+    pub fn pids(&self) -> PathBuf {
+        self.root.join("pids")
+    }
+
+    /// Notes this process as one of the run's job processes ([`RunFolder::pids`]).
+    pub fn note_job_process(&self) -> std::io::Result<()> {
+        std::fs::create_dir_all(self.pids())?;
+        std::fs::File::create(self.pids().join(std::process::id().to_string())).map(drop)
+    }
+
+    /// The pids the run's job processes noted.
+    pub fn job_pids(&self) -> Vec<u32> {
+        let Ok(entries) = std::fs::read_dir(self.pids()) else { return Vec::new() };
+        entries.flatten().filter_map(|entry| entry.file_name().to_str()?.parse().ok()).collect()
+    }
+
     /// The result of task `index` of `step`, if it has one.
     pub fn read_result(&self, step: &str, index: u64) -> Option<TaskResult> {
         let text = std::fs::read(self.result(step, index)).ok()?;
@@ -126,6 +145,10 @@ pub fn read_unit(folder: &RunFolder, unit: u64) -> Result<Vec<u64>, JobError> {
 pub fn run_tasks(compiled: &Compiled, folder: &RunFolder, step: &str, indices: &[u64]) -> Result<(), JobError> {
     let step_id = compiled.recipe.step_id(step).ok_or_else(|| JobError::NoStep(step.to_string()))?;
     crate::panics::install_hook();
+    if let Err(error) = folder.note_job_process() {
+        // Only a resume's cleanup needs it: the tasks run all the same.
+        tracing::warn!("cannot note this job's pid in {}: {error}", folder.pids().display());
+    }
     for &index in indices {
         let result = run_one(compiled, folder, step_id, index);
         let text = serde_json::to_vec(&result).expect("a result serialises");
