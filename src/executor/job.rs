@@ -102,7 +102,7 @@ impl RunFolder {
     /// Notes this process as one of the run's job processes ([`RunFolder::pids`]).
     pub fn note_job_process(&self) -> std::io::Result<()> {
         std::fs::create_dir_all(self.pids())?;
-        std::fs::File::create(self.pids().join(std::process::id().to_string())).map(drop)
+        values::write_atomically(&self.pids().join(std::process::id().to_string()), b"")
     }
 
     /// The pids the run's job processes noted.
