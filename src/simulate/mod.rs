@@ -54,7 +54,7 @@ pub struct SimOptions {
     pub interpreters: Interpreters,
     /// The run keeps its services to its end, for the next run in its process (a replay's
     /// cycles but the last); else those no task left can use are stopped near the end
-    /// ([`meter::ReservationsOnly::retire`]).
+    /// (`meter::ReservationsOnly::retire`).
     pub keep_services: bool,
 }
 
