@@ -104,7 +104,10 @@ pub fn replay(
             // As the cycle ran: after another in one process, its interpreters were warm; and
             // it kept them for the next when that one found them so.
             interpreters: Interpreters::of_run(row.warm_services),
-            keep_services: rows.get(at + 1).and_then(Option::as_ref).is_some_and(|next| next.warm_services > Some(0)),
+            keep_services: rows
+                .get(at + 1)
+                .and_then(Option::as_ref)
+                .is_some_and(|next| Interpreters::of_run(next.warm_services) == Interpreters::Warm),
         };
         let prediction =
             crate::simulate::predict(&mut compiled, &history, recompile, &options, guess_speed, None, false);

@@ -18,7 +18,7 @@ use runner_plugin::Value;
 use runner_plugin::size::format_size;
 
 use crate::executor::slurm::tasks_per_job;
-use crate::memory::{Admission, Standing, TaskSlot};
+use crate::memory::{Admission, Meter, Standing, TaskSlot};
 use crate::plan::Compiled;
 use crate::scheduler::stats::StepStats;
 use crate::scheduler::{
@@ -575,7 +575,7 @@ impl Loop<'_> {
     /// The peak of what is held, and (for a report) a point of memory over time now and then.
     fn note_memory(&mut self, state: &State<'_>) {
         let resident = state.ledger.resident();
-        self.peak_memory = self.peak_memory.max(self.held + resident + self.meter.standing_now().bytes);
+        self.peak_memory = self.peak_memory.max(self.held + resident + Meter::standing(self.meter));
         if !self.record_tasks || self.now < self.next_point {
             return;
         }

@@ -17,7 +17,7 @@ pub struct ReservationsOnly {
     standing: [AtomicU64; 3],
     /// Whether services no task left can use are stopped near the run's end (not when the run
     /// keeps them for the next, [`super::SimOptions::keep_services`]).
-    pub retires: bool,
+    retires: bool,
 }
 
 impl ReservationsOnly {

@@ -21,7 +21,7 @@ use super::growth;
 use super::history::{History, StepRecords};
 use super::service_wait::{Interpreters, StepWaits};
 use super::trend::Trend;
-use super::variants::Variants;
+use super::variants::{self, Variants};
 
 /// A step's predictions.
 #[derive(Debug, Clone)]
@@ -422,9 +422,8 @@ impl Predictor {
 /// than at dispatch, where it counted them: then the plan now over the plan under the alike
 /// run's vars (`then`; the same vars, the same estimate).
 fn estimate_scale(plan: &StepPlan, then: Option<&StepPlan>, recorded: u64) -> f64 {
-    let inputs_known = plan.inputs.iter().all(|input| input.bytes().is_some());
     match then {
-        _ if inputs_known => plan.plugin_estimate as f64 / recorded as f64,
+        _ if variants::sizes_known(&plan.inputs) => plan.plugin_estimate as f64 / recorded as f64,
         Some(then) if then.plugin_estimate > 0 => plan.plugin_estimate as f64 / then.plugin_estimate as f64,
         _ => 1.0,
     }

@@ -204,8 +204,13 @@ fn variant(compiled: &Compiled, steps: &[Option<StepVariants>], id: usize, coord
     let plugin_estimate =
         crate::panics::catch(|| step.plugin.estimate(&args, InputsForEstimate::Plan(&inputs), &output))
             .unwrap_or(plan.plugin_estimate);
-    let inputs_known = inputs.iter().all(|input| input.bytes().is_some());
-    Variant { output, plugin_estimate, inputs_known }
+    Variant { output, plugin_estimate, inputs_known: sizes_known(&inputs) }
+}
+
+/// Whether every input's bytes are known from its metadata (a python call's value is not: it is
+/// sized only once made, and a plugin counting its inputs' bytes says more at dispatch).
+pub fn sizes_known(inputs: &[InputMeta]) -> bool {
+    inputs.iter().all(|input| input.bytes().is_some())
 }
 
 /// Per position of `shape`'s dims: the product of the sizes after it.
