@@ -681,12 +681,28 @@ fn a_run_killed_mid_way_resumes_on_slurm_and_writes_the_local_outputs() {
         .expect("the jobs noted their pids");
     let planted = remote.path().join(format!("out/.{job_pid}-99.tmp.slow_5.npy"));
     std::fs::write(&planted, b"half").unwrap();
+    // An older run folder of the same recipe by a runner of the same pid (pids repeat, in a
+    // container every time): its jobs' pids are another run's, whose files are left alone.
+    let killed = run_folders(remote.path())[0].clone();
+    assert_eq!(std::fs::read_to_string(killed.join("run")).unwrap(), "1", "the folder names its run");
+    let name = killed.file_name().unwrap().to_str().unwrap();
+    let older = killed.with_file_name(format!("{}19700101T000000.000", &name[..name.rfind('-').unwrap() + 1]));
+    std::fs::create_dir_all(older.join("pids")).unwrap();
+    std::fs::write(older.join("run"), "7").unwrap();
+    let noted: Vec<u32> =
+        std::fs::read_dir(&pids).unwrap().flatten().filter_map(|e| e.file_name().to_str()?.parse().ok()).collect();
+    let other_pid = (2..).find(|pid| !noted.contains(pid)).unwrap();
+    std::fs::write(older.join("pids").join(other_pid.to_string()), "").unwrap();
+    let others = remote.path().join(format!("out/.{other_pid}-98.tmp.slow_4.npy"));
+    std::fs::write(&others, b"another run's").unwrap();
 
     let out = common::runner_with_env(remote.path(), &[&args[..], &["--resume"]].concat(), [("SLURM_CONF", &conf)]);
     assert_exit(&out, 0);
     let said = stderr(&out);
     assert!(said.contains("--resume: run 1 (killed)"), "{said}");
     assert!(!planted.exists() && said.contains("half-written temporary file"), "{said}");
+    assert!(others.exists(), "another run's job's file is not the killed run's to remove");
+    std::fs::remove_file(&others).unwrap();
     assert_eq!(assert_same_files(&local.path().join("out"), &remote.path().join("out")), 7);
 
     let resumed = statuses(remote.path(), 2);

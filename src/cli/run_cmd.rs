@@ -92,7 +92,7 @@ pub fn plan_resume(store: &Store, compiled: &Compiled, shared: &Path) -> anyhow:
     let mut tasks = Vec::new();
     store.recorded_tasks(previous.run_id, |task| tasks.push(task))?;
     if previous.status != RunStatus::Ok {
-        let jobs = slurm_job_pids(shared, &recipe.name, previous.pid);
+        let jobs = slurm_job_pids(shared, &recipe.name, previous.pid, previous.run_id);
         let removed: usize =
             [previous.pid].iter().chain(&jobs).map(|&pid| crate::resume::remove_temp_files_of(pid, &tasks)).sum();
         if removed > 0 {
@@ -177,15 +177,18 @@ pub fn shared_dir(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
     Ok(if shared.is_absolute() { shared.to_path_buf() } else { cwd.join(shared) })
 }
 
-/// The pids the job processes of the Slurm run of `recipe` by runner `pid` noted in its run
-/// folders in `shared` (none for a local run).
-fn slurm_job_pids(shared: &Path, recipe: &str, pid: u32) -> Vec<u32> {
+/// The pids the job processes of Slurm run `run_id` of `recipe` by runner `pid` noted in its
+/// run folder in `shared` (none for a local run). The folder is named by recipe and pid and
+/// names its run inside: an older folder of the same recipe and pid is another run's.
+fn slurm_job_pids(shared: &Path, recipe: &str, pid: u32, run_id: i64) -> Vec<u32> {
     let prefix = format!("{}-{pid}-", sanitize_name(recipe));
     let Ok(entries) = std::fs::read_dir(shared) else { return Vec::new() };
     entries
         .flatten()
         .filter(|entry| entry.file_name().to_str().is_some_and(|name| name.starts_with(&prefix)))
-        .flat_map(|entry| RunFolder { root: entry.path() }.job_pids())
+        .map(|entry| RunFolder { root: entry.path() })
+        .filter(|folder| folder.noted_run() == Some(run_id))
+        .flat_map(|folder| folder.job_pids())
         .collect()
 }
 
@@ -293,6 +296,9 @@ pub fn execute(
             start.resumed_from = reuse.map(|r| r.from_run);
             start.warm_services = crate::command::service::begin_run() as u64;
             let recorder = store.start_run(&start)?;
+            if let Some(slurm) = slurm {
+                slurm.note_run(recorder.run_id()).context("noting the run in its Slurm run folder")?;
+            }
             Some(StoreSink::new(recorder, &start, compiled, options.workers.max(1)))
         }
         _ => None,

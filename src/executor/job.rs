@@ -105,6 +105,18 @@ impl RunFolder {
         values::write_atomically(&self.pids().join(std::process::id().to_string()), b"")
     }
 
+    /// Names the store's run this folder is the Slurm run folder of (written once the run is
+    /// recorded): `--resume` takes the job pids of the killed run's folder only, not of an
+    /// older folder of the same recipe and runner pid (pids repeat, in containers every time).
+    pub fn note_run(&self, run_id: i64) -> std::io::Result<()> {
+        values::write_atomically(&self.root.join("run"), run_id.to_string().as_bytes())
+    }
+
+    /// The store's run this folder noted, if it did.
+    pub fn noted_run(&self) -> Option<i64> {
+        std::fs::read_to_string(self.root.join("run")).ok()?.trim().parse().ok()
+    }
+
     /// The pids the run's job processes noted.
     pub fn job_pids(&self) -> Vec<u32> {
         let Ok(entries) = std::fs::read_dir(self.pids()) else { return Vec::new() };

@@ -156,8 +156,6 @@ pub struct SlurmExecutor {
 }
 
 impl SlurmExecutor {
-    /// An executor submitting to `slurm`, with the run's values and results under `run_dir`
-    /// (in the shared dir, seen by every node).
     /// Once the run is over: removes what only its tasks needed from the run folder — the
     /// values passed between them, their results, units and scratch folders — and keeps what
     /// people read afterwards, the jobs' logs and `jobs.tsv`.
@@ -173,6 +171,8 @@ impl SlurmExecutor {
         }
     }
 
+    /// An executor submitting to `slurm`, with the run's values and results under `run_dir`
+    /// (in the shared dir, seen by every node).
     pub fn new(slurm: Slurm, run_dir: PathBuf, invocation: Invocation, options: SlurmOptions) -> std::io::Result<Self> {
         let folder = RunFolder { root: run_dir };
         for dir in ["values", "results", "units", "logs"] {
@@ -190,6 +190,11 @@ impl SlurmExecutor {
             stopping: AtomicBool::new(false),
             dead: Mutex::new(None),
         })
+    }
+
+    /// Names the store's run whose tasks this executor runs ([`RunFolder::note_run`]).
+    pub fn note_run(&self, run_id: i64) -> std::io::Result<()> {
+        self.folder.note_run(run_id)
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue> {
