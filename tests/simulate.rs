@@ -865,6 +865,10 @@ fn the_slurm_what_if_reports_node_hours_and_the_peak_per_node() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(stderr(&out).contains("predicted FAILED"), "{}", stderr(&out));
+    // sbatch refuses such a job as it is submitted: the run fails at once, not after the
+    // queue's wait (30 s by default).
+    let failed_in = stderr(&out).split(" in ").nth(1).and_then(|s| s.split(" s ").next()).map(str::to_string);
+    assert_eq!(failed_in.as_deref(), Some("0.00"), "{}", stderr(&out));
     // ... and says why, on screen and in the summary.
     assert!(
         stderr(&out).contains("more than a node has (32.0 MiB and 1 CPUs): Slurm would refuse it"),

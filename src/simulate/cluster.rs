@@ -7,11 +7,14 @@
 //! it is submitted; eligible jobs start in submission order on the first node with the memory
 //! and CPUs free (a job that fits ahead of an earlier one that does not starts: backfill);
 //! each job spends a start-up time (`runner task` starting, compiling the recipe) before its
-//! tasks run one after another. Not modelled: partitions, priorities and fair share, other
+//! tasks run one after another; a job no node can hold is refused as it is submitted, as
+//! sbatch refuses it, and its tasks fail. Not modelled: partitions, priorities and fair share, other
 //! users' jobs, time limits, preemption, node failures and requeues, network and shared-file
 //! system time.
 
 use std::time::Duration;
+
+use runner_plugin::size::format_size;
 
 use crate::executor::slurm::job_mem;
 
@@ -26,6 +29,19 @@ pub struct ClusterShape {
     pub queue_wait: Duration,
     /// A job's own start-up before its first task.
     pub job_start: Duration,
+}
+
+impl ClusterShape {
+    /// Why Slurm would refuse `job`, which no node of this shape can hold.
+    pub fn refusal(&self, job: Job) -> String {
+        format!(
+            "its job needs --mem={} and {} CPUs, more than a node has ({} and {} CPUs): Slurm would refuse it",
+            format_size(job.mem),
+            job.cpus,
+            format_size(self.node_memory),
+            self.node_cpus
+        )
+    }
 }
 
 /// A job waiting for, or holding, room on a node.

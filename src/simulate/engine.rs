@@ -15,7 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runner_plugin::Value;
-use runner_plugin::size::format_size;
 
 use crate::executor::slurm::tasks_per_job;
 use crate::memory::{Admission, Meter, Standing, TaskSlot};
@@ -358,8 +357,10 @@ impl Loop<'_> {
         match &self.cluster {
             None => self.run_claimed(worker),
             Some(cluster) => {
-                let at = self.now + cluster.shape().queue_wait.as_nanos() as u64;
-                self.schedule(at, worker, Event::Eligible);
+                // sbatch refuses a job no node can hold as it is submitted: it never queues.
+                let job = cluster.job(self.largest_reservation(worker));
+                let wait = if cluster.can_ever_place(job) { cluster.shape().queue_wait.as_nanos() as u64 } else { 0 };
+                self.schedule(self.now + wait, worker, Event::Eligible);
             }
         }
     }
@@ -421,9 +422,7 @@ impl Loop<'_> {
         while waiting > 0 {
             waiting -= 1;
             let Some(worker) = self.pending.pop_front() else { break };
-            let held = &self.workers[worker as usize];
-            let reserved = held.claimed.iter().map(|(p, _)| p.reserved).max().unwrap_or(0);
-            let job = cluster.job(reserved);
+            let job = cluster.job(self.largest_reservation(worker));
             if !cluster.can_ever_place(job) {
                 // Slurm refuses a job no node can hold: its tasks fail, at once.
                 self.note_unplaceable(worker, job, cluster.shape());
@@ -444,16 +443,15 @@ impl Loop<'_> {
         self.cluster = Some(cluster);
     }
 
+    /// What the job of `worker`'s claimed unit is sized by: its largest reservation.
+    fn largest_reservation(&self, worker: u32) -> u64 {
+        self.workers[worker as usize].claimed.iter().map(|(p, _)| p.reserved).max().unwrap_or(0)
+    }
+
     /// The failures of the tasks `worker` holds, whose `job` no node of `shape` could hold.
     fn note_unplaceable(&mut self, worker: u32, job: Job, shape: &ClusterShape) {
         let (recipe, graph) = (&self.compiled.recipe, &self.compiled.graph);
-        let error = format!(
-            "its job needs --mem={} and {} CPUs, more than a node has ({} and {} CPUs): Slurm would refuse it",
-            format_size(job.mem),
-            job.cpus,
-            format_size(shape.node_memory),
-            shape.node_cpus
-        );
+        let error = shape.refusal(job);
         let (mut key, mut pairs) = (String::new(), Vec::new());
         for (picked, _) in &self.workers[worker as usize].claimed {
             let task = picked.task;
