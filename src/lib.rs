@@ -76,8 +76,8 @@ pub mod testing {
 
         pub mod spill {
             pub use crate::memory::spill::{
-                MappedBuffer, SpillDir, SpillError, process_start_time, release_value_pages, remove_active_dirs,
-                spill_value,
+                MappedBuffer, ReadBack, SpillDir, SpillError, process_start_time, release_value_pages,
+                remove_active_dirs, spill_value,
             };
         }
     }

@@ -791,8 +791,62 @@ fn a_spilled_buffer_is_predicted_written_and_read_back_at_the_spill_bandwidth() 
     assert!(said.contains("as fast as the recipe's recorded spills were written"), "{said}");
     let learned = summary["spill_bandwidth"].clone();
     assert_eq!(learned["from"], "history");
+    // The gather ran alone over the budget, streaming through its spilled inputs: no task read
+    // one back before it ran, so they are read back as fast as they were written.
+    assert_eq!(learned["read_back_from"], "as_written", "{learned}");
+    assert_eq!(learned["read_back_bytes_per_second"], learned["bytes_per_second"], "{learned}");
     let speed = learned["bytes_per_second"].as_f64().unwrap();
     assert!((speed - bytes / (micros / 1e6)).abs() <= 1.0, "{learned} from {recorded:?}");
+}
+
+/// `recipes/precip_mixed.yaml` at its wettest with six thresholds under 24 MiB, run or
+/// simulated in `dir` into `h.db`: the smoothed fields wait on disk for their means (six
+/// buffers), each mean reading its own back under a reservation that holds them.
+fn mixed_spilling(dir: &Path, verb: &str, cycle: &str, summary: &str) -> (String, Json) {
+    let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/precip_mixed.yaml");
+    let out = common::runner_command(dir, &[])
+        .arg(verb)
+        .arg(&recipe)
+        .args(["--cycle", cycle, "--set", "wet=0.55", "--set", "thresholds=[0.5, 1.0, 2.0, 4.0, 8.0, 16.0]"])
+        .args(["--workers", "2", "--budget", "24MiB", "--db", "h.db", "--summary", summary])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    (stderr(&out), json(&dir.join(summary)))
+}
+
+#[test]
+fn spilled_inputs_are_read_back_timed_before_their_readers_run_and_predicted_read_back_as_fast() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    let (_, real) = mixed_spilling(dir.path(), "run", "c1", "r.json");
+    let spilled = real["spilled_bytes"].as_u64().unwrap();
+    assert!(spilled > 0, "{real}");
+    // Each reader of a spilled input recorded what it read back and how long that took.
+    let db = dir.path().join("h.db");
+    let reads = common::query(
+        &db,
+        "SELECT e.read_back_bytes, e.read_back_us, t.input_bytes FROM task_details AS e \
+         JOIN tasks AS t USING (task_id) WHERE e.read_back_bytes > 0",
+    );
+    assert!(!reads.is_empty(), "no task recorded reading a spilled input back");
+    let number = |text: &str| text.parse::<f64>().unwrap();
+    let (mut bytes, mut micros) = (0.0, 0.0);
+    for read in &reads {
+        assert!(number(&read[0]) <= number(&read[2]), "a task read back more than its inputs: {read:?}");
+        bytes += number(&read[0]);
+        micros += number(&read[1]);
+    }
+    // Every spilled buffer is read by its one reader here.
+    assert_eq!(bytes as u64, spilled, "{reads:?}");
+    // The prediction reads them back as fast as the recorded readers did, and says so.
+    let (said, predicted) = mixed_spilling(dir.path(), "simulate", "c2", "p.json");
+    assert!(predicted["spilled_bytes"].as_u64().unwrap() > 0, "{predicted}");
+    assert!(said.contains("as fast as the recipe's recorded tasks read theirs back"), "{said}");
+    let bandwidth = &predicted["spill_bandwidth"];
+    assert_eq!(bandwidth["read_back_from"], "history", "{bandwidth}");
+    let speed = bandwidth["read_back_bytes_per_second"].as_f64().unwrap();
+    assert!((speed - bytes / (micros / 1e6)).abs() <= 1.0, "{bandwidth} from {reads:?}");
 }
 
 /// `recipe` written as `file` and `cycles` as `cycles.yaml` in `dir`, replayed for real on 2

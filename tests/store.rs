@@ -9,6 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use runner::testing::measure::PeakSource;
+use runner::testing::memory::spill::ReadBack;
 use runner::testing::plan::EstimateSource;
 use runner::testing::store::{
     HistoryRun, RunFilter, RunOutcome, RunRecorder, RunStart, RunStatus, SCHEMA_VERSION, Sample, StepFigures,
@@ -57,6 +58,10 @@ fn task(steps: &[Arc<str>; 3], i: u64) -> TaskRecord {
             file_bytes: if i.is_multiple_of(13) { i * 5 } else { 0 },
             wall: Duration::from_millis(i % 1000),
             waited: Duration::from_micros(if i.is_multiple_of(4) { i % 1000 * 300 } else { 0 }),
+            read_back: match i.is_multiple_of(9) {
+                true => ReadBack { bytes: (i + 1) << 12, wall: Duration::from_micros(i % 1000 * 7) },
+                false => ReadBack::default(),
+            },
             started: Duration::from_millis(i * 2),
         },
         task_index: Some(i),
@@ -97,7 +102,9 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
             "SELECT t.run_id, r.cycle, step, key, plugin, t.status, attempts, input_bytes, estimate_bytes, \
              estimate_source, plugin_estimate_bytes, peak_bytes, output_bytes, t.wall_ms, error, task_index, \
              peak_source, worker, start_ms, end_ms, log_path, args_hash, inputs_hash, output_hash, output_path, \
-             file_bytes, (SELECT coalesce(max(w.waited_us), 0) FROM task_details AS w WHERE w.task_id = t.task_id) \
+             file_bytes, (SELECT coalesce(max(w.waited_us), 0) FROM task_details AS w WHERE w.task_id = t.task_id), \
+             (SELECT coalesce(max(w.read_back_bytes), 0) FROM task_details AS w WHERE w.task_id = t.task_id), \
+             (SELECT max(w.read_back_us) FROM task_details AS w WHERE w.task_id = t.task_id) \
              FROM tasks t JOIN runs r USING (run_id) WHERE run_id = ?1 ORDER BY input_bytes",
         )
         .unwrap();
@@ -134,6 +141,10 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
         assert_eq!(row.get::<_, Option<String>>(24).unwrap(), want.output_path);
         assert_eq!(u64_at(row, 25).unwrap(), want.figures.file_bytes);
         assert_eq!(u64_at(row, 26).unwrap(), want.figures.waited.as_micros() as u64);
+        let read_back = want.figures.read_back;
+        assert_eq!(u64_at(row, 27).unwrap(), read_back.bytes);
+        let read_back_us = (read_back.bytes > 0).then_some(read_back.wall.as_micros() as i64);
+        assert_eq!(row.get::<_, Option<i64>>(28).unwrap(), read_back_us, "a read of under a µs is kept as 0");
         i += 1;
     }
     assert_eq!(i, n, "run {run_id} has {i} rows, expected {n}");
@@ -159,7 +170,7 @@ fn schema_version_tables_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 10);
+    assert_eq!(SCHEMA_VERSION, 11);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     drop(store);
 
@@ -245,6 +256,10 @@ fn schema_version_tables_and_columns() {
     // And what a task waited for its service, which a prediction takes out of its time: a
     // detail, as only a service's tasks wait.
     assert!(columns("task_details").iter().any(|c| c == "waited_us"));
+    // And what a task took to read its spilled inputs back, likewise.
+    for column in ["read_back_bytes", "read_back_us"] {
+        assert!(columns("task_details").iter().any(|c| c == column), "{column}");
+    }
     for (table, wanted) in [
         (
             "samples",

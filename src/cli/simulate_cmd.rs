@@ -44,7 +44,7 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
         }
     };
     let spill = SpillBandwidth::choose(args.spill_bandwidth, &history);
-    let options = sim_options(&args, cluster.is_some(), spill.bytes_per_second)?;
+    let options = sim_options(&args, cluster.is_some(), spill)?;
     let sections = args.recipe.python.sections();
     let recompile = recompiler(registry, &args.recipe.recipe, &sections);
     let report = args.report.is_some();
@@ -88,45 +88,63 @@ const DEFAULT_SPILL_BANDWIDTH: u64 = 1 << 30;
 pub enum SpillBandwidthFrom {
     /// `--spill-bandwidth`.
     Flag,
-    /// The recipe's recorded spills.
+    /// The recipe's recorded spills (how long they took to write, or their readers to read
+    /// them back).
     History,
     /// Neither: [`DEFAULT_SPILL_BANDWIDTH`].
     Default,
+    /// Read back as fast as written: no recorded task read a spilled input back.
+    AsWritten,
 }
 
-/// How fast a prediction writes its spills and reads them back.
+/// How fast a prediction writes its spills, and its tasks read them back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct SpillBandwidth {
     pub bytes_per_second: u64,
     pub from: SpillBandwidthFrom,
+    pub read_back_bytes_per_second: u64,
+    pub read_back_from: SpillBandwidthFrom,
 }
 
 impl SpillBandwidth {
-    /// `given` (the flag), else the speed of the recipe's recorded spills, else the default.
+    /// `given` (the flag, for both), else the speeds of the recipe's recorded spills, else the
+    /// default; spills are read back as fast as they are written where no reads were recorded.
     pub fn choose(given: Option<u64>, history: &History) -> SpillBandwidth {
-        match (given, history.spill_speed) {
-            (Some(bytes_per_second), _) => SpillBandwidth { bytes_per_second, from: SpillBandwidthFrom::Flag },
-            (None, Some(speed)) => {
-                SpillBandwidth { bytes_per_second: speed.bytes_per_second(), from: SpillBandwidthFrom::History }
-            }
-            (None, None) => {
-                SpillBandwidth { bytes_per_second: DEFAULT_SPILL_BANDWIDTH, from: SpillBandwidthFrom::Default }
-            }
-        }
+        let recorded = history.spill_speed;
+        let (bytes_per_second, from) = match (given, recorded.written) {
+            (Some(given), _) => (given, SpillBandwidthFrom::Flag),
+            (None, Some(speed)) => (speed.bytes_per_second(), SpillBandwidthFrom::History),
+            (None, None) => (DEFAULT_SPILL_BANDWIDTH, SpillBandwidthFrom::Default),
+        };
+        let (read_back_bytes_per_second, read_back_from) = match (given, recorded.read_back) {
+            (Some(given), _) => (given, SpillBandwidthFrom::Flag),
+            (None, Some(speed)) => (speed.bytes_per_second(), SpillBandwidthFrom::History),
+            (None, None) => (bytes_per_second, SpillBandwidthFrom::AsWritten),
+        };
+        SpillBandwidth { bytes_per_second, from, read_back_bytes_per_second, read_back_from }
     }
 
     fn said(&self) -> String {
-        let source = match self.from {
+        let written = match self.from {
             SpillBandwidthFrom::Flag => "--spill-bandwidth",
             SpillBandwidthFrom::History => "as fast as the recipe's recorded spills were written",
-            SpillBandwidthFrom::Default => "the default: no recorded run of the recipe spilled",
+            _ => "the default: no recorded run of the recipe spilled",
         };
-        format!("{}/s ({source})", format_size(self.bytes_per_second))
+        let read_back = match self.read_back_from {
+            SpillBandwidthFrom::Flag => "--spill-bandwidth",
+            SpillBandwidthFrom::History => "as fast as the recipe's recorded tasks read theirs back",
+            _ => "as written: no recorded task read a spilled input back",
+        };
+        format!(
+            "written at {}/s ({written}), read back at {}/s ({read_back})",
+            format_size(self.bytes_per_second),
+            format_size(self.read_back_bytes_per_second)
+        )
     }
 }
 
 /// Workers, budget and spill speed: `run`'s defaults, or a cluster's (no local budget).
-pub fn sim_options(args: &SimulateArgs, cluster: bool, spill_bandwidth: u64) -> anyhow::Result<SimOptions> {
+pub fn sim_options(args: &SimulateArgs, cluster: bool, spill: SpillBandwidth) -> anyhow::Result<SimOptions> {
     let cpus = crate::scheduler::cpus_here();
     let default_workers = if cluster { SLURM_JOBS_IN_FLIGHT } else { cpus };
     let budget = match (args.budget, cluster) {
@@ -141,7 +159,8 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool, spill_bandwidth: u64) -> 
     Ok(SimOptions {
         workers: args.workers.map_or(default_workers, |w| w as usize),
         budget,
-        spill_bandwidth,
+        spill_bandwidth: spill.bytes_per_second,
+        read_back_bandwidth: spill.read_back_bytes_per_second,
         read_every_task: args.read_every_task,
         // A cluster's CPUs are its nodes'.
         cpus: (!cluster).then(|| args.cpus.map_or(cpus, |cpus| cpus as usize)),
@@ -421,7 +440,7 @@ impl PredictedSummary {
             );
         }
         if run.spilled_bytes > 0 {
-            say!("  spills written and read back at {}", self.spill_bandwidth.said());
+            say!("  spills {}", self.spill_bandwidth.said());
         }
         if run.peak_reserved_standing_bytes > 0 {
             let ran_on = prediction.standing_workers;

@@ -22,6 +22,7 @@ use runner_plugin::{
 
 use crate::command;
 use crate::measure::{self, PeakSource};
+use crate::memory::spill::ReadBack;
 use crate::recipe::Step;
 
 /// Where an attempt runs: what the engine around it provides.
@@ -97,6 +98,8 @@ pub struct TaskOutcome {
     pub elapsed: Duration,
     /// Of `elapsed`, what it waited for its services to be started or warmed up for it.
     pub waited: Duration,
+    /// Of `elapsed`, reading its spilled inputs back before it ran (local tasks).
+    pub read_back: ReadBack,
 }
 
 impl TaskOutcome {
@@ -109,6 +112,7 @@ impl TaskOutcome {
             log_path: None,
             elapsed: started.elapsed(),
             waited: Duration::ZERO,
+            read_back: ReadBack::default(),
         }
     }
 }
@@ -173,7 +177,8 @@ pub fn attempt(task: &TaskToRun<'_>, site: &dyn Site, limits: &Limits) -> TaskOu
         None => (heap_peak, PeakSource::Allocator),
     };
     let waited = commands.as_ref().map_or(Duration::ZERO, |c| c.waited);
-    TaskOutcome { result, peak, peak_source, log_path: commands.and_then(|c| c.log_path), elapsed, waited }
+    let log_path = commands.and_then(|c| c.log_path);
+    TaskOutcome { result, peak, peak_source, log_path, elapsed, waited, read_back: ReadBack::default() }
 }
 
 /// What a task's commands measured: the highest of (heap held when the command started +

@@ -78,6 +78,7 @@ impl<'s, 'r> Worker<'s, 'r> {
             file_bytes,
             wall,
             waited: outcome.waited,
+            read_back: outcome.read_back,
             started: started.saturating_duration_since(self.shared.started),
         };
         let measured = Measured { figures, log_path: outcome.log_path, hashes, output_path };

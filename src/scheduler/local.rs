@@ -14,7 +14,8 @@ use super::shared::Shared;
 use super::worker::{MAX_BATCH, Worker};
 use crate::executor::attempt::{self, TaskOutcome};
 use crate::executor::{Attempt, Executor, Next, Ran, Unit, UnitSizing};
-use crate::memory::TaskSlot;
+use crate::memory::spill::{self, ReadBack};
+use crate::memory::{Admission, TaskSlot};
 
 /// Runs tasks on the worker threads of this process (the default executor).
 #[derive(Debug, Clone, Copy, Default)]
@@ -97,11 +98,23 @@ impl<'s, 'r> Worker<'s, 'r> {
             command_limit: shared.options.enforce_memory.then(|| picked.reserved.saturating_add(picked.reserved / 4)),
             reserved: if preemptible { picked.reserved } else { 0 },
         };
-        self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
+        // Its spilled inputs are read in before it runs, timed (how fast spills are read back is
+        // what a simulation charges their readers), where it was admitted beside the rest with
+        // a reservation that holds them: a task run alone past the budget streams through its
+        // spilled inputs instead (or never reads them), and reading them in would break it.
+        let holds_spilled = picked.admission == Admission::Fits
+            && picked.reserved >= picked.estimate.saturating_add(picked.spilled_input_bytes);
+        let read_back = match picked.spilled_input_bytes > 0 && holds_spilled {
+            true => spill::read_back(self.values[claimed.values.clone()].iter().map(|value| &**value)),
+            false => ReadBack::default(),
+        };
+        let mut outcome = self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
             let task =
                 attempt::TaskToRun { step, key: &self.key, index: &self.index, cycle: &shared.recipe.cycle, inputs };
             attempt::attempt(&task, &site, &limits)
-        })
+        });
+        outcome.read_back = read_back;
+        outcome
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::Outcome;
 use super::stats::StepStats;
 use crate::measure::PeakSource;
+use crate::memory::spill::ReadBack;
 use crate::plan::EstimateSource;
 use crate::recipe::StepId;
 
@@ -58,6 +59,9 @@ pub struct TaskFigures {
     /// up for it: a prediction learns the task's own time without it and adds it where the
     /// run it predicts starts interpreters.
     pub waited: Duration,
+    /// Of `wall`, reading its spilled inputs back from their files before it ran: a prediction
+    /// learns the task's own time without it, and how fast spills are read back from it.
+    pub read_back: ReadBack,
     /// When the task started, since the run started (zero for a task that never ran).
     pub started: Duration,
 }
@@ -89,6 +93,7 @@ impl Default for TaskFigures {
             file_bytes: 0,
             wall: Duration::ZERO,
             waited: Duration::ZERO,
+            read_back: ReadBack::default(),
             started: Duration::ZERO,
         }
     }

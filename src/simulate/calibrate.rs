@@ -35,8 +35,10 @@ pub fn pace(
     recompile: &Recompile<'_>,
 ) -> Option<f64> {
     // Their spills went as fast as the recorded spills did, whatever this prediction assumes.
+    let speeds = history.spill_speed;
     let options = SimOptions {
-        spill_bandwidth: history.spill_speed.map_or(options.spill_bandwidth, |speed| speed.bytes_per_second()),
+        spill_bandwidth: speeds.written.map_or(options.spill_bandwidth, |speed| speed.bytes_per_second()),
+        read_back_bandwidth: speeds.read_back.map_or(options.read_back_bandwidth, |speed| speed.bytes_per_second()),
         ..options.clone()
     };
     // Without alike plans, the predictor gives each task the estimate and output the alike

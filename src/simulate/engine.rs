@@ -337,11 +337,12 @@ impl Loop<'_> {
             plan.steps[step].model.as_ref(),
             picked.estimate,
         );
-        // Its spilled inputs are read back from their files as fast as they were written.
+        // Its spilled inputs are read back from their files first (a real run's worker does
+        // that, timed, which is what the recorded tasks' own times leave out).
         let read_back = picked.spilled_input_bytes;
         if read_back > 0 {
             prediction.duration +=
-                Duration::from_secs_f64(read_back as f64 / self.options.spill_bandwidth.max(1) as f64);
+                Duration::from_secs_f64(read_back as f64 / self.options.read_back_bandwidth.max(1) as f64);
         }
         if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot(), prediction.peak) {
             state.ledger.stop_growing(picked.slot());

@@ -77,12 +77,20 @@ pub const RECENT_RUNS: usize = 2;
 /// simulation of the whole recipe.
 pub const MAX_TASKS: u64 = 100_000;
 
+/// How fast a recipe's recent spills were written, and read back by the tasks reading them
+/// (`None`: none recorded).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpillSpeeds {
+    pub written: Option<SpillSpeed>,
+    pub read_back: Option<SpillSpeed>,
+}
+
 /// Each step's records, in the recipe's step order.
 #[derive(Debug, Clone, Default)]
 pub struct History {
     pub steps: Vec<StepRecords>,
-    /// How fast the recipe's recent spills were written (`None`: none recorded).
-    pub spill_speed: Option<SpillSpeed>,
+    /// How fast the recipe's recent spills were written and read back.
+    pub spill_speed: SpillSpeeds,
     /// The runs the alike figures come from, as they ran (empty when any of them is no
     /// measure of a run on this host: it did not finish ok on the workers of its process, has
     /// no wall recorded or was the recipe's first).
@@ -164,7 +172,10 @@ impl History {
             .iter()
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Vars(&vars)))
             .collect::<Result<Vec<_>, _>>()?;
-        let spill_speed = store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?;
+        let spill_speed = SpillSpeeds {
+            written: store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?,
+            read_back: store.read_back_speed(&recipe.name, before_run, HISTORY_RUNS)?,
+        };
         let mut runs = store.history_runs(Some(&recipe.name), None, usize::MAX, RunFilter::default())?;
         runs.retain(|run| before_run.is_none_or(|before| run.run_id < before));
         let compared = &runs[runs.len().saturating_sub(ALIKE_RUNS)..];
@@ -220,7 +231,7 @@ impl History {
     pub fn none(compiled: &Compiled) -> History {
         History {
             steps: vec![StepRecords::default(); compiled.recipe.steps.len()],
-            spill_speed: None,
+            spill_speed: SpillSpeeds::default(),
             alike_runs: Vec::new(),
             recent: Vec::new(),
             first_run: None,
@@ -328,7 +339,7 @@ fn only_first_run(
     compiled: &Compiled,
     runs: &[HistoryRun],
     before_run: Option<i64>,
-    spill_speed: Option<SpillSpeed>,
+    spill_speed: SpillSpeeds,
 ) -> Result<Option<Box<RecentRun>>, StoreError> {
     let [run] = runs else { return Ok(None) };
     let own = OwnFigures { store, compiled, before_run, spill_speed };
@@ -341,7 +352,7 @@ struct OwnFigures<'a> {
     store: &'a Store,
     compiled: &'a Compiled,
     before_run: Option<i64>,
-    spill_speed: Option<SpillSpeed>,
+    spill_speed: SpillSpeeds,
 }
 
 impl OwnFigures<'_> {
@@ -401,7 +412,7 @@ fn recent_runs(
     compiled: &Compiled,
     runs: &[HistoryRun],
     before_run: Option<i64>,
-    spill_speed: Option<SpillSpeed>,
+    spill_speed: SpillSpeeds,
     alike: &[(i64, f64)],
 ) -> Result<Vec<RecentRun>, StoreError> {
     let own = OwnFigures { store, compiled, before_run, spill_speed };

@@ -41,6 +41,8 @@ pub struct SimOptions {
     pub budget: u64,
     /// Bytes a second a spill is written at.
     pub spill_bandwidth: u64,
+    /// Bytes a second a task reads its spilled inputs back at.
+    pub read_back_bandwidth: u64,
     /// Have the ledger read every running task's live bytes at each admission, as it does in a
     /// local run (whose meter cannot promise tasks stay within their reservations): the
     /// predictions are the same, only slower; the bench measures what that costs per worker.

@@ -56,7 +56,7 @@ const INSERT_BLOCK: &str = "INSERT INTO task_blocks (run_id, step, first_task_id
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
 const INSERT_DETAILS: &str = "INSERT INTO task_details (task_id, error, log_path, output_path, args_hash, \
-     inputs_hash, output_hash, waited_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+     inputs_hash, output_hash, waited_us, read_back_bytes, read_back_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 const INSERT_SAMPLE: &str = "INSERT OR IGNORE INTO samples (run_id, t_ms, reserved_bytes, live_bytes, rss_bytes, \
      resident_bytes, spilled_bytes, running_tasks, external_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
@@ -179,9 +179,10 @@ impl BlockDefaults {
     }
 
     /// `task`'s `task_details` values after its task id, if it needs a row there.
-    fn details<'a>(&self, task: &'a TaskRecord) -> Option<[Cell<'a>; 7]> {
+    fn details<'a>(&self, task: &'a TaskRecord) -> Option<[Cell<'a>; 9]> {
         let text = |t: &'a Option<String>| t.as_deref().map_or(Cell::Null, Cell::Text);
-        let waited = task.figures.waited.as_micros() as u64;
+        let some = |v: u64| if v > 0 { Cell::Int(to_sql_int(v)) } else { Cell::Null };
+        let read_back = task.figures.read_back;
         let cells = [
             text(&task.error),
             text(&task.log_path),
@@ -189,7 +190,10 @@ impl BlockDefaults {
             Self::own_hash(self.args_hash, task.args_hash),
             Self::own_hash(self.inputs_hash, task.inputs_hash),
             Self::own_hash(self.output_hash, task.output_hash),
-            if waited > 0 { Cell::Int(to_sql_int(waited)) } else { Cell::Null },
+            some(task.figures.waited.as_micros() as u64),
+            some(read_back.bytes),
+            // A read of a few pages may take under a µs: its bytes were still read back.
+            if read_back.bytes > 0 { Cell::Int(to_sql_int(read_back.wall.as_micros() as u64)) } else { Cell::Null },
         ];
         cells.iter().any(|c| *c != Cell::Null).then_some(cells)
     }
@@ -455,6 +459,6 @@ mod tests {
         let details = block.details(&other).unwrap();
         assert_eq!(details[0], Cell::Text("boom"));
         assert_eq!(details[3], Cell::Int(0), "no args hash where the block has one");
-        assert_eq!(details[4..], [Cell::Null, Cell::Null, Cell::Null]);
+        assert_eq!(details[4..], [Cell::Null, Cell::Null, Cell::Null, Cell::Null, Cell::Null]);
     }
 }

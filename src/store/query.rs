@@ -102,12 +102,15 @@ pub struct HistoryTask {
     /// runs from before schema version 9, which did not record it: [`HistoryRun::warm_services`]
     /// is `None` for them).
     pub waited_us: u64,
+    /// Of `wall_us`, reading its spilled inputs back before it ran (0 before schema version 11).
+    pub read_back_us: u64,
 }
 
 impl HistoryTask {
-    /// Its own time in µs: its wall without what it waited for its service.
+    /// Its own time in µs: its wall without what it waited for its service or took to read its
+    /// spilled inputs back (a prediction adds those where the cycle it predicts has them).
     pub fn own_us(&self) -> u64 {
-        self.wall_us.saturating_sub(self.waited_us)
+        self.wall_us.saturating_sub(self.waited_us).saturating_sub(self.read_back_us)
     }
 }
 
@@ -170,7 +173,8 @@ const ESTIMATE: &str = "coalesce(t.estimate_bytes, b.estimate_bytes)";
 const TASK_COLUMNS: &str = "b.run_id, t.task_index, t.status, t.attempts, t.input_bytes, \
      coalesce(t.estimate_bytes, b.estimate_bytes), coalesce(t.estimate_source, b.estimate_source), \
      coalesce(t.plugin_estimate_bytes, b.plugin_estimate_bytes), t.peak_bytes, \
-     coalesce(t.peak_source, b.peak_source), t.output_bytes, t.wall_ms, t.file_bytes, t.wall_us_rest, coalesce(e.waited_us, 0)";
+     coalesce(t.peak_source, b.peak_source), t.output_bytes, t.wall_ms, t.file_bytes, t.wall_us_rest, coalesce(e.waited_us, 0), \
+     coalesce(e.read_back_us, 0)";
 
 fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask> {
     let int = |i: usize| row.get::<_, Option<i64>>(i).map(|v| v.map_or(0, from_sql_int));
@@ -192,6 +196,7 @@ fn history_task(row: &Row<'_>, run_index: usize) -> rusqlite::Result<HistoryTask
         wall_us: super::micros(int(11)?, row.get::<_, Option<i64>>(13)?.map(from_sql_int)),
         file_bytes: int(12)?,
         waited_us: from_sql_int(row.get(14)?),
+        read_back_us: from_sql_int(row.get(15)?),
     })
 }
 

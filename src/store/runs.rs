@@ -76,7 +76,7 @@ fn run_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<RunRow> {
     })
 }
 
-/// What a recipe's recorded spills wrote, and how long writing took.
+/// What a recipe's recorded spills wrote (or their readers read back), and how long it took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpillSpeed {
     pub bytes: u64,
@@ -113,6 +113,32 @@ impl Store {
         // Sums over no rows are NULL.
         Ok(bytes
             .zip(wall_us)
+            .map(|(bytes, wall_us)| SpillSpeed { bytes: from_sql_int(bytes), wall_us: from_sql_int(wall_us) }))
+    }
+
+    /// How fast the tasks of the last `last` runs of `recipe` that spilled (before `before_run`
+    /// when given) read their spilled inputs back; `None` when none recorded such a read.
+    pub fn read_back_speed(
+        &self,
+        recipe: &str,
+        before_run: Option<i64>,
+        last: usize,
+    ) -> Result<Option<SpillSpeed>, StoreError> {
+        let what = "reading how fast a recipe's spilled values were read back";
+        let (bytes, wall_us): (Option<i64>, Option<i64>) = self
+            .conn()
+            .query_row(
+                "SELECT sum(e.read_back_bytes), sum(e.read_back_us) FROM task_blocks AS b \
+                 JOIN task_details AS e ON e.task_id BETWEEN b.first_task_id AND b.last_task_id \
+                 WHERE e.read_back_bytes > 0 AND b.run_id IN (SELECT run_id FROM runs \
+                 WHERE recipe = ?1 AND spilled_bytes > 0 AND (?2 IS NULL OR run_id < ?2) \
+                 ORDER BY run_id DESC LIMIT ?3)",
+                params![recipe, before_run, last as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(|e| self.err(what, e))?;
+        Ok(bytes
+            .zip(wall_us.filter(|&us| us > 0))
             .map(|(bytes, wall_us)| SpillSpeed { bytes: from_sql_int(bytes), wall_us: from_sql_int(wall_us) }))
     }
 

@@ -337,6 +337,10 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // caught fewer of its interpreters standing than it started (the recipe's first, its first
     // task alone) as holding all it started.
     "ALTER TABLE runs ADD COLUMN most_services INTEGER;",
+    // 11: the spilled inputs a task read back from their files before it ran, and the µs that
+    // took, of its wall (a detail: only readers of spilled values have them): a prediction
+    // learns the task's own time without it and reads spilled bytes back as fast as they were.
+    "ALTER TABLE task_details ADD COLUMN read_back_bytes INTEGER; ALTER TABLE task_details ADD COLUMN read_back_us INTEGER;",
 ];
 
 /// The schema version this code writes and understands.

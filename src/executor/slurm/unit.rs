@@ -12,6 +12,7 @@ use super::{JobId, Pending, SUBMISSION_WAIT, SlurmExecutor, TaskResult, failure_
 use crate::executor::attempt::TaskOutcome;
 use crate::executor::{Attempt, Executor, Next, Ran, Unit, UnitSizing};
 use crate::measure::PeakSource;
+use crate::memory::spill::ReadBack;
 
 /// Tasks of one step that run together in one job (one after another), with what the job may
 /// use.
@@ -186,6 +187,8 @@ impl SlurmExecutor {
             log_path: result.log_path,
             elapsed: Duration::from_millis(result.wall_ms),
             waited: Duration::from_millis(result.waited_ms),
+            // A job reads its inputs from the run folder's files: nothing of it was spilled.
+            read_back: ReadBack::default(),
         };
         JobOutcome { outcome, output_bytes: result.output_bytes }
     }
@@ -199,6 +202,7 @@ fn remote_failure(error: TaskError) -> JobOutcome {
         log_path: None,
         elapsed: Duration::ZERO,
         waited: Duration::ZERO,
+        read_back: ReadBack::default(),
     };
     JobOutcome { outcome, output_bytes: 0 }
 }

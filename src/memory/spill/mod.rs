@@ -14,6 +14,8 @@
 //!   lets the pages go again after a consumer has read them, so a gather over more spilled inputs
 //!   than the budget holds streams through them; `done_reading` (through
 //!   [`runner_plugin::Array::done_reading`]) lets a part go while a reader streams through it.
+//!   [`read_back`] reads a spilled value in before its reader runs, where the reader's
+//!   reservation holds it, so that how fast spills are read back is measured.
 //! - [`swap_in`] puts a written spill file in place of a value's heap storage (the scheduler does
 //!   that under its lock, and frees the heap copy after); [`spill_value`] writes and swaps at once.
 //!
@@ -39,7 +41,7 @@ use runner_plugin::{Storage, Value};
 
 pub use dir::{SpillDir, process_start_time, remove_active_dirs};
 pub use mapped::MappedBuffer;
-pub use pages::release_value_pages;
+pub use pages::{ReadBack, read_back, release_value_pages};
 
 /// What can go wrong when spilling. Every case names the path and, where there is one, the OS
 /// error; the buffer being spilled is left untouched.

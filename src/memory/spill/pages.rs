@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use runner_plugin::Value;
 
@@ -32,20 +33,55 @@ pub(super) fn release(addr: *const u8, len: usize, path: &Path) {
     }
 }
 
+/// The bytes of `value`'s buffer if it is a spilled one (mapped from its spill file).
+fn spilled_bytes(value: &Value) -> Option<&[u8]> {
+    let storage = match value {
+        Value::Array(array) => array.storage(),
+        Value::Bytes(storage) => storage,
+        _ => return None,
+    };
+    if storage.is_resident() {
+        return None;
+    }
+    let bytes = storage.bytes();
+    lock(mappings()).contains_key(&(bytes.as_ptr() as usize)).then_some(bytes)
+}
+
+/// Spilled inputs a task read back from their files before it ran, and how long that took.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadBack {
+    pub bytes: u64,
+    pub wall: Duration,
+}
+
+/// Reads the spilled ones among `values` back from their files ([`read_back_value`]), timed.
+pub fn read_back<'v>(values: impl IntoIterator<Item = &'v Value>) -> ReadBack {
+    let started = Instant::now();
+    let bytes = values.into_iter().map(read_back_value).sum();
+    ReadBack { bytes, wall: if bytes > 0 { started.elapsed() } else { Duration::ZERO } }
+}
+
+/// Reads `value`'s buffer back from its spill file if it is a spilled one — a byte of each
+/// page, in order, as a reader faults them in — and returns its size; 0 (and nothing read) for
+/// resident buffers and other values. Its reader then finds it in memory, and the time this
+/// took is how fast spills are read back (what a simulation charges a reader of spilled bytes).
+fn read_back_value(value: &Value) -> u64 {
+    let Some(bytes) = spilled_bytes(value) else { return 0 };
+    let page = crate::measure::page_size();
+    let mut sum = 0u8;
+    for at in (0..bytes.len()).step_by(page) {
+        sum = sum.wrapping_add(bytes[at]);
+    }
+    std::hint::black_box(sum);
+    bytes.len() as u64
+}
+
 /// Releases the pages of `value`'s buffer if it is a spilled (mapped) one, as
 /// [`super::MappedBuffer::release_pages`] does, and returns its size; 0 (and nothing done) for resident
 /// buffers and other values. For the engine, which holds spilled values as `Arc<Value>` and cannot
 /// reach the `MappedBuffer` inside.
 pub fn release_value_pages(value: &Value) -> u64 {
-    let storage = match value {
-        Value::Array(array) => array.storage(),
-        Value::Bytes(storage) => storage,
-        _ => return 0,
-    };
-    if storage.is_resident() {
-        return 0;
-    }
-    let bytes = storage.bytes();
+    let Some(bytes) = spilled_bytes(value) else { return 0 };
     let Some(path) = lock(mappings()).get(&(bytes.as_ptr() as usize)).cloned() else { return 0 };
     release(bytes.as_ptr(), bytes.len(), &path);
     bytes.len() as u64
