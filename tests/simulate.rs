@@ -1358,7 +1358,7 @@ fn the_second_cycle_is_paced_by_the_first_run_simulated_as_it_ran() {
 fn a_store_of_an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_was() {
     let _shared = beside_others();
     let dir = holding_run_twice();
-    // The store as schema version 6 left it: without the columns versions 7 to 10 added.
+    // The store as schema version 6 left it: without the columns versions 7 to 11 added.
     let db = dir.path().join("h.db");
     let conn = rusqlite::Connection::open(&db).unwrap();
     conn.execute_batch(
@@ -1366,13 +1366,14 @@ fn a_store_of_an_older_schema_is_read_from_a_migrated_copy_and_left_as_it_was() 
          ALTER TABLE runs DROP COLUMN standing_bytes; ALTER TABLE runs DROP COLUMN standing_shared_bytes; \
          ALTER TABLE runs DROP COLUMN standing_services; ALTER TABLE runs DROP COLUMN warm_services; \
          ALTER TABLE task_details DROP COLUMN waited_us; ALTER TABLE runs DROP COLUMN most_services; \
+         ALTER TABLE task_details DROP COLUMN read_back_bytes; ALTER TABLE task_details DROP COLUMN read_back_us; \
          PRAGMA user_version = 6;",
     )
     .unwrap();
     drop(conn);
     let before = std::fs::read(&db).unwrap();
     let (said, predicted) = simulate_cycle(dir.path(), "h.yaml", "c3", "p.json", &[]);
-    assert!(said.contains("has schema version 6, older than this runner's (10): reading a copy"), "{said}");
+    assert!(said.contains("has schema version 6, older than this runner's (11): reading a copy"), "{said}");
     // Predicted from the recorded runs, not as if there were none.
     assert_eq!(predicted["guesses"], 0);
     let history = runner(dir.path(), &["history", "--db", "h.db"]);
