@@ -128,12 +128,16 @@ impl SpillBandwidth {
         let written = match self.from {
             SpillBandwidthFrom::Flag => "--spill-bandwidth",
             SpillBandwidthFrom::History => "as fast as the recipe's recorded spills were written",
-            _ => "the default: no recorded run of the recipe spilled",
+            SpillBandwidthFrom::Default | SpillBandwidthFrom::AsWritten => {
+                "the default: no recorded run of the recipe spilled"
+            }
         };
         let read_back = match self.read_back_from {
             SpillBandwidthFrom::Flag => "--spill-bandwidth",
             SpillBandwidthFrom::History => "as fast as the recipe's recorded tasks read theirs back",
-            _ => "as written: no recorded task read a spilled input back",
+            SpillBandwidthFrom::AsWritten | SpillBandwidthFrom::Default => {
+                "as written: no recorded task read a spilled input back"
+            }
         };
         format!(
             "written at {}/s ({written}), read back at {}/s ({read_back})",

@@ -99,12 +99,11 @@ impl<'s, 'r> Worker<'s, 'r> {
             reserved: if preemptible { picked.reserved } else { 0 },
         };
         // Its spilled inputs are read in before it runs, timed (how fast spills are read back is
-        // what a simulation charges their readers), where it was admitted beside the rest with
-        // a reservation that holds them: a task run alone past the budget streams through its
-        // spilled inputs instead (or never reads them), and reading them in would break it.
-        let holds_spilled = picked.admission == Admission::Fits
-            && picked.reserved >= picked.estimate.saturating_add(picked.spilled_input_bytes);
-        let read_back = match picked.spilled_input_bytes > 0 && holds_spilled {
+        // what a simulation charges their readers), where it was admitted beside the rest: its
+        // reservation holds them then (`State::pick`). A task run alone past the budget streams
+        // through its spilled inputs instead (or never reads them), and reading them in would
+        // break it.
+        let read_back = match picked.spilled_input_bytes > 0 && picked.admission == Admission::Fits {
             true => spill::read_back(self.values[claimed.values.clone()].iter().map(|value| &**value)),
             false => ReadBack::default(),
         };

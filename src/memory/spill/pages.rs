@@ -33,18 +33,15 @@ pub(super) fn release(addr: *const u8, len: usize, path: &Path) {
     }
 }
 
-/// The bytes of `value`'s buffer if it is a spilled one (mapped from its spill file).
-fn spilled_bytes(value: &Value) -> Option<&[u8]> {
+/// The bytes of `value`'s buffer if they are not on the heap (a spilled buffer's are mapped:
+/// [`mappings`] tells it from other external storage).
+fn external_bytes(value: &Value) -> Option<&[u8]> {
     let storage = match value {
         Value::Array(array) => array.storage(),
         Value::Bytes(storage) => storage,
         _ => return None,
     };
-    if storage.is_resident() {
-        return None;
-    }
-    let bytes = storage.bytes();
-    lock(mappings()).contains_key(&(bytes.as_ptr() as usize)).then_some(bytes)
+    (!storage.is_resident()).then(|| storage.bytes())
 }
 
 /// Spilled inputs a task read back from their files before it ran, and how long that took.
@@ -66,7 +63,10 @@ pub fn read_back<'v>(values: impl IntoIterator<Item = &'v Value>) -> ReadBack {
 /// resident buffers and other values. Its reader then finds it in memory, and the time this
 /// took is how fast spills are read back (what a simulation charges a reader of spilled bytes).
 fn read_back_value(value: &Value) -> u64 {
-    let Some(bytes) = spilled_bytes(value) else { return 0 };
+    let Some(bytes) = external_bytes(value) else { return 0 };
+    if !lock(mappings()).contains_key(&(bytes.as_ptr() as usize)) {
+        return 0;
+    }
     let page = crate::measure::page_size();
     let mut sum = 0u8;
     for at in (0..bytes.len()).step_by(page) {
@@ -81,7 +81,7 @@ fn read_back_value(value: &Value) -> u64 {
 /// buffers and other values. For the engine, which holds spilled values as `Arc<Value>` and cannot
 /// reach the `MappedBuffer` inside.
 pub fn release_value_pages(value: &Value) -> u64 {
-    let Some(bytes) = spilled_bytes(value) else { return 0 };
+    let Some(bytes) = external_bytes(value) else { return 0 };
     let Some(path) = lock(mappings()).get(&(bytes.as_ptr() as usize)).cloned() else { return 0 };
     release(bytes.as_ptr(), bytes.len(), &path);
     bytes.len() as u64
