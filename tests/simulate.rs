@@ -1107,6 +1107,33 @@ fn the_recipe_s_first_run_times_the_tasks_of_a_weather_only_it_had_until_another
     near(&cycle("simulate", "c4", 100), &c3, "c3's");
 }
 
+#[test]
+fn past_the_recorded_range_the_runs_alike_beside_the_cycle_time_its_tasks_not_the_first_run_alone() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    // 50 ms whatever `ms` says, 100 in `c1`, the recipe's first run, as a cold process's first
+    // tasks take longer.
+    write(dir.path(), "f.yaml", &sleeping("0.10 if sys.argv[1] == 'c1' else 0.05", "{cycle}"));
+    let task_seconds = |s: &Json| s["steps"][0]["wall_s"].as_f64().unwrap();
+    let cycle = |verb: &str, cycle: &str, ms: u32| with_var(dir.path(), verb, cycle, &format!("ms={ms}"), "1GiB").1;
+    let (c1, c2, c3) = (cycle("run", "c1", 24), cycle("run", "c2", 22), cycle("run", "c3", 20));
+    // 400 lies far past them all; the first run is the nearest. Beside 400, 20 to 24 are one
+    // weather: its tasks take the mean of c2's and c3's, not c1's cold time alone (which they
+    // took when runs were near only as a share of the runs' own range, 20 to 24).
+    let predicted = cycle("simulate", "c4", 400);
+    assert_eq!(predicted["alike_cycles"], serde_json::json!(["c1"]), "{predicted}");
+    let mean = (task_seconds(&c2) + task_seconds(&c3)) / 2.0;
+    assert!(
+        (task_seconds(&predicted) - mean).abs() <= 0.01 * mean,
+        "predicted {:.3} s of tasks, the mean of c2 and c3 {mean:.3} s (c1 {:.3})",
+        task_seconds(&predicted),
+        task_seconds(&c1)
+    );
+    let real = cycle("run", "c4", 400);
+    let error = (task_seconds(&predicted) - task_seconds(&real)).abs() / task_seconds(&real);
+    assert!(error <= 0.2, "predicted {:.3} s of tasks, ran {:.3} s", task_seconds(&predicted), task_seconds(&real));
+}
+
 /// The module of [`PYTHON_HOLDING`].
 const PYTHON_HOLD: &str = "import time\nimport numpy as np\n\ndef hold(mib, seconds=0):\n    \
                            block = np.ones(mib << 20, np.uint8)\n    time.sleep(seconds)\n    \

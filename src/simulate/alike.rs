@@ -122,10 +122,11 @@ pub(super) fn parse(candidates: &[Option<&str>]) -> Vec<Option<Map<String, Value
 }
 
 /// How far each candidate's vars are from `now`'s (0: the same; infinite for a run without
-/// them), as [`alike`] measures nearness.
-pub fn distances(now: &Map<String, Value>, candidates: &[Option<&str>]) -> Vec<f64> {
+/// them), as [`alike`] measures nearness, each number's range spanning `also` too (the cycle
+/// predicted, when `now` is a recorded run's).
+pub fn distances(now: &Map<String, Value>, candidates: &[Option<&str>], also: Option<&Map<String, Value>>) -> Vec<f64> {
     let parsed = parse(candidates);
-    let spans = spans(now, parsed.iter().flatten());
+    let spans = spans(now, parsed.iter().flatten().chain(also));
     parsed.iter().map(|vars| vars.as_ref().map_or(f64::INFINITY, |vars| distance(now, vars, &spans))).collect()
 }
 

@@ -538,7 +538,11 @@ pub fn read_step(
     // Each alike run's tasks take the mean time of the tasks like them in the runs near it,
     // before two alike runs are interpolated: a time between two weathers is between theirs.
     for (alike, _) in &mut taken {
-        let near = near_vars(alike.vars.as_deref(), runs);
+        let predicted = match alike_by {
+            AlikeBy::Vars(vars) => Some(vars),
+            AlikeBy::Newest | AlikeBy::Run(_) => None,
+        };
+        let near = near_vars(alike.vars.as_deref(), predicted, runs);
         let like = like_by_run.iter().zip(near).filter(|(_, near)| *near).flat_map(|(like, _)| like.iter().copied());
         let like = LikeTasks::new(like.collect());
         for recorded in alike.by_index.values_mut() {
@@ -561,14 +565,24 @@ pub fn read_step(
 }
 
 /// Which of `runs` have vars near `vars` (an alike run's), whose tasks are like its
-/// ([`like_tasks::NEAR_VARS`]); none without them.
-fn near_vars(vars: Option<&str>, runs: &[HistoryRun]) -> Vec<bool> {
+/// ([`like_tasks::NEAR_VARS`]); none without them. Near as a share of each number's range over
+/// the runs and the cycle `predicted`: past the recorded range (`wet: 0.45` after runs at 0.02
+/// to 0.05), the dry runs are alike beside the cycle, and their tasks' times are like the
+/// alike run's. Over the runs alone, the alike run (often the recipe's first, whose times are
+/// none of a task's) had no run near it, and its own cold times were dealt into the cycle.
+fn near_vars(
+    vars: Option<&str>,
+    predicted: Option<&serde_json::Map<String, serde_json::Value>>,
+    runs: &[HistoryRun],
+) -> Vec<bool> {
     let vars = vars.and_then(|text| serde_json::from_str(text).ok());
     match vars {
-        Some(vars) => alike::distances(&vars, &runs.iter().map(|run| run.vars.as_deref()).collect::<Vec<_>>())
-            .into_iter()
-            .map(|distance| distance <= like_tasks::NEAR_VARS)
-            .collect(),
+        Some(vars) => {
+            alike::distances(&vars, &runs.iter().map(|run| run.vars.as_deref()).collect::<Vec<_>>(), predicted)
+                .into_iter()
+                .map(|distance| distance <= like_tasks::NEAR_VARS)
+                .collect()
+        }
         None => vec![false; runs.len()],
     }
 }

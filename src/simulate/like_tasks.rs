@@ -3,10 +3,10 @@
 //! descheduled, and whole runs of `mixed.yaml` differ by a third in a step's task-seconds. So a
 //! prediction gives a task the mean time of the recorded tasks like it — of its step, about its
 //! size (what their data made of them within [`SAME_SIZE`] of its own), in the recent runs whose
-//! vars are near the alike run's (within [`NEAR_VARS`] of each var's range, as
-//! [`super::alike`] measures nearness) — where there are at least [`AT_LEAST`] of them; else the
-//! alike run's own time for it. The mean, not the median: the stalls a run has somewhere are
-//! part of what its tasks cost.
+//! vars are near the alike run's (within [`NEAR_VARS`] of each var's range over the runs and the
+//! cycle predicted, as [`super::alike`] measures nearness) — where there are at least
+//! [`AT_LEAST`] of them; else the alike run's own time for it. The mean, not the median: the
+//! stalls a run has somewhere are part of what its tasks cost.
 
 /// How near (a share of each var's range, [`super::alike::distances`]) a run's vars must be to
 /// the alike run's for its tasks to count as like this cycle's.
