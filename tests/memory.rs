@@ -156,3 +156,28 @@ fn a_mean_over_more_than_the_budget_streams_through_its_spilled_inputs() {
     assert_eq!(mean["oversized"], 1, "{mean}");
     assert!(m.peak_rss <= allowed(budget), "peak RSS {} MiB", m.peak_rss / MIB);
 }
+
+#[test]
+fn a_gather_whose_inputs_leave_no_room_for_its_estimate_runs_alone_reported_oversized() {
+    // Four fields of 4 MB and their mean, 4 MB more, under 18 MiB: the mean holds 20 MB alone.
+    // The plan sizes the mean by the smaller grid's sample task (0.4 MB); its plugin says 4 MB
+    // at dispatch. The run holds more than the budget while it runs — as it must — and says
+    // so: reported oversized, where it was reported as fitting beside a peak reserved over the
+    // budget.
+    let recipe = "recipe: regrown\ndims:\n  member: 4\n  grid: [100, 1000]\nsteps:\n  field:\n    plugin: synth\n    \
+                  over: [member, grid]\n    args: {ny: \"{grid}\", nx: 1000, wet_fraction: 0.5, seed: \"{member}\"}\n  \
+                  probability:\n    plugin: mean\n    over: [grid]\n    inputs: {members: field}\n";
+    let budget = 18 * MIB;
+    let spill = tempfile::tempdir().unwrap();
+    let m = run_measured(
+        recipe,
+        &["--budget", "18MiB", "--workers", "2", "--no-record", "--spill-dir", spill.path().to_str().unwrap()],
+    );
+    assert_ok(&m);
+    let reserved = m.summary["peak_reserved_bytes"].as_u64().unwrap();
+    assert!(reserved > budget, "the mean of the larger grid holds 20 MB alone: {}", m.summary);
+    let mean = m.summary["steps"].as_array().unwrap().iter().find(|s| s["step"] == "probability").unwrap();
+    assert_eq!(mean["oversized"], 1, "{mean}");
+    assert_eq!(m.summary["oversized"], 1, "{}", m.summary);
+    assert!(m.peak_rss <= allowed(budget), "peak RSS {} MiB", m.peak_rss / MIB);
+}

@@ -757,7 +757,7 @@ fn a_spill_is_predicted_where_the_real_run_spilled() {
 }
 
 #[test]
-fn a_spilled_buffer_is_predicted_written_and_read_back_at_the_spill_bandwidth() {
+fn a_spilled_buffer_is_predicted_written_at_the_spill_bandwidth_and_streamed_by_a_task_run_alone() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "g.yaml", GATHER);
@@ -771,12 +771,14 @@ fn a_spilled_buffer_is_predicted_written_and_read_back_at_the_spill_bandwidth() 
     let seconds_at_64_mib = spilled / (64.0 * MIB);
     let steps = predicted["steps"].as_array().unwrap();
     let gather = steps.iter().find(|step| step["step"] == "all").unwrap()["wall_s"].as_f64().unwrap();
-    // The gather reads its spilled inputs back; the run waits for them to be written first.
-    assert!(gather >= seconds_at_64_mib, "the gather takes {gather} s, reading {spilled} spilled bytes at 64 MiB/s");
+    // The gather runs alone past the budget: it streams through its spilled inputs as it reads
+    // them (a noop reads none), in its own recorded time, as the real run's worker reads
+    // nothing back before such a task; the run waits for them to be written first.
+    assert!(gather < seconds_at_64_mib / 2.0, "the gather takes {gather} s: {spilled} spilled bytes read back first");
     // (The simulated wall, before the recorded run's pace moves it: the first run, simulated
     // as it ran at its own spills' speed, took a share of that.)
     let wall = predicted["wall_s"].as_f64().unwrap() - predicted["overhead_s"].as_f64().unwrap_or(0.0);
-    assert!(wall >= 2.0 * seconds_at_64_mib, "the run takes {wall} s, spilling {spilled} bytes at 64 MiB/s");
+    assert!(wall >= seconds_at_64_mib, "the run takes {wall} s, spilling {spilled} bytes at 64 MiB/s");
     // Ten times the bandwidth, a tenth of the time (what the steps themselves take aside).
     let faster = predict("640MiB", "q.json");
     assert_eq!(faster["spilled_bytes"], predicted["spilled_bytes"]);
@@ -799,16 +801,18 @@ fn a_spilled_buffer_is_predicted_written_and_read_back_at_the_spill_bandwidth() 
     assert!((speed - bytes / (micros / 1e6)).abs() <= 1.0, "{learned} from {recorded:?}");
 }
 
-/// `recipes/precip_mixed.yaml` at its wettest with six thresholds under 24 MiB, run or
-/// simulated in `dir` into `h.db`: the smoothed fields wait on disk for their means (six
-/// buffers), each mean reading its own back under a reservation that holds them.
+/// `recipes/precip_mixed.yaml` at its wettest with four thresholds under 18 MiB, run or
+/// simulated in `dir` into `h.db`: smoothed fields wait on disk for their means, each mean
+/// reading its own back under a reservation that holds them. (With six thresholds under 24 MiB
+/// a mean of the larger grid needs more than the budget alone: it runs alone, oversized, and
+/// streams through its spilled inputs instead.)
 fn mixed_spilling(dir: &Path, verb: &str, cycle: &str, summary: &str) -> (String, Json) {
     let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/precip_mixed.yaml");
     let out = common::runner_command(dir, &[])
         .arg(verb)
         .arg(&recipe)
-        .args(["--cycle", cycle, "--set", "wet=0.55", "--set", "thresholds=[0.5, 1.0, 2.0, 4.0, 8.0, 16.0]"])
-        .args(["--workers", "2", "--budget", "24MiB", "--db", "h.db", "--summary", summary])
+        .args(["--cycle", cycle, "--set", "wet=0.55", "--set", "thresholds=[0.5, 1.0, 2.0, 4.0]"])
+        .args(["--workers", "2", "--budget", "18MiB", "--db", "h.db", "--summary", summary])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));

@@ -238,7 +238,10 @@ impl RunSummary {
             estimates.push_str(&format!(" · {}", over_estimate(self.underestimates)));
         }
         if self.oversized > 0 {
-            estimates.push_str(&format!(" · {} oversized (ran alone, estimate above the budget)", self.oversized));
+            estimates.push_str(&format!(
+                " · {} oversized (ran alone: estimate and inputs above the budget)",
+                self.oversized
+            ));
         }
         say!(
             "{} {}: {} — {} ({} ok, {reused}{} failed, {} skipped) in {:.2} s · peak RSS {}{} · {}{estimates}",

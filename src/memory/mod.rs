@@ -418,6 +418,22 @@ impl<'m> Ledger<'m> {
         self.try_reserve(at, bytes)
     }
 
+    /// Makes the reservation of the task in `slot` `bytes` in all if that fits the budget (at
+    /// once when smaller), never past it, as [`Ledger::try_resize`] may: for a task claimed but
+    /// not started, which can give its reservation back and wait in line (where spilling makes
+    /// room for it) instead. Returns false when it does not fit.
+    pub fn try_resize_within(&mut self, slot: TaskSlot, bytes: u64) -> bool {
+        let Some(at) = self.position(slot) else { return true };
+        let current = self.running[at].bytes.max(self.live(slot));
+        if bytes > self.running[at].bytes && self.used() - current + bytes > self.budget {
+            return false;
+        }
+        self.set_bytes(at, bytes);
+        self.set_growing(at, false);
+        self.note_peak();
+        true
+    }
+
     fn try_reserve(&mut self, at: usize, needed: u64) -> bool {
         let live = self.live(self.running[at].slot);
         let current = self.running[at].bytes.max(live);
@@ -647,5 +663,23 @@ mod tests {
         assert!(ledger.try_resize(A, 700 * U), "700 + 300 fits");
         assert!(!ledger.try_resize(B, 400 * U), "700 + 400 does not");
         assert_eq!(ledger.reserved(B), 300 * U);
+    }
+
+    #[test]
+    fn a_claimed_task_alone_is_resized_within_the_budget_only() {
+        let meter = FakeMeter::default();
+        let mut ledger = Ledger::new(1000 * U, &meter);
+        ledger.add_resident(600 * U);
+        ledger.start(A, 100 * U);
+        // Alone, it may grow past the budget as it runs (waiting could never end)...
+        assert!(ledger.try_resize(A, 500 * U));
+        ledger.finish(A);
+        // ... but not before it runs: it waits in line, where a spill may make room for it.
+        ledger.start(A, 100 * U);
+        assert!(!ledger.try_resize_within(A, 500 * U), "600 resident + 500 is over 1000");
+        assert_eq!(ledger.reserved(A), 100 * U);
+        assert!(ledger.try_resize_within(A, 400 * U), "600 + 400 fits");
+        assert!(ledger.try_resize_within(A, 50 * U), "a smaller one always");
+        assert_eq!(ledger.used(), 650 * U);
     }
 }

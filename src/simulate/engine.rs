@@ -337,10 +337,12 @@ impl Loop<'_> {
             plan.steps[step].model.as_ref(),
             picked.estimate,
         );
-        // Its spilled inputs are read back from their files first (a real run's worker does
-        // that, timed, which is what the recorded tasks' own times leave out).
+        // Its spilled inputs are read back from their files first where a real run's worker
+        // does that (timed, which is what the recorded tasks' own times leave out): a task
+        // admitted beside others. One run alone past the budget streams through them as it
+        // reads them, in its own time, as its recorded like tasks did.
         let read_back = picked.spilled_input_bytes;
-        if read_back > 0 {
+        if read_back > 0 && picked.admission == Admission::Fits {
             prediction.duration +=
                 Duration::from_secs_f64(read_back as f64 / self.options.read_back_bandwidth.max(1) as f64);
         }

@@ -177,8 +177,10 @@ pub struct State<'g> {
 /// What a task reads, in bytes.
 #[derive(Debug, Clone, Copy, Default)]
 struct InputSums {
-    /// Buffer bytes of all its inputs, resident or spilled.
+    /// What it reads: its inputs' buffer bytes, resident or spilled, and their files' bytes.
     bytes: u64,
+    /// Its inputs' buffer bytes, resident or spilled: held in memory while it runs.
+    buffers: u64,
     /// Of those, the bytes in spill files: mapped (and resident) while the task reads them.
     spilled: u64,
 }
@@ -301,9 +303,13 @@ impl<'g> State<'g> {
         self.ledger.running() > 0 || self.spills_in_flight > 0 || self.estimating > 0
     }
 
+    /// Whether `step` has a task to offer: one ready to start, or one deferred until it fits (a
+    /// source's last task, its estimate grown at dispatch, is deferred after every task of its
+    /// step has started: left out, it was never picked again and the run stopped as stuck).
     fn has_ready(&self, step: StepId) -> bool {
         let s = &self.steps[step];
-        if s.is_source { s.next_source < self.graph.steps[step].tasks } else { !s.ready.is_empty() }
+        let ready = if s.is_source { s.next_source < self.graph.steps[step].tasks } else { !s.ready.is_empty() };
+        ready || !s.deferred.is_empty()
     }
 
     fn peek_ready(&self, step: StepId) -> Option<u64> {
@@ -345,6 +351,7 @@ impl<'g> State<'g> {
         let mut sums = InputSums::default();
         self.for_each_live_input(task, |_, live| {
             sums.bytes += live.bytes + live.file_bytes;
+            sums.buffers += live.bytes;
             sums.spilled += live.bytes - live.resident_bytes;
         });
         sums

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use super::{Model, State, TaskRef};
+use super::{InputSums, Model, State, TaskRef};
 use crate::estimate::StepModel;
 use crate::memory::{Admission, Reservation, TaskSlot};
 use crate::plan::{EstimateSource, Plan};
@@ -191,8 +191,11 @@ impl<'g> State<'g> {
     pub fn reestimate(&mut self, plan: &Plan, picked: Picked, plugin_estimate: u64) -> Option<Picked> {
         let (estimate, source) = self.predict(plan, picked.task.step, plugin_estimate, picked.input_bytes);
         let reserved = estimate.saturating_add(picked.spilled_input_bytes);
-        if self.ledger.try_resize(picked.slot(), reserved) {
-            self.ledger.stop_growing(picked.slot());
+        // Within the budget only: one that does not fit waits in line, where its admission
+        // spills for it, or runs it alone and oversized, as for any task. Grown past the budget
+        // here where nothing else ran, a gather ran beside buffers a spill could have moved,
+        // over the budget and reported as fitting.
+        if self.ledger.try_resize_within(picked.slot(), reserved) {
             return Some(Picked { estimate, reserved, source, plugin_estimate, ..picked });
         }
         self.ledger.stop_growing(picked.slot());
@@ -267,7 +270,7 @@ impl<'g> State<'g> {
             Admission::Wait => Err(Some(blocked)),
             Admission::Alone { .. } if !self.nothing_could_free_memory_for(&blocked) => Err(Some(blocked)),
             admission => {
-                let oversized = reserved > self.ledger.budget() || inputs.bytes > self.ledger.budget();
+                let oversized = self.oversized(estimate, &inputs);
                 let admission = match admission {
                     Admission::Alone { .. } => Admission::Alone { oversized },
                     Admission::Fits if oversized => Admission::Alone { oversized },
@@ -283,6 +286,16 @@ impl<'g> State<'g> {
                 })
             }
         }
+    }
+
+    /// Whether a task estimated at `estimate` reading `inputs` needs more than the budget alone:
+    /// its estimate and its input buffers, resident or mapped back as it reads them (or what it
+    /// reads, files too). No admission keeps the ledger within the budget for it, so it runs
+    /// alone, reported as oversized — also when its plugin said so only at dispatch (a gather
+    /// of the larger grid, planned as the smaller one's).
+    fn oversized(&self, estimate: u64, inputs: &InputSums) -> bool {
+        let budget = self.ledger.budget();
+        estimate.saturating_add(inputs.buffers) > budget || inputs.bytes > budget
     }
 
     /// The estimate of a task of `step` and its source: from the step's model (learned from
@@ -426,5 +439,52 @@ mod tests {
             [(own(4), own(4), 0), (own(8), own(8), 0)],
             "the first's {first} for each would be too little"
         );
+    }
+
+    #[test]
+    fn a_source_s_last_task_deferred_at_dispatch_is_picked_once_it_fits() {
+        let c = compiled("  a: {plugin: noop, over: [lead]}\n");
+        let mut state = State::new(&c.graph, &c.plan, StepTraits::plain(1), 10 * MIB, &NoMemory, None);
+        let mut picked: Vec<_> = (0..4)
+            .map(|slot| match state.pick(&c.plan, TaskSlot(slot)) {
+                Pick::Run(picked) => picked,
+                _ => panic!("a noop task fits"),
+            })
+            .collect();
+        let last = picked.pop().unwrap();
+        let index = last.task.index;
+        // Every task of the step has started; the last turns out to need 8 MiB beside one that
+        // holds 4.
+        let running = picked.pop().unwrap();
+        state.ledger.try_resize(running.slot(), 4 * MIB);
+        for done in picked {
+            state.finish_virtual(done, Outcome::Ok, 0, 0, Duration::ZERO);
+        }
+        assert!(state.reestimate(&c.plan, last, 8 * MIB).is_none(), "8 + 4 MiB do not fit 10");
+        state.finish_virtual(running, Outcome::Ok, 0, 0, Duration::ZERO);
+        let Pick::Run(again) = state.pick(&c.plan, TaskSlot(0)) else { panic!("the deferred task is not picked") };
+        assert_eq!(again.task.index, index);
+        assert!(again.reserved >= 8 * MIB, "{}", again.reserved);
+    }
+
+    #[test]
+    fn a_task_grown_at_dispatch_past_the_budget_waits_for_a_spill_instead() {
+        let c = compiled("  a: {plugin: noop, over: [lead]}\n  b: {plugin: noop, over: [lead], inputs: {x: a}}\n");
+        let mut state = State::new(&c.graph, &c.plan, StepTraits::plain(2), 20 * MIB, &NoMemory, None);
+        let sources: Vec<_> = (0..4)
+            .map(|slot| match state.pick(&c.plan, TaskSlot(slot)) {
+                Pick::Run(picked) => picked,
+                _ => panic!("a noop task fits"),
+            })
+            .collect();
+        for done in sources {
+            state.finish_virtual(done, Outcome::Ok, 4 * MIB, 0, Duration::ZERO);
+        }
+        let Pick::Run(reader) = state.pick(&c.plan, TaskSlot(0)) else { panic!("a reader fits") };
+        // Alone beside 16 MiB of buffers, three of them others', it needs 8 MiB: it gives its
+        // reservation back, and its admission spills for it, rather than run 4 MiB over.
+        assert!(state.reestimate(&c.plan, reader, 8 * MIB).is_none());
+        assert!(state.ledger.used() <= 20 * MIB);
+        assert!(matches!(state.pick(&c.plan, TaskSlot(0)), Pick::Spill));
     }
 }
