@@ -3,12 +3,26 @@
 
 mod common;
 
-use common::{MIB, allowed, assert_ok, run_measured};
+use common::{MIB, Measured, allowed, assert_ok, run_measured};
 
 fn alloc_recipe(tasks: u32, args: &str) -> String {
     format!(
         "recipe: mem\ndims:\n  i: {tasks}\nsteps:\n  big:\n    plugin: alloc\n    over: [i]\n    args: {{{args}}}\n"
     )
+}
+
+/// `recipe` run on 2 workers under `budget`, unrecorded, spilling into a folder of its own.
+fn run_spilling(recipe: &str, budget: &str) -> Measured {
+    let spill = tempfile::tempdir().unwrap();
+    run_measured(
+        recipe,
+        &["--budget", budget, "--workers", "2", "--no-record", "--spill-dir", spill.path().to_str().unwrap()],
+    )
+}
+
+/// The summary's figures of `step`.
+fn step_figures<'a>(m: &'a Measured, step: &str) -> &'a serde_json::Value {
+    m.summary["steps"].as_array().unwrap().iter().find(|s| s["step"] == step).unwrap()
 }
 
 #[test]
@@ -140,11 +154,7 @@ fn a_mean_over_more_than_the_budget_streams_through_its_spilled_inputs() {
                   args: {ny: 1000, nx: 1000, wet_fraction: 0.5, seed: \"{member}\"}\n  probability:\n    plugin: mean\n    \
                   inputs: {members: field}\n";
     let budget = 256 * MIB;
-    let spill = tempfile::tempdir().unwrap();
-    let m = run_measured(
-        recipe,
-        &["--budget", "256MiB", "--workers", "2", "--no-record", "--spill-dir", spill.path().to_str().unwrap()],
-    );
+    let m = run_spilling(recipe, "256MiB");
     assert_ok(&m);
     assert!(m.summary["spilled_bytes"].as_u64().unwrap() > 200 * MIB, "{}", m.summary);
     assert!(
@@ -152,7 +162,7 @@ fn a_mean_over_more_than_the_budget_streams_through_its_spilled_inputs() {
         "the inputs the budget holds were spilled: {}",
         m.summary
     );
-    let mean = m.summary["steps"].as_array().unwrap().iter().find(|s| s["step"] == "probability").unwrap();
+    let mean = step_figures(&m, "probability");
     assert_eq!(mean["oversized"], 1, "{mean}");
     assert!(m.peak_rss <= allowed(budget), "peak RSS {} MiB", m.peak_rss / MIB);
 }
@@ -168,15 +178,11 @@ fn a_gather_whose_inputs_leave_no_room_for_its_estimate_runs_alone_reported_over
                   over: [member, grid]\n    args: {ny: \"{grid}\", nx: 1000, wet_fraction: 0.5, seed: \"{member}\"}\n  \
                   probability:\n    plugin: mean\n    over: [grid]\n    inputs: {members: field}\n";
     let budget = 18 * MIB;
-    let spill = tempfile::tempdir().unwrap();
-    let m = run_measured(
-        recipe,
-        &["--budget", "18MiB", "--workers", "2", "--no-record", "--spill-dir", spill.path().to_str().unwrap()],
-    );
+    let m = run_spilling(recipe, "18MiB");
     assert_ok(&m);
     let reserved = m.summary["peak_reserved_bytes"].as_u64().unwrap();
     assert!(reserved > budget, "the mean of the larger grid holds 20 MB alone: {}", m.summary);
-    let mean = m.summary["steps"].as_array().unwrap().iter().find(|s| s["step"] == "probability").unwrap();
+    let mean = step_figures(&m, "probability");
     assert_eq!(mean["oversized"], 1, "{mean}");
     assert_eq!(m.summary["oversized"], 1, "{}", m.summary);
     assert!(m.peak_rss <= allowed(budget), "peak RSS {} MiB", m.peak_rss / MIB);
