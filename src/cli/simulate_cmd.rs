@@ -21,6 +21,7 @@ use crate::simulate::service_wait::{AddedWaits, Interpreters};
 use crate::simulate::trend::{Carried, carried_text};
 use crate::simulate::{ClusterShape, CpuSharing, History, Prediction, SimOptions};
 use crate::store::Executor;
+use crate::store::SpillSpeed;
 
 /// Jobs in flight with `--executor slurm` unless `--workers` says (as `run`).
 const SLURM_JOBS_IN_FLIGHT: usize = 64;
@@ -111,16 +112,15 @@ impl SpillBandwidth {
     /// default; spills are read back as fast as they are written where no reads were recorded.
     pub fn choose(given: Option<u64>, history: &History) -> SpillBandwidth {
         let recorded = history.spill_speed;
-        let (bytes_per_second, from) = match (given, recorded.written) {
+        // The flag, else the recorded speed, else `otherwise`.
+        let speed = |recorded: Option<SpillSpeed>, otherwise: (u64, SpillBandwidthFrom)| match (given, recorded) {
             (Some(given), _) => (given, SpillBandwidthFrom::Flag),
             (None, Some(speed)) => (speed.bytes_per_second(), SpillBandwidthFrom::History),
-            (None, None) => (DEFAULT_SPILL_BANDWIDTH, SpillBandwidthFrom::Default),
+            (None, None) => otherwise,
         };
-        let (read_back_bytes_per_second, read_back_from) = match (given, recorded.read_back) {
-            (Some(given), _) => (given, SpillBandwidthFrom::Flag),
-            (None, Some(speed)) => (speed.bytes_per_second(), SpillBandwidthFrom::History),
-            (None, None) => (bytes_per_second, SpillBandwidthFrom::AsWritten),
-        };
+        let (bytes_per_second, from) = speed(recorded.written, (DEFAULT_SPILL_BANDWIDTH, SpillBandwidthFrom::Default));
+        let (read_back_bytes_per_second, read_back_from) =
+            speed(recorded.read_back, (bytes_per_second, SpillBandwidthFrom::AsWritten));
         SpillBandwidth { bytes_per_second, from, read_back_bytes_per_second, read_back_from }
     }
 

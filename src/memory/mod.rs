@@ -424,8 +424,7 @@ impl<'m> Ledger<'m> {
     /// room for it) instead. Returns false when it does not fit.
     pub fn try_resize_within(&mut self, slot: TaskSlot, bytes: u64) -> bool {
         let Some(at) = self.position(slot) else { return true };
-        let current = self.running[at].bytes.max(self.live(slot));
-        if bytes > self.running[at].bytes && self.used() - current + bytes > self.budget {
+        if bytes > self.running[at].bytes && !self.fits_grown(at, bytes) {
             return false;
         }
         self.set_bytes(at, bytes);
@@ -434,17 +433,21 @@ impl<'m> Ledger<'m> {
         true
     }
 
+    /// Whether the running task at `at` holding `needed` in all would keep the ledger within
+    /// the budget (it counts now as the larger of its reservation and its live bytes).
+    fn fits_grown(&self, at: usize, needed: u64) -> bool {
+        let current = self.running[at].bytes.max(self.live(self.running[at].slot));
+        self.used() - current + needed <= self.budget
+    }
+
     fn try_reserve(&mut self, at: usize, needed: u64) -> bool {
-        let live = self.live(self.running[at].slot);
-        let current = self.running[at].bytes.max(live);
         if needed <= self.running[at].bytes {
             self.set_growing(at, false);
             return true;
         }
         let others_growing = self.growing - usize::from(self.running[at].growing);
         let others_all_waiting = others_growing == self.running.len() - 1;
-        let fits = self.used() - current + needed <= self.budget;
-        if fits || others_all_waiting {
+        if self.fits_grown(at, needed) || others_all_waiting {
             self.set_bytes(at, needed);
             self.set_growing(at, false);
             self.note_peak();

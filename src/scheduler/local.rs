@@ -14,8 +14,8 @@ use super::shared::Shared;
 use super::worker::{MAX_BATCH, Worker};
 use crate::executor::attempt::{self, TaskOutcome};
 use crate::executor::{Attempt, Executor, Next, Ran, Unit, UnitSizing};
+use crate::memory::TaskSlot;
 use crate::memory::spill::{self, ReadBack};
-use crate::memory::{Admission, TaskSlot};
 
 /// Runs tasks on the worker threads of this process (the default executor).
 #[derive(Debug, Clone, Copy, Default)]
@@ -98,14 +98,13 @@ impl<'s, 'r> Worker<'s, 'r> {
             command_limit: shared.options.enforce_memory.then(|| picked.reserved.saturating_add(picked.reserved / 4)),
             reserved: if preemptible { picked.reserved } else { 0 },
         };
-        // Its spilled inputs are read in before it runs, timed (how fast spills are read back is
-        // what a simulation charges their readers), where it was admitted beside the rest: its
-        // reservation holds them then (`State::pick`). A task run alone past the budget streams
-        // through its spilled inputs instead (or never reads them), and reading them in would
-        // break it.
-        let read_back = match picked.spilled_input_bytes > 0 && picked.admission == Admission::Fits {
-            true => spill::read_back(self.values[claimed.values.clone()].iter().map(|value| &**value)),
-            false => ReadBack::default(),
+        // Read in first, timed (how fast spills are read back is what a simulation charges their
+        // readers), only within its reservation (`Picked::read_back_first`): reading them in for
+        // a task run alone past the budget would break it.
+        let read_back = if picked.read_back_first() > 0 {
+            spill::read_back(self.values[claimed.values.clone()].iter().map(|value| &**value))
+        } else {
+            ReadBack::default()
         };
         let mut outcome = self.with_inputs(step_id, claimed.values.clone(), claimed.counts.clone(), |inputs| {
             let task =

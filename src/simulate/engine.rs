@@ -337,12 +337,11 @@ impl Loop<'_> {
             plan.steps[step].model.as_ref(),
             picked.estimate,
         );
-        // Its spilled inputs are read back from their files first where a real run's worker
-        // does that (timed, which is what the recorded tasks' own times leave out): a task
-        // admitted beside others. One run alone past the budget streams through them as it
-        // reads them, in its own time, as its recorded like tasks did.
-        let read_back = picked.spilled_input_bytes;
-        if read_back > 0 && picked.admission == Admission::Fits {
+        // Its spilled inputs are read back first as a real run's worker reads them
+        // (`Picked::read_back_first`, timed, which the recorded tasks' own times leave out); one
+        // run alone past the budget streams through them in its own time, as its like tasks did.
+        let read_back = picked.read_back_first();
+        if read_back > 0 {
             prediction.duration +=
                 Duration::from_secs_f64(read_back as f64 / self.options.read_back_bandwidth.max(1) as f64);
         }

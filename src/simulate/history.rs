@@ -537,11 +537,11 @@ pub fn read_step(
     }
     // Each alike run's tasks take the mean time of the tasks like them in the runs near it,
     // before two alike runs are interpolated: a time between two weathers is between theirs.
+    let predicted = match alike_by {
+        AlikeBy::Vars(vars) => Some(vars),
+        AlikeBy::Newest | AlikeBy::Run(_) => None,
+    };
     for (alike, _) in &mut taken {
-        let predicted = match alike_by {
-            AlikeBy::Vars(vars) => Some(vars),
-            AlikeBy::Newest | AlikeBy::Run(_) => None,
-        };
         let near = near_vars(alike.vars.as_deref(), predicted, runs);
         let like = like_by_run.iter().zip(near).filter(|(_, near)| *near).flat_map(|(like, _)| like.iter().copied());
         let like = LikeTasks::new(like.collect());

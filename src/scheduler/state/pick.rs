@@ -67,6 +67,14 @@ pub struct Picked {
 }
 
 impl Picked {
+    /// The spilled input bytes it reads back from their files before it runs: all of them where
+    /// it was admitted beside the rest (its reservation holds them, `State::pick`), none where
+    /// it runs alone past the budget and streams through them as it reads them. A local worker
+    /// reads them so, timed; a simulation charges that time.
+    pub fn read_back_first(&self) -> u64 {
+        if self.admission == Admission::Fits { self.spilled_input_bytes } else { 0 }
+    }
+
     /// The slot of its reservation (what the meter measures it by).
     pub fn slot(&self) -> TaskSlot {
         self.reservation.slot()
