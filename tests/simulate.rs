@@ -540,6 +540,59 @@ fn past_the_recorded_range_a_step_whose_data_not_its_args_moved_is_carried_along
     );
 }
 
+/// A number per task (`kb` × its index + 1) in a file of 8 bytes at any `kb`, and a command
+/// that writes that many kB and takes that many ms: its file and its time follow its input's
+/// data, within a run (the tasks of one run differ) and along `kb`; its args do not.
+const WORK_FOLLOWS_DATA: &str = r#"recipe: sim-work-follows-data
+vars:
+  kb: 20
+dims:
+  i: 8
+steps:
+  amount:
+    plugin: exec
+    over: [i]
+    args:
+      command: [python3, -c, "import sys; open(sys.argv[1], 'w').write('%08d' % (int(sys.argv[2]) * (int(sys.argv[3]) + 1)))", "{output}", "{kb}", "{i}"]
+      output: "work/{cycle}/amount{i}.txt"
+  work:
+    plugin: exec
+    over: [i]
+    inputs: {amount: amount}
+    args:
+      command: [python3, -c, "import sys, time; kb = int(open(sys.argv[1]).read()); open(sys.argv[2], 'wb').write(bytes(kb * 1000)); time.sleep(kb / 1000)", "{input.amount}", "{output}"]
+      output: "work/{cycle}/work{i}.bin"
+"#;
+
+#[test]
+fn past_the_recorded_range_a_task_s_time_follows_its_carried_bytes_as_its_step_s_tasks_took_within_the_runs() {
+    let _shared = beside_others();
+    let dir = runs_of(WORK_FOLLOWS_DATA, &["kb=20", "kb=22", "kb=24"]);
+    let work_seconds = |s: &Json| s["steps"][1]["wall_s"].as_f64().unwrap();
+    // 60 lies far past 20 to 24; within each run a task of 8 × 24 kB took 8 times as long as
+    // one of 24 kB: at 60, the files and the time grow about 2.5 times.
+    let (said, predicted) = with_var(dir.path(), "simulate", "c4", "kb=60", "1GiB");
+    let carried = predicted["carried_past_history"].as_array().unwrap();
+    assert_eq!(carried.len(), 1, "{said}");
+    assert_eq!(carried[0]["step"], "work", "{said}");
+    let time = &carried[0]["time"];
+    let factor = time["factor"].as_f64().unwrap_or_else(|| panic!("the time followed the bytes: {said}"));
+    assert!(factor > 1.3, "{said}");
+    // 1 ms a kB: 1 µs a byte, 1.05 s a MiB.
+    let per_mib = time["seconds_per_mib"].as_f64().unwrap();
+    assert!((0.85..1.3).contains(&per_mib), "{per_mib} s a MiB: {said}");
+    assert!(said.contains(" per MiB more it holds, as its tasks took within the runs"), "{said}");
+    let (_, real) = with_var(dir.path(), "run", "c4", "kb=60", "1GiB");
+    let error = (work_seconds(&predicted) - work_seconds(&real)) / work_seconds(&real);
+    assert!(
+        error.abs() <= 0.2,
+        "`work` predicted {:.3} s, ran {:.3} s ({:+.0}%), its tasks' time ×{factor:.2} the run at kb=24's",
+        work_seconds(&predicted),
+        work_seconds(&real),
+        error * 100.0
+    );
+}
+
 #[test]
 fn between_two_recorded_weathers_a_file_is_predicted_at_the_size_between_them() {
     let _alone = alone();

@@ -25,6 +25,7 @@ use super::durations::{DurationModel, Timing};
 use super::growth::{self, Growth};
 use super::like_tasks::{self, LikeTasks};
 use super::service_wait::{Interpreters, StepWaits};
+use super::time_per_byte;
 use super::trend::{self, Extended};
 
 /// A step's recorded tasks.
@@ -551,7 +552,7 @@ pub fn read_step(
         }
     }
     if let (Some((along, far)), Some((near, _))) = (&far, taken.first()) {
-        records.extended = trend::extend(along, near, far);
+        records.extended = trend::extend(along, near, far, time_per_byte::fit(&like_by_run));
     }
     if let Some((blended, cycles)) = alike_figures::blend(taken) {
         records.alike_by_index = blended.by_index;

@@ -22,6 +22,7 @@ pub mod meter;
 pub mod outcome;
 pub mod predict;
 pub mod service_wait;
+pub mod time_per_byte;
 pub mod trend;
 pub(crate) mod variants;
 

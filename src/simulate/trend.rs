@@ -22,18 +22,23 @@
 //!
 //! A figure that moved by less than [`STILL`] between the two runs is fixed or noise (a grid's
 //! output, a whole-field task's peak), and kept: carried twenty times the distance, noise would
-//! be twenty times as large; so is a step whose peak alone moved. A task's time is kept too:
-//! tasks of a few milliseconds vary more from run to run than the weather moves them across a
-//! dry spell, and the line through two runs' mean times pointed anywhere at the first wet
-//! cycles (a thresholding step, whose time does not follow the rain, +81% to +121%; a writer
-//! −100%).
+//! be twenty times as large; so is a step whose peak alone moved. A task's time is not carried
+//! along the line: tasks of a few milliseconds vary more from run to run than the weather moves
+//! them across a dry spell, and the line through two runs' mean times pointed anywhere at the
+//! first wet cycles (a thresholding step, whose time does not follow the rain, +81% to +121%; a
+//! writer −100%). It follows its carried bytes instead, by the time per byte the step's tasks
+//! took more within the runs where they held more ([`super::time_per_byte`]), where they did;
+//! else it is kept.
 
 use std::collections::HashMap;
 
 use serde::Serialize;
 
 use super::alike_figures::{Alike, Recorded};
+use super::durations::format_seconds;
 use super::growth::Along;
+use super::like_tasks;
+use super::time_per_byte::TimePerByte;
 
 /// Figures closer than this (relative to the larger) in the two runs did not move.
 pub const STILL: f64 = 0.02;
@@ -98,6 +103,19 @@ pub struct Trend {
     pub line_weight: f64,
     /// The figures that moved, and by how much.
     pub moved: Vec<Moved>,
+    /// How the tasks' time followed: `None`, kept as there.
+    pub time: Option<TimeCarried>,
+}
+
+/// A step's tasks' time carried with their bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TimeCarried {
+    /// The seconds a task took per MiB more it held, within the recorded runs ([`TimePerByte`]).
+    pub seconds_per_mib: f64,
+    /// How many standard deviations above 0 the tasks' times rose with their figures.
+    pub z: f64,
+    /// The mean task's time carried, over the nearest run's.
+    pub factor: f64,
 }
 
 /// A figure carried along the line: the nearest run's mean task's, and what it is multiplied by.
@@ -133,7 +151,8 @@ pub struct Extended {
 /// in the other run: those saw different rain, and the line through them would carry their
 /// difference, not the weather's. Each task keeps its place about the mean, its distance from
 /// it growing as the square root of the mean, as a count's spread does ([`Moved::carry`]).
-pub fn extend(along: &Along, near: &Alike, far: &Alike) -> Option<Extended> {
+/// A task's time follows its carried bytes at `time_per_byte`, where the step has one.
+pub fn extend(along: &Along, near: &Alike, far: &Alike, time_per_byte: Option<TimePerByte>) -> Option<Extended> {
     // How far this cycle lies past the nearest run, in spans of the line's two runs; the
     // line's weight is `reach / (reach + 1)`.
     let reach = (along.value - along.near) / (along.near - along.far_value);
@@ -164,9 +183,17 @@ pub fn extend(along: &Along, near: &Alike, far: &Alike) -> Option<Extended> {
             for moved in &moved {
                 moved.figure.set(&mut carried, moved.carry(moved.figure.of(recorded)));
             }
+            if let Some(time_per_byte) = time_per_byte {
+                carried.wall_us = time_per_byte.carry(recorded.wall_us, figure(recorded), figure(&carried));
+            }
             (index, carried)
         })
         .collect();
+    let time = time_per_byte.map(|per_byte| TimeCarried {
+        seconds_per_mib: per_byte.us_per_byte * 1e-6 * (1u64 << 20) as f64,
+        z: per_byte.z,
+        factor: mean_wall(&by_index) / mean_wall(&near.by_index),
+    });
     let carry = |median: Option<u64>, figure| {
         median.map(|bytes| moved.iter().find(|m| m.figure == figure).map_or(bytes, |m| m.carry(bytes)))
     };
@@ -182,6 +209,7 @@ pub fn extend(along: &Along, near: &Alike, far: &Alike) -> Option<Extended> {
             value: along.value,
             line_weight: reach.abs() / (reach.abs() + 1.0),
             moved,
+            time,
         },
     })
 }
@@ -204,12 +232,20 @@ impl Moved {
 /// the line through the runs at 0.02 and 0.05 at 0.45 (93% the line's); its time as there`, for
 /// a prediction's text.
 pub fn carried_text(carried: &Carried) -> String {
-    let Trend { var, measured_from, measured_to, value, line_weight, moved } = &carried.trend;
+    let Trend { var, measured_from, measured_to, value, line_weight, moved, time } = &carried.trend;
     let (low, high) = (measured_from.min(*measured_to), measured_from.max(*measured_to));
     let figures: Vec<String> = moved.iter().map(|m| format!("{} ×{:.2}", m.figure.name(), m.factor)).collect();
+    let time = match time {
+        Some(time) => format!(
+            "its time ×{:.2}: {} per MiB more it holds, as its tasks took within the runs",
+            time.factor,
+            format_seconds(time.seconds_per_mib)
+        ),
+        None => "its time as there".to_string(),
+    };
     format!(
         "{}: {} the mean task's of the run at {var} {measured_to}, toward the line through the runs at {low} and \
-         {high} at {value} ({:.0}% the line's); its time as there",
+         {high} at {value} ({:.0}% the line's); {time}",
         carried.step,
         figures.join(", "),
         line_weight * 100.0
@@ -219,6 +255,17 @@ pub fn carried_text(carried: &Carried) -> String {
 /// Whether a figure moved between two runs: by [`STILL`] or more of the larger.
 fn moved(a: f64, b: f64) -> bool {
     (a - b).abs() >= STILL * a.max(b) && a.max(b) > 0.0
+}
+
+/// What a task's data made of it ([`like_tasks::figure`]).
+fn figure(recorded: &Recorded) -> u64 {
+    like_tasks::figure(recorded.plugin_estimate, recorded.output_bytes, recorded.file_bytes)
+}
+
+/// The tasks' mean µs (1 without tasks or time, for a ratio).
+fn mean_wall(tasks: &HashMap<u64, Recorded>) -> f64 {
+    let sum: f64 = tasks.values().map(|recorded| recorded.wall_us as f64).sum();
+    if sum > 0.0 { sum / tasks.len() as f64 } else { 1.0 }
 }
 
 /// The mean of `figure` over the tasks; `None` without tasks.
@@ -256,7 +303,7 @@ mod tests {
         // Files of 800 and 1200 bytes at 0.05, 500 and 700 at 0.03; the peaks did not move.
         let near = run(&[(800, 10_000), (1200, 10_050)]);
         let far = run(&[(500, 10_020), (700, 10_000)]);
-        let extended = extend(&along(0.45, 0.05, 0.03), &near, &far).expect("the files moved");
+        let extended = extend(&along(0.45, 0.05, 0.03), &near, &far, None).expect("the files moved");
         // 20 spans past: the line weighs 20/21; the mean moves 400 bytes a span.
         let mean = 1000.0 + 400.0 * 20.0 * (20.0 / 21.0);
         assert_eq!(extended.trend.moved.len(), 1, "{:?}", extended.trend);
@@ -274,11 +321,37 @@ mod tests {
     }
 
     #[test]
+    fn where_the_step_s_tasks_took_longer_the_more_they_held_a_task_s_time_follows_its_carried_bytes() {
+        let near = run(&[(800, 10_000), (1200, 10_050)]);
+        let far = run(&[(500, 10_020), (700, 10_000)]);
+        let per_byte = TimePerByte { us_per_byte: 2.0, z: 2.5 };
+        let extended = extend(&along(0.45, 0.05, 0.03), &near, &far, Some(per_byte)).unwrap();
+        for index in [0, 1] {
+            let (recorded, carried) = (&near.by_index[&index], &extended.by_index[&index]);
+            // Output and estimate stayed: the time grows by 2 µs a byte of file more.
+            let more = carried.file_bytes - recorded.file_bytes;
+            assert_eq!(carried.wall_us, 1000 + 2 * more, "task {index}");
+        }
+        let time = extended.trend.time.expect("the time was carried");
+        assert_eq!((time.seconds_per_mib, time.z), (2.0 * 1.048576, 2.5));
+        let mean = |tasks: &HashMap<u64, Recorded>| tasks.values().map(|r| r.wall_us as f64).sum::<f64>() / 2.0;
+        assert!((time.factor - mean(&extended.by_index) / 1000.0).abs() < 1e-9, "{time:?}");
+        let text = carried_text(&Carried { step: "smooth".into(), trend: extended.trend });
+        assert!(
+            text.ends_with(&format!(
+                "(95% the line's); its time ×{:.2}: 2.10 s per MiB more it holds, as its tasks took within the runs",
+                time.factor
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn a_short_way_past_a_run_that_run_says_most() {
         // 0.55 from runs at 0.45 and 0.03: a quarter of a span, so the line weighs about a fifth.
         let near = run(&[(9800, 0)]);
         let far = run(&[(600, 0)]);
-        let extended = extend(&along(0.55, 0.45, 0.03), &near, &far).unwrap();
+        let extended = extend(&along(0.55, 0.45, 0.03), &near, &far, None).unwrap();
         let reach: f64 = 0.1 / 0.42;
         let line = 9200.0 * reach;
         let weighted = 9800.0 + line * reach / (reach + 1.0);
@@ -291,7 +364,7 @@ mod tests {
     fn below_the_range_a_figure_goes_down_the_line_but_not_below_a_byte() {
         let near = run(&[(100, 5000), (300, 5000)]);
         let far = run(&[(2000, 5000)]);
-        let extended = extend(&along(0.01, 0.05, 0.5), &near, &far).unwrap();
+        let extended = extend(&along(0.01, 0.05, 0.5), &near, &far, None).unwrap();
         let factor = extended.trend.moved[0].factor;
         assert!(factor < 1.0, "{factor}");
         let carried = |value: f64| (200.0 * factor + (value - 200.0) * factor.sqrt()).round() as u64;
@@ -300,7 +373,7 @@ mod tests {
             (carried(100.0), carried(300.0))
         );
         // Far below, the mean goes down to nothing at most, and a task with a file keeps a byte.
-        let far_below = extend(&along(-5.0, 0.05, 0.5), &near, &far).unwrap();
+        let far_below = extend(&along(-5.0, 0.05, 0.5), &near, &far, None).unwrap();
         assert_eq!(far_below.trend.moved[0].factor, 0.0);
         assert_eq!((far_below.by_index[&0].file_bytes, far_below.by_index[&1].file_bytes), (1, 1));
     }
@@ -308,12 +381,12 @@ mod tests {
     #[test]
     fn nothing_moved_nothing_is_carried_and_the_text_names_what_did() {
         let same = run(&[(1000, 5000)]);
-        assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1010, 4990)])).is_none());
+        assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1010, 4990)]), None).is_none());
         // Files the nearest run's tasks did not write: nothing to carry (a factor on nothing).
-        assert!(extend(&along(0.45, 0.05, 0.03), &run(&[(0, 5000)]), &run(&[(800, 5000)])).is_none());
+        assert!(extend(&along(0.45, 0.05, 0.03), &run(&[(0, 5000)]), &run(&[(800, 5000)]), None).is_none());
         // A peak that moved while nothing the task reads or makes did: noise, not carried.
-        assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1000, 4000)])).is_none());
-        let extended = extend(&along(0.45, 0.05, 0.03), &run(&[(1000, 5000)]), &run(&[(600, 5000)])).unwrap();
+        assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1000, 4000)]), None).is_none());
+        let extended = extend(&along(0.45, 0.05, 0.03), &run(&[(1000, 5000)]), &run(&[(600, 5000)]), None).unwrap();
         let text = carried_text(&Carried { step: "smooth".into(), trend: extended.trend });
         assert!(
             text.starts_with("smooth: file ×8.62 the mean task's of the run at wet 0.05, toward the line through the runs at 0.03 and 0.05 at 0.45 (95% the line's); its time as there"),
