@@ -32,6 +32,9 @@ pub(super) struct Blocked {
     /// What it would reserve: its estimate and its spilled inputs.
     pub needed: u64,
     pub estimate: u64,
+    /// It needs more than the budget beside nothing else ([`State::oversized`]): it runs
+    /// alone, once what runs has finished.
+    pub oversized: bool,
 }
 
 /// An estimate the ledger admitted.
@@ -96,6 +99,13 @@ impl<'g> State<'g> {
     /// sources in lockstep, each in an order that completes the gathers nearest to it first.
     /// Buffers are spilled only when waiting for running tasks cannot make room (see
     /// [`State::spill_for`]), so a budget that a good order fits never spills.
+    ///
+    /// A preferred task that can only run alone (oversized) is not passed over for less
+    /// preferred work: nothing more starts until what runs has finished, and it runs. Passed
+    /// over, it waited while the sources went on — a gather of six members over more than the
+    /// budget ran after every lead's members, whose outputs piled up behind it and were spilled
+    /// (`weather.yaml` at 10 MiB: 10 to 21 buffers a run, as the workers happened to be free
+    /// together or not); waiting for it costs a worker the rest of one task.
     pub fn pick(&mut self, plan: &Plan, slot: TaskSlot) -> Pick {
         // A reservation whose guard was lost goes back before anything is admitted.
         self.ledger.reclaim_dropped();
@@ -112,6 +122,9 @@ impl<'g> State<'g> {
                     None => blocked = Some(task),
                 },
                 Err(needed) => blocked = blocked.or(needed),
+            }
+            if blocked.is_some_and(|task| task.oversized) && self.waits_for_something() {
+                return Pick::Wait;
             }
         }
         if let Some(step) = self.next_source_step() {
@@ -153,6 +166,12 @@ impl<'g> State<'g> {
         let admitted = self.admit(plan, task, plugin_estimate)?;
         self.pop_ready(step);
         Ok(Pick::Run(self.start(task, admitted, plugin_estimate, slot)))
+    }
+
+    /// Whether something will change what the ledger holds without a worker picking: a task
+    /// runs, or a spill is being written.
+    fn waits_for_something(&self) -> bool {
+        self.ledger.running() > 0 || self.spills_in_flight > 0
     }
 
     /// The source step to start a task of next: the one least far through its tasks, so that
@@ -273,12 +292,12 @@ impl<'g> State<'g> {
         let (estimate, source) = self.predict(plan, task.step, plugin_estimate, inputs.bytes);
         // Spilled inputs are mapped back in as the task reads them: they count while it runs.
         let reserved = estimate.saturating_add(inputs.spilled);
-        let blocked = Blocked { task, needed: reserved, estimate };
+        let oversized = self.oversized(estimate, &inputs);
+        let blocked = Blocked { task, needed: reserved, estimate, oversized };
         match self.ledger.admission(reserved) {
             Admission::Wait => Err(Some(blocked)),
             Admission::Alone { .. } if !self.nothing_could_free_memory_for(&blocked) => Err(Some(blocked)),
             admission => {
-                let oversized = self.oversized(estimate, &inputs);
                 let admission = match admission {
                     Admission::Alone { .. } => Admission::Alone { oversized },
                     Admission::Fits if oversized => Admission::Alone { oversized },
@@ -362,7 +381,7 @@ impl<'g> State<'g> {
 mod tests {
     use std::time::Duration;
 
-    use super::super::testing::{NoMemory, compiled};
+    use super::super::testing::{NoMemory, compiled, compiled_over};
     use crate::estimate::{Basis, Observation, Params, StepModel};
     use crate::memory::TaskSlot;
     use crate::scheduler::{Outcome, Pick, State, StepTraits};
@@ -495,5 +514,55 @@ mod tests {
         assert!(state.reestimate(&c.plan, reader, 8 * MIB).is_none());
         assert!(state.ledger.used() <= 20 * MIB);
         assert!(matches!(state.pick(&c.plan, TaskSlot(0)), Pick::Spill));
+    }
+
+    #[test]
+    fn a_task_that_can_only_run_alone_is_not_passed_over_for_a_source_it_waits_for_what_runs() {
+        // `g` (3 MiB) gathers the four `a` outputs of 2 MiB: 11 MiB, more than the budget of
+        // 10 alone; the `s` tasks hold nothing, and fit beside the 8 MiB of buffers.
+        let c = compiled_over(
+            "{lead: 4, member: 8}",
+            "  a: {plugin: noop, over: [lead]}\n  s: {plugin: noop, over: [member, lead]}\n  g: {plugin: noop, inputs: {x: a}, memory: 3MiB}\n",
+        );
+        let mut state = State::new(&c.graph, &c.plan, StepTraits::plain(3), 10 * MIB, &NoMemory, None);
+        let (mut a_done, mut sources_running) = (0, Vec::new());
+        while a_done < 4 {
+            let Pick::Run(picked) = state.pick(&c.plan, TaskSlot(sources_running.len() as u32 + 1)) else {
+                panic!("a source fits: {a_done} `a` done, {} MiB held", state.ledger.used() / MIB)
+            };
+            if picked.task.step == 0 {
+                state.finish_virtual(picked, Outcome::Ok, 2 * MIB, 0, Duration::ZERO);
+                a_done += 1;
+            } else if sources_running.is_empty() {
+                sources_running.push(picked);
+            } else {
+                state.finish_virtual(picked, Outcome::Ok, 0, 0, Duration::ZERO);
+            }
+        }
+        assert_eq!(sources_running.len(), 1, "an `s` task runs, and more are ready");
+        // `g` is ready and preferred, and needs more than the budget: nothing else starts, though
+        // an `s` task would fit.
+        assert!(matches!(state.pick(&c.plan, TaskSlot(0)), Pick::Wait));
+        for running in sources_running {
+            state.finish_virtual(running, Outcome::Ok, 0, 0, Duration::ZERO);
+        }
+        // Nothing runs: it goes alone, after spilling what of its inputs the budget cannot hold.
+        loop {
+            match state.pick(&c.plan, TaskSlot(0)) {
+                Pick::Spill => {
+                    let mut jobs = Vec::new();
+                    state.take_spill_jobs(&mut jobs);
+                    let mut written: Vec<_> = jobs.drain(..).map(|job| job.task).collect();
+                    assert!(!written.is_empty() && written.iter().all(|task| task.step == 0), "its own inputs");
+                    state.finish_virtual_spills(&mut written);
+                }
+                Pick::Run(gather) => {
+                    assert_eq!(gather.task.step, 2, "the gather, not a source");
+                    state.finish_virtual(gather, Outcome::Ok, 0, 0, Duration::ZERO);
+                    break;
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 }

@@ -22,7 +22,12 @@ impl Meter for NoMemory {
 /// A recipe of `steps` (YAML lines, indented under `steps:`) over `lead: 4`, compiled with the
 /// standard plugins.
 pub(super) fn compiled(steps: &str) -> Compiled {
-    let text = format!("recipe: r\ndims: {{lead: 4}}\nsteps:\n{steps}");
+    compiled_over("{lead: 4}", steps)
+}
+
+/// [`compiled`] over `dims` (a YAML map).
+pub(super) fn compiled_over(dims: &str, steps: &str) -> Compiled {
+    let text = format!("recipe: r\ndims: {dims}\nsteps:\n{steps}");
     let registry = Registry::new(runner_std_plugins::all());
     let options = CompileOptions { cycle: "c".into(), ..CompileOptions::default() };
     Compiled::from_text(Path::new("r.yaml"), &text, &options, &registry).unwrap()
