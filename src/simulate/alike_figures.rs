@@ -26,6 +26,13 @@ pub struct Recorded {
     pub peak_bytes: u64,
 }
 
+impl Recorded {
+    /// What its data made of it, as tasks are compared ([`super::like_tasks::figure`]).
+    pub fn figure(&self) -> u64 {
+        super::like_tasks::figure(self.plugin_estimate, self.output_bytes, self.file_bytes)
+    }
+}
+
 /// What one run measured of a step's tasks that only a real run measures.
 pub struct Alike {
     pub by_index: HashMap<u64, Recorded>,

@@ -547,12 +547,11 @@ pub fn read_step(
         let like = like_by_run.iter().zip(near).filter(|(_, near)| *near).flat_map(|(like, _)| like.iter().copied());
         let like = LikeTasks::new(like.collect());
         for recorded in alike.by_index.values_mut() {
-            let figure = like_tasks::figure(recorded.plugin_estimate, recorded.output_bytes, recorded.file_bytes);
-            recorded.wall_us = like.mean_wall_us(figure).unwrap_or(recorded.wall_us);
+            recorded.wall_us = like.mean_wall_us(recorded.figure()).unwrap_or(recorded.wall_us);
         }
     }
     if let (Some((along, far)), Some((near, _))) = (&far, taken.first()) {
-        records.extended = trend::extend(along, near, far, time_per_byte::fit(&like_by_run));
+        records.extended = trend::extend(along, near, far, || time_per_byte::fit(&like_by_run));
     }
     if let Some((blended, cycles)) = alike_figures::blend(taken) {
         records.alike_by_index = blended.by_index;

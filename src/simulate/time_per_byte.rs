@@ -21,11 +21,11 @@
 const TASKS_PER_RUN: usize = 128;
 
 /// Fewer pairs of tasks with other figures than this, and the time per byte is not known.
-pub const PAIRS_AT_LEAST: usize = 30;
+const PAIRS_AT_LEAST: usize = 30;
 
 /// How many standard deviations above 0 Kendall's S must lie: one-sided, a chance of one in ten
 /// that tasks whose times follow nothing are taken to.
-pub const Z_AT_LEAST: f64 = 1.28;
+const Z_AT_LEAST: f64 = 1.28;
 
 /// The time a step's tasks took per byte more they held, within runs.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -90,12 +90,14 @@ fn s_variance(tasks: &[(u64, u64)]) -> f64 {
 
 impl TimePerByte {
     /// A task's time carried from `figure` to `carried` bytes: `us` plus the time per byte of
-    /// the difference, but where it holds less, not below `us` in proportion to its bytes (a
-    /// task does not get faster than its data gets smaller).
+    /// the difference, and never below `us` in proportion to its bytes: where it holds less, a
+    /// task does not get faster than its data gets smaller; where it holds more, a shallow slope
+    /// (one fitted across tasks of two grid sizes, `mixed.yaml`) does not leave it quicker per
+    /// byte than it was.
     pub fn carry(&self, us: u64, figure: u64, carried: u64) -> u64 {
         let along = us as f64 + self.us_per_byte * (carried as f64 - figure as f64);
         let in_proportion = if figure > 0 { us as f64 * carried as f64 / figure as f64 } else { 0.0 };
-        along.max(in_proportion).max(0.0).round() as u64
+        along.max(in_proportion).round() as u64
     }
 }
 
@@ -155,5 +157,8 @@ mod tests {
         // not below 1000 × 39/40 either.
         assert_eq!(per_byte.carry(1000, 4_000_000, 3_000_000), 750);
         assert_eq!(per_byte.carry(1000, 4_000_000, 3_900_000), 975);
+        // 1 MB more at a slope of 0.0001 µs a byte would add 100 µs: not under 1000 × 5/4.
+        let shallow = TimePerByte { us_per_byte: 0.0001, z: 2.0 };
+        assert_eq!(shallow.carry(1000, 4_000_000, 5_000_000), 1250);
     }
 }

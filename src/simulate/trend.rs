@@ -37,7 +37,6 @@ use serde::Serialize;
 use super::alike_figures::{Alike, Recorded};
 use super::durations::format_seconds;
 use super::growth::Along;
-use super::like_tasks;
 use super::time_per_byte::TimePerByte;
 
 /// Figures closer than this (relative to the larger) in the two runs did not move.
@@ -151,8 +150,14 @@ pub struct Extended {
 /// in the other run: those saw different rain, and the line through them would carry their
 /// difference, not the weather's. Each task keeps its place about the mean, its distance from
 /// it growing as the square root of the mean, as a count's spread does ([`Moved::carry`]).
-/// A task's time follows its carried bytes at `time_per_byte`, where the step has one.
-pub fn extend(along: &Along, near: &Alike, far: &Alike, time_per_byte: Option<TimePerByte>) -> Option<Extended> {
+/// A task's time follows its carried bytes at the step's `time_per_byte`, where it has one (asked
+/// only once something moved).
+pub fn extend(
+    along: &Along,
+    near: &Alike,
+    far: &Alike,
+    time_per_byte: impl FnOnce() -> Option<TimePerByte>,
+) -> Option<Extended> {
     // How far this cycle lies past the nearest run, in spans of the line's two runs; the
     // line's weight is `reach / (reach + 1)`.
     let reach = (along.value - along.near) / (along.near - along.far_value);
@@ -175,6 +180,7 @@ pub fn extend(along: &Along, near: &Alike, far: &Alike, time_per_byte: Option<Ti
     if moved.iter().all(|m| m.figure == Figure::PeakBytes) {
         return None;
     }
+    let time_per_byte = time_per_byte();
     let by_index = near
         .by_index
         .iter()
@@ -184,7 +190,7 @@ pub fn extend(along: &Along, near: &Alike, far: &Alike, time_per_byte: Option<Ti
                 moved.figure.set(&mut carried, moved.carry(moved.figure.of(recorded)));
             }
             if let Some(time_per_byte) = time_per_byte {
-                carried.wall_us = time_per_byte.carry(recorded.wall_us, figure(recorded), figure(&carried));
+                carried.wall_us = time_per_byte.carry(recorded.wall_us, recorded.figure(), carried.figure());
             }
             (index, carried)
         })
@@ -257,11 +263,6 @@ fn moved(a: f64, b: f64) -> bool {
     (a - b).abs() >= STILL * a.max(b) && a.max(b) > 0.0
 }
 
-/// What a task's data made of it ([`like_tasks::figure`]).
-fn figure(recorded: &Recorded) -> u64 {
-    like_tasks::figure(recorded.plugin_estimate, recorded.output_bytes, recorded.file_bytes)
-}
-
 /// The tasks' mean µs (1 without tasks or time, for a ratio).
 fn mean_wall(tasks: &HashMap<u64, Recorded>) -> f64 {
     let sum: f64 = tasks.values().map(|recorded| recorded.wall_us as f64).sum();
@@ -303,7 +304,7 @@ mod tests {
         // Files of 800 and 1200 bytes at 0.05, 500 and 700 at 0.03; the peaks did not move.
         let near = run(&[(800, 10_000), (1200, 10_050)]);
         let far = run(&[(500, 10_020), (700, 10_000)]);
-        let extended = extend(&along(0.45, 0.05, 0.03), &near, &far, None).expect("the files moved");
+        let extended = extend(&along(0.45, 0.05, 0.03), &near, &far, || None).expect("the files moved");
         // 20 spans past: the line weighs 20/21; the mean moves 400 bytes a span.
         let mean = 1000.0 + 400.0 * 20.0 * (20.0 / 21.0);
         assert_eq!(extended.trend.moved.len(), 1, "{:?}", extended.trend);
@@ -325,7 +326,7 @@ mod tests {
         let near = run(&[(800, 10_000), (1200, 10_050)]);
         let far = run(&[(500, 10_020), (700, 10_000)]);
         let per_byte = TimePerByte { us_per_byte: 2.0, z: 2.5 };
-        let extended = extend(&along(0.45, 0.05, 0.03), &near, &far, Some(per_byte)).unwrap();
+        let extended = extend(&along(0.45, 0.05, 0.03), &near, &far, || Some(per_byte)).unwrap();
         for index in [0, 1] {
             let (recorded, carried) = (&near.by_index[&index], &extended.by_index[&index]);
             // Output and estimate stayed: the time grows by 2 µs a byte of file more.
@@ -351,7 +352,7 @@ mod tests {
         // 0.55 from runs at 0.45 and 0.03: a quarter of a span, so the line weighs about a fifth.
         let near = run(&[(9800, 0)]);
         let far = run(&[(600, 0)]);
-        let extended = extend(&along(0.55, 0.45, 0.03), &near, &far, None).unwrap();
+        let extended = extend(&along(0.55, 0.45, 0.03), &near, &far, || None).unwrap();
         let reach: f64 = 0.1 / 0.42;
         let line = 9200.0 * reach;
         let weighted = 9800.0 + line * reach / (reach + 1.0);
@@ -364,7 +365,7 @@ mod tests {
     fn below_the_range_a_figure_goes_down_the_line_but_not_below_a_byte() {
         let near = run(&[(100, 5000), (300, 5000)]);
         let far = run(&[(2000, 5000)]);
-        let extended = extend(&along(0.01, 0.05, 0.5), &near, &far, None).unwrap();
+        let extended = extend(&along(0.01, 0.05, 0.5), &near, &far, || None).unwrap();
         let factor = extended.trend.moved[0].factor;
         assert!(factor < 1.0, "{factor}");
         let carried = |value: f64| (200.0 * factor + (value - 200.0) * factor.sqrt()).round() as u64;
@@ -373,7 +374,7 @@ mod tests {
             (carried(100.0), carried(300.0))
         );
         // Far below, the mean goes down to nothing at most, and a task with a file keeps a byte.
-        let far_below = extend(&along(-5.0, 0.05, 0.5), &near, &far, None).unwrap();
+        let far_below = extend(&along(-5.0, 0.05, 0.5), &near, &far, || None).unwrap();
         assert_eq!(far_below.trend.moved[0].factor, 0.0);
         assert_eq!((far_below.by_index[&0].file_bytes, far_below.by_index[&1].file_bytes), (1, 1));
     }
@@ -381,12 +382,12 @@ mod tests {
     #[test]
     fn nothing_moved_nothing_is_carried_and_the_text_names_what_did() {
         let same = run(&[(1000, 5000)]);
-        assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1010, 4990)]), None).is_none());
+        assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1010, 4990)]), || None).is_none());
         // Files the nearest run's tasks did not write: nothing to carry (a factor on nothing).
-        assert!(extend(&along(0.45, 0.05, 0.03), &run(&[(0, 5000)]), &run(&[(800, 5000)]), None).is_none());
+        assert!(extend(&along(0.45, 0.05, 0.03), &run(&[(0, 5000)]), &run(&[(800, 5000)]), || None).is_none());
         // A peak that moved while nothing the task reads or makes did: noise, not carried.
-        assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1000, 4000)]), None).is_none());
-        let extended = extend(&along(0.45, 0.05, 0.03), &run(&[(1000, 5000)]), &run(&[(600, 5000)]), None).unwrap();
+        assert!(extend(&along(0.45, 0.05, 0.03), &same, &run(&[(1000, 4000)]), || None).is_none());
+        let extended = extend(&along(0.45, 0.05, 0.03), &run(&[(1000, 5000)]), &run(&[(600, 5000)]), || None).unwrap();
         let text = carried_text(&Carried { step: "smooth".into(), trend: extended.trend });
         assert!(
             text.starts_with("smooth: file ×8.62 the mean task's of the run at wet 0.05, toward the line through the runs at 0.03 and 0.05 at 0.45 (95% the line's); its time as there"),
