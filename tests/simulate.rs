@@ -857,17 +857,18 @@ fn a_spilled_buffer_is_predicted_written_at_the_spill_bandwidth_and_streamed_by_
 }
 
 /// `recipes/precip_mixed.yaml` at its wettest with four thresholds under 18 MiB, run or
-/// simulated in `dir` into `h.db`: smoothed fields wait on disk for their means, each mean
+/// simulated in `dir` into `h.db` with `more` flags: smoothed fields wait on disk for their means, each mean
 /// reading its own back under a reservation that holds them. (With six thresholds under 24 MiB
 /// a mean of the larger grid needs more than the budget alone: it runs alone, oversized, and
 /// streams through its spilled inputs instead.)
-fn mixed_spilling(dir: &Path, verb: &str, cycle: &str, summary: &str) -> (String, Json) {
+fn mixed_spilling(dir: &Path, verb: &str, cycle: &str, summary: &str, more: &[&str]) -> (String, Json) {
     let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/precip_mixed.yaml");
     let out = common::runner_command(dir, &[])
         .arg(verb)
         .arg(&recipe)
         .args(["--cycle", cycle, "--set", "wet=0.55", "--set", "thresholds=[0.5, 1.0, 2.0, 4.0]"])
         .args(["--workers", "2", "--budget", "18MiB", "--db", "h.db", "--summary", summary])
+        .args(more)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -878,34 +879,68 @@ fn mixed_spilling(dir: &Path, verb: &str, cycle: &str, summary: &str) -> (String
 fn spilled_inputs_are_read_back_timed_before_their_readers_run_and_predicted_read_back_as_fast() {
     let _shared = beside_others();
     let dir = tempfile::tempdir().unwrap();
-    let (_, real) = mixed_spilling(dir.path(), "run", "c1", "r.json");
+    let (_, real) = mixed_spilling(dir.path(), "run", "c1", "r.json", &[]);
     let spilled = real["spilled_bytes"].as_u64().unwrap();
     assert!(spilled > 0, "{real}");
     // Each reader of a spilled input recorded what it read back and how long that took.
     let db = dir.path().join("h.db");
     let reads = common::query(
         &db,
-        "SELECT e.read_back_bytes, e.read_back_us, t.input_bytes FROM task_details AS e \
+        "SELECT e.read_back_bytes, e.read_back_us, t.input_bytes, t.step FROM task_details AS e \
          JOIN tasks AS t USING (task_id) WHERE e.read_back_bytes > 0",
     );
     assert!(!reads.is_empty(), "no task recorded reading a spilled input back");
     let number = |text: &str| text.parse::<f64>().unwrap();
-    let (mut bytes, mut micros) = (0.0, 0.0);
+    let (mut read_back, mut bytes, mut micros) = (0.0, 0.0, 0.0);
     for read in &reads {
         assert!(number(&read[0]) <= number(&read[2]), "a task read back more than its inputs: {read:?}");
-        bytes += number(&read[0]);
-        micros += number(&read[1]);
+        read_back += number(&read[0]);
+        // `smooth` (nbhood) estimates each task from its data at dispatch, reading its inputs
+        // in: its reads found them in memory, no measure of how fast spills are read back.
+        if read[3] != "smooth" {
+            bytes += number(&read[0]);
+            micros += number(&read[1]);
+        }
     }
     // Every spilled buffer is read by its one reader here.
-    assert_eq!(bytes as u64, spilled, "{reads:?}");
+    assert_eq!(read_back as u64, spilled, "{reads:?}");
     // The prediction reads them back as fast as the recorded readers did, and says so.
-    let (said, predicted) = mixed_spilling(dir.path(), "simulate", "c2", "p.json");
+    let (said, predicted) = mixed_spilling(dir.path(), "simulate", "c2", "p.json", &[]);
     assert!(predicted["spilled_bytes"].as_u64().unwrap() > 0, "{predicted}");
     assert!(said.contains("as fast as the recipe's recorded tasks read theirs back"), "{said}");
     let bandwidth = &predicted["spill_bandwidth"];
     assert_eq!(bandwidth["read_back_from"], "history", "{bandwidth}");
     let speed = bandwidth["read_back_bytes_per_second"].as_f64().unwrap();
     assert!((speed - bytes / (micros / 1e6)).abs() <= 1.0, "{bandwidth} from {reads:?}");
+}
+
+#[test]
+fn a_task_whose_plugin_estimated_it_from_its_data_is_charged_no_read_back_of_its_spilled_inputs() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    mixed_spilling(dir.path(), "run", "c1", "r.json", &[]);
+    // At 1 MiB/s every byte read back costs a second; at 1 GiB/s nothing to speak of.
+    let step_walls = |bandwidth: &str, summary: &str| {
+        let (_, predicted) = mixed_spilling(dir.path(), "simulate", "c2", summary, &["--spill-bandwidth", bandwidth]);
+        assert!(predicted["spilled_bytes"].as_u64().unwrap() > 0, "{predicted}");
+        let steps = predicted["steps"].as_array().unwrap().clone();
+        move |name: &str| {
+            let step = steps.iter().find(|step| step["step"] == name).unwrap();
+            step["wall_s"].as_f64().unwrap()
+        }
+    };
+    let (slow, fast) = (step_walls("1MiB", "slow.json"), step_walls("1GiB", "fast.json"));
+    // The means read their spilled inputs back, charged at the bandwidth.
+    assert!(slow("probability") > fast("probability") + 1.0, "{} s, {} s", slow("probability"), fast("probability"));
+    // `smooth` (nbhood) read its spilled inputs in as it estimated each task at dispatch: its
+    // tasks take their learned times whatever the bandwidth (3.6 s at 1 MiB/s where its reads
+    // were charged, 0.05 s at 1 GiB/s).
+    assert!(
+        (slow("smooth") - fast("smooth")).abs() <= 0.01 * fast("smooth"),
+        "{} s, {} s",
+        slow("smooth"),
+        fast("smooth")
+    );
 }
 
 /// `recipe` written as `file` and `cycles` as `cycles.yaml` in `dir`, replayed for real on 2

@@ -163,6 +163,13 @@ pub struct AlikeRun {
     pub weight: f64,
 }
 
+/// The steps of `compiled` whose plugins estimate from their data, reading their inputs at
+/// dispatch (`Plugin::estimate_follows_data`).
+fn reading_at_dispatch(compiled: &Compiled) -> Vec<&str> {
+    let steps = compiled.recipe.steps.iter();
+    steps.filter(|step| step.plugin.estimate_follows_data()).map(|step| step.name.as_str()).collect()
+}
+
 impl History {
     /// The history of `compiled`'s steps in `store`, from runs before `before_run` when given.
     pub fn read(store: &Store, compiled: &Compiled, before_run: Option<i64>) -> Result<History, StoreError> {
@@ -175,7 +182,9 @@ impl History {
             .collect::<Result<Vec<_>, _>>()?;
         let spill_speed = SpillSpeeds {
             written: store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?,
-            read_back: store.read_back_speed(&recipe.name, before_run, HISTORY_RUNS)?,
+            // A step whose plugin estimates from its data has read its spilled inputs in at
+            // dispatch: its tasks' timed read-back found them in memory, no measure of the disk.
+            read_back: store.read_back_speed(&recipe.name, before_run, HISTORY_RUNS, &reading_at_dispatch(compiled))?,
         };
         let mut runs = store.history_runs(Some(&recipe.name), None, usize::MAX, RunFilter::default())?;
         runs.retain(|run| before_run.is_none_or(|before| run.run_id < before));

@@ -287,6 +287,12 @@ impl Predictor {
         }
     }
 
+    /// Whether `step`'s plugin estimates each task from its data at dispatch: the estimate reads
+    /// the task's inputs, spilled ones too, before it is admitted.
+    pub fn estimates_from_data(&self, step: usize) -> bool {
+        self.steps[step].follows_data
+    }
+
     /// Whether the plan's figures hold for a task of `step` reading `input_bytes` (as the
     /// worker decides whether to ask the plugin again): not when its args are rendered per task
     /// or its inputs are not the size the plan assumed.

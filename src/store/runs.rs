@@ -102,39 +102,45 @@ impl Store {
         let sql = "SELECT sum(spilled_bytes), sum(spill_us) FROM (SELECT spilled_bytes, spill_us FROM runs \
                    WHERE recipe = ?1 AND spill_us > 0 AND spilled_bytes > 0 AND (?2 IS NULL OR run_id < ?2) \
                    ORDER BY run_id DESC LIMIT ?3)";
-        self.summed_speed("reading how fast a recipe's spills were written", sql, recipe, before_run, last)
+        self.summed_speed(
+            "reading how fast a recipe's spills were written",
+            sql,
+            params![recipe, before_run, last as i64],
+        )
     }
 
     /// How fast the tasks of the last `last` runs of `recipe` that spilled (before `before_run`
-    /// when given) read their spilled inputs back; `None` when none recorded such a read.
+    /// when given) read their spilled inputs back, but those of steps named in `besides`;
+    /// `None` when none recorded such a read.
     pub fn read_back_speed(
         &self,
         recipe: &str,
         before_run: Option<i64>,
         last: usize,
+        besides: &[&str],
     ) -> Result<Option<SpillSpeed>, StoreError> {
         let sql = "SELECT sum(e.read_back_bytes), sum(e.read_back_us) FROM task_blocks AS b \
                    JOIN task_details AS e ON e.task_id BETWEEN b.first_task_id AND b.last_task_id \
-                   WHERE e.read_back_bytes > 0 AND b.run_id IN (SELECT run_id FROM runs \
+                   WHERE e.read_back_bytes > 0 AND b.step NOT IN (SELECT value FROM json_each(?4)) \
+                   AND b.run_id IN (SELECT run_id FROM runs \
                    WHERE recipe = ?1 AND spilled_bytes > 0 AND (?2 IS NULL OR run_id < ?2) \
                    ORDER BY run_id DESC LIMIT ?3)";
-        self.summed_speed("reading how fast a recipe's spilled values were read back", sql, recipe, before_run, last)
+        // A JSON array of names: one parameter however many steps are left out.
+        let besides = serde_json::to_string(besides).unwrap_or_else(|_| "[]".into());
+        let what = "reading how fast a recipe's spilled values were read back";
+        self.summed_speed(what, sql, params![recipe, before_run, last as i64, besides])
     }
 
-    /// The bytes and µs `sql` sums over the runs of `recipe` it selects (`?1`, before `?2`, the
-    /// last `?3`); `None` when it summed no rows or no time.
+    /// The bytes and µs `sql` sums over the runs it selects with `params`; `None` when it summed
+    /// no rows or no time.
     fn summed_speed(
         &self,
         what: &'static str,
         sql: &str,
-        recipe: &str,
-        before_run: Option<i64>,
-        last: usize,
+        params: impl rusqlite::Params,
     ) -> Result<Option<SpillSpeed>, StoreError> {
-        let (bytes, wall_us): (Option<i64>, Option<i64>) = self
-            .conn()
-            .query_row(sql, params![recipe, before_run, last as i64], |r| Ok((r.get(0)?, r.get(1)?)))
-            .map_err(|e| self.err(what, e))?;
+        let (bytes, wall_us): (Option<i64>, Option<i64>) =
+            self.conn().query_row(sql, params, |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| self.err(what, e))?;
         // Sums over no rows are NULL.
         Ok(bytes
             .zip(wall_us.filter(|&us| us > 0))
