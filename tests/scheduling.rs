@@ -195,7 +195,11 @@ fn enforce_memory_turns_a_runaway_into_an_oom_and_a_bigger_retry() {
     let run = |retries: u32| {
         let mut compiled = compile(yaml);
         compiled.recipe.steps[0].retries = retries;
-        let options = RunOptions { enforce_memory: true, ..RunOptions::new(1, 1 << 30, dir.path().join("work")) };
+        let options = RunOptions {
+            enforce_memory: true,
+            log_dir: dir.path().join("runner-logs"),
+            ..RunOptions::new(1, 1 << 30, dir.path().join("work"))
+        };
         let sink = Recorder::default();
         let report = scheduler::run(
             &compiled.recipe,

@@ -252,13 +252,10 @@ pub fn run_options(resources: &ResourceArgs) -> anyhow::Result<RunOptions> {
     }
     crate::command::kill_what_killed_runners_left();
     Ok(RunOptions {
-        workers,
-        budget,
-        work_dir,
         spill_dir: resources.spill_dir.clone(),
         memory_limit,
         enforce_memory: resources.enforce_memory,
-        keep_services: false,
+        ..RunOptions::new(workers, budget, work_dir)
     })
 }
 

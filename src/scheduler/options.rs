@@ -33,6 +33,9 @@ pub struct RunOptions {
     /// cycle): none is let go before then. Otherwise, near the end of the run, idle services
     /// beyond what the tasks left can use at once are stopped (`Executor::reach`).
     pub keep_services: bool,
+    /// Where the tasks' logs go, in a folder per recipe and cycle (`runner-logs` in the current
+    /// directory, as the CLI keeps them).
+    pub log_dir: PathBuf,
 }
 
 impl RunOptions {
@@ -47,6 +50,7 @@ impl RunOptions {
             memory_limit: None,
             enforce_memory: false,
             keep_services: false,
+            log_dir: PathBuf::from("runner-logs"),
         }
     }
 

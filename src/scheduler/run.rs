@@ -2,7 +2,6 @@
 //! ([`super::shared::Shared`]), the kept outputs `--resume` hands a remote executor, the worker threads, and
 //! their results merged into the [`RunReport`].
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex};
 use std::time::Instant;
@@ -102,9 +101,7 @@ pub fn run_with(
         fingerprints: sink.map(|_| Fingerprints::new(recipe)),
         output_claims: output_claims::OutputClaims::new(recipe),
         scratch_root: options.work_dir.join("scratch"),
-        log_root: PathBuf::from("runner-logs")
-            .join(attempt::file_name(&recipe.name))
-            .join(attempt::file_name(&recipe.cycle)),
+        log_root: options.log_dir.join(attempt::file_name(&recipe.name)).join(attempt::file_name(&recipe.cycle)),
     };
     progress.total.store(graph.total_tasks(), Ordering::Relaxed);
     progress.budget.store(options.budget, Ordering::Relaxed);
