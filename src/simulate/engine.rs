@@ -340,11 +340,9 @@ impl Loop<'_> {
         // Its spilled inputs are read back first as a real run's worker reads them
         // (`Picked::read_back_first`, timed, which the recorded tasks' own times leave out); one
         // run alone past the budget streams through them in its own time, as its like tasks did.
-        // A task whose plugin estimated it from its data read them in at dispatch, and they stay
-        // mapped: the worker finds them in memory (the 88 `nbhood` reads of a wet cycle of
-        // `weather_uk.yaml` at 64 MiB all found every page resident, at 30 GB/s, where
-        // `threshold`'s came from disk at 0.4 GB/s). What the estimate's read costs is part of
-        // what a run costs beyond its tasks (`super::calibrate`).
+        // A task its plugin estimated from its data read them in at dispatch: they are in memory
+        // (a wet `weather_uk.yaml` cycle's 88 `nbhood` reads found every page resident, 30 GB/s;
+        // `threshold`'s came from disk, 0.4 GB/s), the estimate's read part of `calibrate`'s pace.
         let read_back = if self.predictor.estimates_from_data(step) { 0 } else { picked.read_back_first() };
         if read_back > 0 {
             prediction.duration +=
