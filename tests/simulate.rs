@@ -943,6 +943,48 @@ fn a_task_whose_plugin_estimated_it_from_its_data_is_charged_no_read_back_of_its
     );
 }
 
+#[test]
+fn a_prediction_that_spills_with_no_recorded_spill_measures_the_spill_disk_and_one_that_does_not_touches_nothing() {
+    let _shared = beside_others();
+    let dir = tempfile::tempdir().unwrap();
+    // The default spill folder is under the temp dir: here, one of the test's own.
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let recipe = Path::new(env!("CARGO_MANIFEST_DIR")).join("recipes/precip_mixed.yaml");
+    let run = |verb: &str, cycle: &str, budget: &str, summary: &str| {
+        let out = common::runner_command(dir.path(), &[])
+            .env("TMPDIR", &tmp)
+            .arg(verb)
+            .arg(&recipe)
+            .args(["--cycle", cycle, "--set", "wet=0.55", "--set", "thresholds=[0.5, 1.0, 2.0, 4.0]"])
+            .args(["--workers", "2", "--budget", budget, "--db", "h.db", "--summary", summary])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        (stderr(&out), json(&dir.path().join(summary)))
+    };
+    let spill_folders = || std::fs::read_dir(tmp.join("runner-spill")).map_or(0, |folders| folders.count());
+    // Recorded without a spill: nothing says how fast spills go here.
+    let (_, real) = run("run", "c1", "1GiB", "r.json");
+    assert_eq!(real["spilled_bytes"], 0, "{real}");
+    // Predicted at a budget that fits: the default speed, no disk touched.
+    let (said, roomy) = run("simulate", "c2", "1GiB", "roomy.json");
+    assert_eq!(roomy["spill_bandwidth"]["from"], "default", "{}", roomy["spill_bandwidth"]);
+    assert!(!said.contains("spill folder's disk"), "{said}");
+    assert!(!tmp.join("runner-spill").exists(), "a prediction without spills made a spill folder");
+    // Predicted at one that spills: the spill disk measured, said, and its probe removed.
+    let (said, tight) = run("simulate", "c2", "18MiB", "tight.json");
+    assert!(tight["spilled_bytes"].as_u64().unwrap() > 0, "{tight}");
+    let bandwidth = &tight["spill_bandwidth"];
+    assert_eq!(bandwidth["from"], "measured", "{bandwidth}");
+    assert_eq!(bandwidth["read_back_from"], "as_written", "{bandwidth}");
+    let speed = bandwidth["bytes_per_second"].as_u64().unwrap();
+    assert!(speed > 1 << 20 && speed < 1 << 40, "{bandwidth}");
+    assert_eq!(bandwidth["read_back_bytes_per_second"].as_u64(), Some(speed), "{bandwidth}");
+    assert!(said.contains("as fast as the spill folder's disk wrote 12 MiB of spills just now"), "{said}");
+    assert_eq!(spill_folders(), 0, "the probe's spill folder was left behind");
+}
+
 /// `recipe` written as `file` and `cycles` as `cycles.yaml` in `dir`, replayed for real on 2
 /// workers and 64 MiB into `h.db`, then `replay --simulate --summary p.json`: its table and
 /// its summary.
@@ -1312,7 +1354,9 @@ fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
 
 #[test]
 fn a_run_whose_peak_caught_fewer_interpreters_than_it_started_is_read_as_holding_all_of_them() {
-    let _shared = beside_others();
+    // Alone: its two real runs must each have both interpreters up at their peak (beside the
+    // other tests' processes one failed so, once, on 2026-12-07).
+    let _alone = alone();
     let Some(dir) = python_holding() else { return };
     let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "mib=48", "1GiB").1;
     cycle("run", "c1");

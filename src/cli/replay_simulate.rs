@@ -10,7 +10,9 @@ use serde::Serialize;
 
 use super::ReplayArgs;
 use super::record;
-use super::simulate_cmd::{CriticalPathSummary, PredictedSummary, SpillBandwidth, beyond_text};
+use super::simulate_cmd::{
+    CriticalPathSummary, PredictedSummary, SpillBandwidth, beyond_text, predict_measuring_spills,
+};
 use super::summary::RunSummary;
 use crate::plan::Compiled;
 use crate::simulate::alike::Beyond;
@@ -86,6 +88,8 @@ pub fn replay(
     );
     let mut entries = Vec::new();
     let mut predicted_any = false;
+    // How fast spills are written here, measured once if a prediction needs it.
+    let mut probed = None;
     let recipe = compiled.first().map(|c| c.recipe.name.clone()).unwrap_or_default();
     let rows = cycle_ids.iter().map(|id| store.last_run_of(&recipe, id)).collect::<Result<Vec<_>, _>>()?;
     for (at, (id, mut compiled)) in cycle_ids.iter().zip(compiled).enumerate() {
@@ -110,8 +114,15 @@ pub fn replay(
                 .and_then(Option::as_ref)
                 .is_some_and(|next| Interpreters::of_run(next.warm_services) == Interpreters::Warm),
         };
-        let prediction =
-            crate::simulate::predict(&mut compiled, &history, recompile, &options, guess_speed, None, false);
+        let spill_dir = args.resources.spill_dir.as_deref();
+        let (prediction, spill) = predict_measuring_spills(spill, spill_dir, &mut probed, |spill| {
+            let options = SimOptions {
+                spill_bandwidth: spill.bytes_per_second,
+                read_back_bandwidth: spill.read_back_bytes_per_second,
+                ..options.clone()
+            };
+            crate::simulate::predict(&mut compiled, &history, recompile, &options, guess_speed, None, false)
+        });
         let summary = PredictedSummary::new(&compiled, &prediction, guess_speed, spill);
         let entry = entry(summary, &row);
         print_row(&entry);

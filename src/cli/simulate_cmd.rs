@@ -49,8 +49,14 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
     let sections = args.recipe.python.sections();
     let recompile = recompiler(registry, &args.recipe.recipe, &sections);
     let report = args.report.is_some();
-    let prediction =
-        crate::simulate::predict(&mut compiled, &history, &recompile, &options, args.guess_speed, cluster, report);
+    let (prediction, spill) = predict_measuring_spills(spill, None, &mut None, |spill| {
+        let options = SimOptions {
+            spill_bandwidth: spill.bytes_per_second,
+            read_back_bandwidth: spill.read_back_bytes_per_second,
+            ..options.clone()
+        };
+        crate::simulate::predict(&mut compiled, &history, &recompile, &options, args.guess_speed, cluster, report)
+    });
     let summary = PredictedSummary::new(&compiled, &prediction, args.guess_speed, spill);
     summary.print(&prediction);
     if let Some(path) = &args.summary {
@@ -80,7 +86,8 @@ pub fn recompiler<'a>(
 }
 
 /// Bytes a second a spill is taken to be written (and read back) at when neither
-/// `--spill-bandwidth` nor the recorded spills say.
+/// `--spill-bandwidth` nor the recorded spills say, and the prediction spills nothing (else
+/// the spill folder's disk is measured, [`predict_measuring_spills`]).
 const DEFAULT_SPILL_BANDWIDTH: u64 = 1 << 30;
 
 /// Where the spill bandwidth of a prediction comes from.
@@ -94,6 +101,9 @@ pub enum SpillBandwidthFrom {
     History,
     /// Neither: [`DEFAULT_SPILL_BANDWIDTH`].
     Default,
+    /// Neither, and the prediction spilled: as fast as the spill folder's disk took a few
+    /// spilled buffers as the prediction was made (`memory::spill::probe_write_speed`).
+    Measured,
     /// Read back as fast as written: no recorded task read a spilled input back.
     AsWritten,
 }
@@ -124,10 +134,25 @@ impl SpillBandwidth {
         SpillBandwidth { bytes_per_second, from, read_back_bytes_per_second, read_back_from }
     }
 
+    /// Spills written at `speed`, measured, and read back so where no read was recorded.
+    fn measured(self, speed: u64) -> SpillBandwidth {
+        let read_back = self.read_back_from == SpillBandwidthFrom::AsWritten;
+        SpillBandwidth {
+            bytes_per_second: speed,
+            from: SpillBandwidthFrom::Measured,
+            read_back_bytes_per_second: if read_back { speed } else { self.read_back_bytes_per_second },
+            ..self
+        }
+    }
+
     fn said(&self) -> String {
         let written = match self.from {
             SpillBandwidthFrom::Flag => "--spill-bandwidth",
             SpillBandwidthFrom::History => "as fast as the recipe's recorded spills were written",
+            SpillBandwidthFrom::Measured => {
+                "as fast as the spill folder's disk wrote 12 MiB of spills just now: no recorded run of the recipe \
+                 spilled"
+            }
             SpillBandwidthFrom::Default | SpillBandwidthFrom::AsWritten => {
                 "the default: no recorded run of the recipe spilled"
             }
@@ -135,7 +160,7 @@ impl SpillBandwidth {
         let read_back = match self.read_back_from {
             SpillBandwidthFrom::Flag => "--spill-bandwidth",
             SpillBandwidthFrom::History => "as fast as the recipe's recorded tasks read theirs back",
-            SpillBandwidthFrom::AsWritten | SpillBandwidthFrom::Default => {
+            SpillBandwidthFrom::AsWritten | SpillBandwidthFrom::Default | SpillBandwidthFrom::Measured => {
                 "as written: no recorded task read a spilled input back"
             }
         };
@@ -144,6 +169,38 @@ impl SpillBandwidth {
             format_size(self.bytes_per_second),
             format_size(self.read_back_bytes_per_second)
         )
+    }
+}
+
+/// Predicts with `predict` at the spill speeds `spill` gives. A prediction that spills with
+/// nothing recorded or given to go by is made again at the speed the disk of the spill folder
+/// (`spill_dir`, as `run --spill-dir` takes it) writes spills now, measured once: `probed` keeps
+/// it for a command's later predictions (`None` until measured; `Some(None)`: it could not be).
+/// Learning from the same history twice moves nothing: the second prediction differs from the
+/// first only in its spills' speed.
+pub fn predict_measuring_spills(
+    spill: SpillBandwidth,
+    spill_dir: Option<&Path>,
+    probed: &mut Option<Option<u64>>,
+    mut predict: impl FnMut(SpillBandwidth) -> Prediction,
+) -> (Prediction, SpillBandwidth) {
+    let prediction = predict(spill);
+    if spill.from != SpillBandwidthFrom::Default || prediction.simulated.report.spilled_bytes == 0 {
+        return (prediction, spill);
+    }
+    let speed = *probed.get_or_insert_with(|| match crate::memory::spill::probe_write_speed(spill_dir) {
+        Ok(speed) => Some(speed),
+        Err(e) => {
+            tracing::warn!("cannot measure how fast spills are written here ({e}): the prediction takes the default");
+            None
+        }
+    });
+    match speed {
+        Some(speed) => {
+            let spill = spill.measured(speed);
+            (predict(spill), spill)
+        }
+        None => (prediction, spill),
     }
 }
 

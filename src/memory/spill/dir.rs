@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use runner_plugin::Storage;
 
@@ -276,6 +276,28 @@ impl Drop for SpillDir {
     }
 }
 
+/// A probe of the spill disk ([`probe_write_speed`]): buffers of a typical spill's size.
+const PROBE_BUFFERS: usize = 3;
+const PROBE_BYTES: usize = 4 << 20;
+
+/// How fast spills are written now in a spill folder under `spill_dir` (as [`SpillDir::new`]
+/// takes it), in bytes a second: a few buffers spilled there as a run spills them (written,
+/// synced, mapped), timed, then removed. For a prediction with no recorded spill to go by.
+pub fn probe_write_speed(spill_dir: Option<&Path>) -> Result<u64, SpillError> {
+    let dir = SpillDir::new(spill_dir);
+    // Not zeros, which some filesystems and virtual disks store for nothing.
+    let bytes: Vec<u8> = (0..PROBE_BYTES).map(|at| (at % 251) as u8).collect();
+    let mut spilled = Vec::with_capacity(PROBE_BUFFERS);
+    let started = Instant::now();
+    for _ in 0..PROBE_BUFFERS {
+        spilled.push(dir.spill_bytes(&bytes)?);
+    }
+    let wall = started.elapsed();
+    drop(spilled);
+    dir.remove_now()?;
+    Ok((dir.spilled_bytes() as f64 / wall.as_secs_f64().max(1e-9)) as u64)
+}
+
 /// Removes the folder of every `SpillDir` alive in this process, as [`SpillDir::remove_now`]
 /// does, and returns how many were removed. For the CLI's Ctrl-C handler, which has no handle
 /// on the run's `SpillDir`. Call it from an ordinary thread (as `ctrlc`-style handlers run), not
@@ -325,5 +347,18 @@ mod tests {
         for other in ["12-34", "12-34-zz", "a-34-ff", "12-34-ff-1", "notes", "-1-ff"] {
             assert_eq!(parse_folder_name(other), None, "{other}");
         }
+    }
+
+    #[test]
+    fn a_probe_of_the_spill_disk_spills_for_real_and_leaves_nothing_behind() {
+        let parent = tempfile::tempdir().unwrap();
+        let speed = probe_write_speed(Some(parent.path())).unwrap();
+        // Written and synced: no disk takes 12 MiB in no time, and none here at a TB a second.
+        assert!(speed > 1 << 20 && speed < 1 << 40, "{speed} bytes a second");
+        assert_eq!(fs::read_dir(parent.path()).unwrap().count(), 0, "the probe's folder was left behind");
+        // A folder it may not write in is the spill error a run would meet there.
+        let missing = parent.path().join("no").join("such");
+        fs::write(parent.path().join("no"), b"a file, not a folder").unwrap();
+        assert!(probe_write_speed(Some(&missing)).is_err());
     }
 }

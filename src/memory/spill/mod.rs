@@ -39,7 +39,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use runner_plugin::{Storage, Value};
 
-pub use dir::{SpillDir, process_start_time, remove_active_dirs};
+pub use dir::{SpillDir, probe_write_speed, process_start_time, remove_active_dirs};
 pub use mapped::MappedBuffer;
 pub use pages::{ReadBack, read_back, release_value_pages};
 
