@@ -115,13 +115,8 @@ pub fn replay(
                 .is_some_and(|next| Interpreters::of_run(next.warm_services) == Interpreters::Warm),
         };
         let spill_dir = args.resources.spill_dir.as_deref();
-        let (prediction, spill) = predict_measuring_spills(spill, spill_dir, &mut probed, |spill| {
-            let options = SimOptions {
-                spill_bandwidth: spill.bytes_per_second,
-                read_back_bandwidth: spill.read_back_bytes_per_second,
-                ..options.clone()
-            };
-            crate::simulate::predict(&mut compiled, &history, recompile, &options, guess_speed, None, false)
+        let (prediction, spill) = predict_measuring_spills(spill, &options, spill_dir, &mut probed, |options| {
+            crate::simulate::predict(&mut compiled, &history, recompile, options, guess_speed, None, false)
         });
         let summary = PredictedSummary::new(&compiled, &prediction, guess_speed, spill);
         let entry = entry(summary, &row);

@@ -49,13 +49,8 @@ pub fn simulate(registry: &Registry, args: SimulateArgs) -> anyhow::Result<u8> {
     let sections = args.recipe.python.sections();
     let recompile = recompiler(registry, &args.recipe.recipe, &sections);
     let report = args.report.is_some();
-    let (prediction, spill) = predict_measuring_spills(spill, None, &mut None, |spill| {
-        let options = SimOptions {
-            spill_bandwidth: spill.bytes_per_second,
-            read_back_bandwidth: spill.read_back_bytes_per_second,
-            ..options.clone()
-        };
-        crate::simulate::predict(&mut compiled, &history, &recompile, &options, args.guess_speed, cluster, report)
+    let (prediction, spill) = predict_measuring_spills(spill, &options, None, &mut None, |options| {
+        crate::simulate::predict(&mut compiled, &history, &recompile, options, args.guess_speed, cluster, report)
     });
     let summary = PredictedSummary::new(&compiled, &prediction, args.guess_speed, spill);
     summary.print(&prediction);
@@ -172,18 +167,27 @@ impl SpillBandwidth {
     }
 }
 
-/// Predicts with `predict` at the spill speeds `spill` gives. A prediction that spills with
-/// nothing recorded or given to go by is made again at the speed the disk of the spill folder
+/// Predicts with `predict` on `options` at the spill speeds `spill` gives. A prediction that
+/// spills with nothing recorded or given to go by is made again at the speed the disk of the spill folder
 /// (`spill_dir`, as `run --spill-dir` takes it) writes spills now, measured once: `probed` keeps
 /// it for a command's later predictions (`None` until measured; `Some(None)`: it could not be).
 /// Learning from the same history twice moves nothing: the second prediction differs from the
 /// first only in its spills' speed.
 pub fn predict_measuring_spills(
     spill: SpillBandwidth,
+    options: &SimOptions,
     spill_dir: Option<&Path>,
     probed: &mut Option<Option<u64>>,
-    mut predict: impl FnMut(SpillBandwidth) -> Prediction,
+    mut predict: impl FnMut(&SimOptions) -> Prediction,
 ) -> (Prediction, SpillBandwidth) {
+    let mut predict = |spill: SpillBandwidth| {
+        let speeds = SimOptions {
+            spill_bandwidth: spill.bytes_per_second,
+            read_back_bandwidth: spill.read_back_bytes_per_second,
+            ..options.clone()
+        };
+        predict(&speeds)
+    };
     let prediction = predict(spill);
     if spill.from != SpillBandwidthFrom::Default || prediction.simulated.report.spilled_bytes == 0 {
         return (prediction, spill);
