@@ -13,7 +13,7 @@ use std::time::Instant;
 use runner::testing::plan::Compiled;
 use runner::testing::recipe::CompileOptions;
 use runner::testing::registry::Registry;
-use runner::testing::simulate::{self, History, Interpreters, SimOptions};
+use runner::testing::simulate::{self, History, Interpreters, SimOptions, SpillRates};
 
 fn compile(files: u64) -> Compiled {
     let yaml = format!(
@@ -68,8 +68,7 @@ fn spill_heavy(budget_mib: u64) {
     let options = SimOptions {
         workers: 8,
         budget: budget_mib << 20,
-        spill_bandwidth: 1 << 30,
-        read_back_bandwidth: 1 << 30,
+        spill: SpillRates::at(1 << 30),
         read_every_task: false,
         cpus: None,
         interpreters: Interpreters::Cold,
@@ -96,8 +95,7 @@ fn run(files: u64, workers: usize, read_every_task: bool) {
     let options = SimOptions {
         workers,
         budget: 64 << 30,
-        spill_bandwidth: 1 << 30,
-        read_back_bandwidth: 1 << 30,
+        spill: SpillRates::at(1 << 30),
         read_every_task,
         cpus: None,
         interpreters: Interpreters::Cold,

@@ -100,7 +100,7 @@ pub mod testing {
 
     pub mod simulate {
         pub use crate::simulate::service_wait::Interpreters;
-        pub use crate::simulate::{History, SimOptions, predict};
+        pub use crate::simulate::{History, SimOptions, SpillRates, predict};
     }
 
     pub mod slurm {

@@ -102,8 +102,7 @@ pub fn replay(
         let options = SimOptions {
             workers: workers.unwrap_or(row.workers.max(1) as usize),
             budget: budget.unwrap_or(row.budget_bytes),
-            spill_bandwidth: spill.bytes_per_second,
-            read_back_bandwidth: spill.read_back_bytes_per_second,
+            spill: spill.rates(),
             read_every_task: false,
             cpus: Some(crate::scheduler::cpus_here()),
             // As the cycle ran: after another in one process, its interpreters were warm; and

@@ -19,7 +19,7 @@ use crate::simulate::alike::{Beyond, Measure};
 use crate::simulate::growth::{Grown, grown_text};
 use crate::simulate::service_wait::{AddedWaits, Interpreters};
 use crate::simulate::trend::{Carried, carried_text};
-use crate::simulate::{ClusterShape, CpuSharing, History, Prediction, SimOptions};
+use crate::simulate::{ClusterShape, CpuSharing, History, Prediction, SimOptions, SpillRates};
 use crate::store::Executor;
 use crate::store::SpillSpeed;
 
@@ -140,6 +140,16 @@ impl SpillBandwidth {
         }
     }
 
+    /// The simulation's spill rates: a step's tasks read back as fast as its recorded ones
+    /// did, unless the flag says how fast the disk is.
+    pub fn rates(&self) -> SpillRates {
+        SpillRates {
+            written: self.bytes_per_second,
+            read_back: self.read_back_bytes_per_second,
+            read_back_as_recorded: self.read_back_from != SpillBandwidthFrom::Flag,
+        }
+    }
+
     fn said(&self) -> String {
         let written = match self.from {
             SpillBandwidthFrom::Flag => "--spill-bandwidth",
@@ -154,9 +164,12 @@ impl SpillBandwidth {
         };
         let read_back = match self.read_back_from {
             SpillBandwidthFrom::Flag => "--spill-bandwidth",
-            SpillBandwidthFrom::History => "as fast as the recipe's recorded tasks read theirs back",
+            SpillBandwidthFrom::History => {
+                "as fast as the recipe's recorded tasks read theirs back; a step's tasks as its own did, where they did"
+            }
             SpillBandwidthFrom::AsWritten | SpillBandwidthFrom::Default | SpillBandwidthFrom::Measured => {
-                "as written: no recorded task read a spilled input back"
+                "as written: no recorded task read a spilled input back from disk; a step's tasks as its own did, \
+                 where they did"
             }
         };
         format!(
@@ -180,14 +193,7 @@ pub fn predict_measuring_spills(
     probed: &mut Option<Option<u64>>,
     mut predict: impl FnMut(&SimOptions) -> Prediction,
 ) -> (Prediction, SpillBandwidth) {
-    let mut predict = |spill: SpillBandwidth| {
-        let speeds = SimOptions {
-            spill_bandwidth: spill.bytes_per_second,
-            read_back_bandwidth: spill.read_back_bytes_per_second,
-            ..options.clone()
-        };
-        predict(&speeds)
-    };
+    let mut predict = |spill: SpillBandwidth| predict(&SimOptions { spill: spill.rates(), ..options.clone() });
     let prediction = predict(spill);
     if spill.from != SpillBandwidthFrom::Default || prediction.simulated.report.spilled_bytes == 0 {
         return (prediction, spill);
@@ -224,8 +230,7 @@ pub fn sim_options(args: &SimulateArgs, cluster: bool, spill: SpillBandwidth) ->
     Ok(SimOptions {
         workers: args.workers.map_or(default_workers, |w| w as usize),
         budget,
-        spill_bandwidth: spill.bytes_per_second,
-        read_back_bandwidth: spill.read_back_bytes_per_second,
+        spill: spill.rates(),
         read_every_task: args.read_every_task,
         // A cluster's CPUs are its nodes'.
         cpus: (!cluster).then(|| args.cpus.map_or(cpus, |cpus| cpus as usize)),

@@ -16,10 +16,10 @@ use std::time::Duration;
 use crate::plan::Compiled;
 
 use super::Recompile;
-use super::SimOptions;
 use super::engine;
 use super::history::{History, RanAs};
 use super::predict::Predictor;
+use super::{SimOptions, SpillRates};
 
 /// How many times longer than their simulation the recorded runs took (the alike runs
 /// weighted as their figures are, and counted as one beside each recent run; the recent runs
@@ -37,8 +37,11 @@ pub fn pace(
     // Their spills went as fast as the recorded spills did, whatever this prediction assumes.
     let speeds = history.spill_speed;
     let options = SimOptions {
-        spill_bandwidth: speeds.written.map_or(options.spill_bandwidth, |speed| speed.bytes_per_second()),
-        read_back_bandwidth: speeds.read_back.map_or(options.read_back_bandwidth, |speed| speed.bytes_per_second()),
+        spill: SpillRates {
+            written: speeds.written.map_or(options.spill.written, |speed| speed.bytes_per_second()),
+            read_back: speeds.read_back.map_or(options.spill.read_back, |speed| speed.bytes_per_second()),
+            read_back_as_recorded: true,
+        },
         ..options.clone()
     };
     // Without alike plans, the predictor gives each task the estimate and output the alike

@@ -10,7 +10,7 @@
 //! unit's job runs and when it may start.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -96,6 +96,9 @@ struct Loop<'a> {
     readiness: Readiness,
     /// Why tasks failed, as a run lists them (a job no node could hold).
     failures: Vec<Failure>,
+    /// Of each task deferred after its plugin estimated it from its data, the bytes of its
+    /// inputs in spill files at the estimate (which read them in).
+    spilled_at_estimate: HashMap<TaskRef, u64>,
 }
 
 /// Simulates `compiled` (whose plan has learned from the history `predictor` was made from).
@@ -146,6 +149,7 @@ pub fn simulate(
         failed: Vec::new(),
         readiness: Readiness::new(recipe.steps.len()),
         failures: Vec::new(),
+        spilled_at_estimate: HashMap::new(),
     };
     sim.run(&mut state);
     let report = RunReport {
@@ -257,12 +261,14 @@ impl Loop<'_> {
                 Pick::Estimate(task) => {
                     state.estimated();
                     let plugin_estimate = self.predictor.dispatch_estimate(task.step, task.index);
+                    let spilled = state.spilled_input_bytes(task);
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, Self::slot(worker, 0)) {
                         let chunk = if self.cluster.is_some() { self.chunk(state, task.step) } else { 1 };
                         self.claim_with_more(state, worker, picked, chunk);
                         self.start(state, worker);
                         return true;
                     }
+                    self.spilled_at_estimate.insert(task, spilled);
                 }
                 Pick::Spill => {
                     state.take_spill_jobs(&mut self.spill_jobs);
@@ -271,7 +277,7 @@ impl Loop<'_> {
                         self.workers[worker as usize].spills.push(task);
                         bytes += size;
                     }
-                    let wall = Duration::from_secs_f64(bytes as f64 / self.options.spill_bandwidth.max(1) as f64);
+                    let wall = Duration::from_secs_f64(bytes as f64 / self.options.spill.written.max(1) as f64);
                     self.spills.push(SpillRecord { started: Duration::from_nanos(self.now), wall, bytes });
                     self.schedule(self.now + wall.as_nanos() as u64, worker, Event::Spilled);
                     return true;
@@ -318,10 +324,8 @@ impl Loop<'_> {
         // it reserved goes back to be re-admitted (or deferred).
         let picked = match self.predictor.own_estimate(step, picked.task.index) {
             Some(plugin_estimate) if !as_planned && plugin_estimate > picked.plugin_estimate => {
-                match state.reestimate(plan, picked, plugin_estimate) {
-                    Some(regrown) => regrown,
-                    None => return,
-                }
+                let Some(regrown) = state.reestimate(plan, picked, plugin_estimate) else { return };
+                regrown
             }
             Some(plugin_estimate) if !as_planned => Picked { plugin_estimate, ..picked },
             _ => picked,
@@ -340,14 +344,9 @@ impl Loop<'_> {
         // Its spilled inputs are read back first as a real run's worker reads them
         // (`Picked::read_back_first`, timed, which the recorded tasks' own times leave out); one
         // run alone past the budget streams through them in its own time, as its like tasks did.
-        // A task its plugin estimated from its data read them in at dispatch: they are in memory
-        // (a wet `weather_uk.yaml` cycle's 88 `nbhood` reads found every page resident, 30 GB/s;
-        // `threshold`'s came from disk, 0.4 GB/s), the estimate's read part of `calibrate`'s pace.
-        let read_back = if self.predictor.estimates_from_data(step) { 0 } else { picked.read_back_first() };
-        if read_back > 0 {
-            prediction.duration +=
-                Duration::from_secs_f64(read_back as f64 / self.options.read_back_bandwidth.max(1) as f64);
-        }
+        let at_estimate = self.spilled_at_estimate.remove(&picked.task);
+        prediction.duration +=
+            self.predictor.read_back_time(step, picked.read_back_first(), at_estimate, &self.options.spill);
         if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot(), prediction.peak) {
             state.ledger.stop_growing(picked.slot());
         }

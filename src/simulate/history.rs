@@ -57,6 +57,8 @@ pub struct StepRecords {
     /// figures above are as recorded.
     pub extended: Option<Extended>,
     pub longest: Option<Duration>,
+    /// How fast its tasks read their spilled inputs back, in the recipe's last runs that spilled.
+    pub read_back: Option<SpillSpeed>,
     /// Of the last [`PATTERN_RUNS`] runs (oldest first), what each sampled task's data made
     /// of it (its plugin estimate, output and file bytes, summed), by task index: whether
     /// these keep to their tasks from one run to the next ([`super::deal`]).
@@ -78,8 +80,9 @@ pub const RECENT_RUNS: usize = 2;
 /// simulation of the whole recipe.
 pub const MAX_TASKS: u64 = 100_000;
 
-/// How fast a recipe's recent spills were written, and read back by the tasks reading them
-/// (`None`: none recorded).
+/// How fast a recipe's recent spills were written, and read back by the tasks of its steps
+/// whose plugins do not read them in at dispatch: the disk's speed, for a step without recorded
+/// reads of its own (`None`: none recorded).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SpillSpeeds {
     pub written: Option<SpillSpeed>,
@@ -163,13 +166,6 @@ pub struct AlikeRun {
     pub weight: f64,
 }
 
-/// The steps of `compiled` whose plugins estimate from their data, reading their inputs at
-/// dispatch (`Plugin::estimate_follows_data`).
-fn reading_at_dispatch(compiled: &Compiled) -> Vec<&str> {
-    let steps = compiled.recipe.steps.iter();
-    steps.filter(|step| step.plugin.estimate_follows_data()).map(|step| step.name.as_str()).collect()
-}
-
 impl History {
     /// The history of `compiled`'s steps in `store`, from runs before `before_run` when given.
     pub fn read(store: &Store, compiled: &Compiled, before_run: Option<i64>) -> Result<History, StoreError> {
@@ -180,12 +176,17 @@ impl History {
             .iter()
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Vars(&vars)))
             .collect::<Result<Vec<_>, _>>()?;
-        let spill_speed = SpillSpeeds {
-            written: store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?,
-            // A step whose plugin estimates from its data has read its spilled inputs in at
-            // dispatch: its tasks' timed read-back found them in memory, no measure of the disk.
-            read_back: store.read_back_speed(&recipe.name, before_run, HISTORY_RUNS, &reading_at_dispatch(compiled))?,
-        };
+        let spill_speed =
+            SpillSpeeds {
+                written: store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?,
+                // A step whose plugin estimates from its data read most of its spilled inputs in
+                // at dispatch: its tasks' timed reads mix memory and disk, no measure of either.
+                read_back: SpillSpeed::total(
+                    recipe.steps.iter().zip(&steps).filter_map(|(step, records)| {
+                        records.read_back.filter(|_| !step.plugin.estimate_follows_data())
+                    }),
+                ),
+            };
         let mut runs = store.history_runs(Some(&recipe.name), None, usize::MAX, RunFilter::default())?;
         runs.retain(|run| before_run.is_none_or(|before| run.run_id < before));
         let compared = &runs[runs.len().saturating_sub(ALIKE_RUNS)..];
@@ -464,6 +465,7 @@ pub fn read_step(
         AlikeBy::Run(id) => runs.iter().position(|r| r.run_id == id).map(|at| (at, 1.0)).into_iter().collect(),
     };
     records.alike_runs = alike.iter().map(|&(at, weight)| (runs[at].run_id, weight)).collect();
+    records.read_back = store.read_back_speed(recipe, step, before_run, HISTORY_RUNS)?;
     let along = match (alike_by, &alike[..]) {
         (AlikeBy::Vars(vars), &[(nearest, _)]) => {
             growth::along(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>(), nearest)

@@ -40,10 +40,8 @@ use service_wait::Interpreters;
 pub struct SimOptions {
     pub workers: usize,
     pub budget: u64,
-    /// Bytes a second a spill is written at.
-    pub spill_bandwidth: u64,
-    /// Bytes a second a task reads its spilled inputs back at.
-    pub read_back_bandwidth: u64,
+    /// How fast spills are written and read back.
+    pub spill: SpillRates,
     /// Have the ledger read every running task's live bytes at each admission, as it does in a
     /// local run (whose meter cannot promise tasks stay within their reservations): the
     /// predictions are the same, only slower; the bench measures what that costs per worker.
@@ -59,6 +57,26 @@ pub struct SimOptions {
     /// cycles but the last); else those no task left can use are stopped near the end
     /// (`meter::ReservationsOnly::retire`).
     pub keep_services: bool,
+}
+
+/// How fast a simulation's spills are written and its tasks read them back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpillRates {
+    /// Bytes a second a spill is written at.
+    pub written: u64,
+    /// Bytes a second a task reads its spilled inputs back at where its step's own recorded
+    /// reads do not say ([`Predictor::read_back_time`]).
+    pub read_back: u64,
+    /// A step's tasks read theirs back as fast as its recorded tasks did, where they did: not
+    /// under `--spill-bandwidth`, a what-if of the disk.
+    pub read_back_as_recorded: bool,
+}
+
+impl SpillRates {
+    /// Written and read back at `bytes_per_second`, each step's recorded reads aside.
+    pub fn at(bytes_per_second: u64) -> SpillRates {
+        SpillRates { written: bytes_per_second, read_back: bytes_per_second, read_back_as_recorded: false }
+    }
 }
 
 /// A predicted run and its critical path.

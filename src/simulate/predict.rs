@@ -13,6 +13,7 @@ use crate::memory::{RanStanding, Standing};
 use crate::plan::{Compiled, StepPlan};
 use crate::recipe::Step;
 
+use super::SpillRates;
 use super::alike_figures::Recorded;
 use super::alike_plan::AlikePlan;
 use super::deal::Dealing;
@@ -40,6 +41,8 @@ struct StepPrediction {
     per_task_args: bool,
     /// Its plugin estimates from the data at dispatch, not from metadata.
     follows_data: bool,
+    /// Bytes a second its recorded tasks read their spilled inputs back at.
+    read_back: Option<u64>,
     /// How this cycle's plan differs from the alike run's for the same (first) task, in its
     /// plugin estimate and output bytes: a recorded figure of another task is scaled by it (a
     /// cycle with 6 thresholds instead of 2 triples each threshold task's).
@@ -87,8 +90,9 @@ impl StepPrediction {
         growth::grow(&mut by_index, factor);
         // A plugin estimating from its data at dispatch saw that cycle's weather, which the
         // plan's metadata estimate cannot scale.
+        let follows_data = step.plugin.estimate_follows_data();
         let estimate_scale = match measured.by_index.get(&0).map(|r| r.plugin_estimate) {
-            Some(first) if first > 0 && !step.plugin.estimate_follows_data() => {
+            Some(first) if first > 0 && !follows_data => {
                 estimate_scale(plan, then.as_deref().map(|then| &then.compiled.plan.steps[index]), first)
             }
             _ => 1.0,
@@ -112,6 +116,9 @@ impl StepPrediction {
             by_index,
             per_task_args: step.args.is_per_task(),
             follows_data: step.plugin.estimate_follows_data(),
+            // Its tasks' reads mix inputs its estimate read in (in memory) and inputs spilled
+            // after it (from disk): no measure of either.
+            read_back: records.read_back.filter(|_| !follows_data).map(|speed| speed.bytes_per_second()),
             waits: records.waits,
         }
     }
@@ -287,10 +294,23 @@ impl Predictor {
         }
     }
 
-    /// Whether `step`'s plugin estimates each task from its data at dispatch: the estimate reads
-    /// the task's inputs, spilled ones too, before it is admitted.
-    pub fn estimates_from_data(&self, step: usize) -> bool {
-        self.steps[step].follows_data
+    /// How long a task of `step` takes to read its `spilled` input bytes back, of which
+    /// `at_estimate` were spilled as its plugin estimated it from its data (`None`: admitted at
+    /// its estimate, or not so estimated): as long as the step's recorded tasks took for as many
+    /// where they read theirs back (and `rates` take them), else at `rates`' speed.
+    pub fn read_back_time(&self, step: usize, spilled: u64, at_estimate: Option<u64>, rates: &SpillRates) -> Duration {
+        let prediction = &self.steps[step];
+        // An estimate from the data read the task's inputs in at dispatch: only what was spilled
+        // while it waited after is read from disk (a wet `weather_uk.yaml` cycle's 88 `nbhood`
+        // reads found every page resident, 30 GB/s, where `threshold`'s came from disk at
+        // 0.4 GB/s; the estimate's own read is part of `calibrate`'s pace).
+        let bytes =
+            if prediction.follows_data { spilled.saturating_sub(at_estimate.unwrap_or(spilled)) } else { spilled };
+        if bytes == 0 {
+            return Duration::ZERO;
+        }
+        let recorded = prediction.read_back.filter(|_| rates.read_back_as_recorded);
+        Duration::from_secs_f64(bytes as f64 / recorded.unwrap_or(rates.read_back).max(1) as f64)
     }
 
     /// Whether the plan's figures hold for a task of `step` reading `input_bytes` (as the

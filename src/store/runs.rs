@@ -88,6 +88,11 @@ impl SpillSpeed {
     pub fn bytes_per_second(&self) -> u64 {
         ((self.bytes as f64 / (self.wall_us.max(1) as f64 / 1e6)) as u64).max(1)
     }
+
+    /// The bytes and time of `speeds` together (`None`: none).
+    pub fn total(speeds: impl IntoIterator<Item = SpillSpeed>) -> Option<SpillSpeed> {
+        speeds.into_iter().reduce(|a, b| SpillSpeed { bytes: a.bytes + b.bytes, wall_us: a.wall_us + b.wall_us })
+    }
 }
 
 impl Store {
@@ -109,26 +114,24 @@ impl Store {
         )
     }
 
-    /// How fast the tasks of the last `last` runs of `recipe` that spilled (before `before_run`
-    /// when given) read their spilled inputs back, but those of steps named in `besides`;
-    /// `None` when none recorded such a read.
+    /// How fast the tasks of `step` in the last `last` runs of `recipe` that spilled (before
+    /// `before_run` when given) read their spilled inputs back; `None` when none recorded such
+    /// a read.
     pub fn read_back_speed(
         &self,
         recipe: &str,
+        step: &str,
         before_run: Option<i64>,
         last: usize,
-        besides: &[&str],
     ) -> Result<Option<SpillSpeed>, StoreError> {
         let sql = "SELECT sum(e.read_back_bytes), sum(e.read_back_us) FROM task_blocks AS b \
                    JOIN task_details AS e ON e.task_id BETWEEN b.first_task_id AND b.last_task_id \
-                   WHERE e.read_back_bytes > 0 AND b.step NOT IN (SELECT value FROM json_each(?4)) \
+                   WHERE e.read_back_bytes > 0 AND b.step = ?4 \
                    AND b.run_id IN (SELECT run_id FROM runs \
                    WHERE recipe = ?1 AND spilled_bytes > 0 AND (?2 IS NULL OR run_id < ?2) \
                    ORDER BY run_id DESC LIMIT ?3)";
-        // A JSON array of names: one parameter however many steps are left out.
-        let besides = serde_json::to_string(besides).unwrap_or_else(|_| "[]".into());
-        let what = "reading how fast a recipe's spilled values were read back";
-        self.summed_speed(what, sql, params![recipe, before_run, last as i64, besides])
+        let what = "reading how fast a step's spilled inputs were read back";
+        self.summed_speed(what, sql, params![recipe, before_run, last as i64, step])
     }
 
     /// The bytes and µs `sql` sums over the runs it selects with `params`; `None` when it summed

@@ -357,6 +357,11 @@ impl<'g> State<'g> {
         sums
     }
 
+    /// Bytes of `task`'s input buffers in spill files now.
+    pub fn spilled_input_bytes(&self, task: TaskRef) -> u64 {
+        self.input_sums(task).spilled
+    }
+
     /// Appends `task`'s input values, edge by edge in gather order, to `out`, and the number
     /// of values per input to `counts`.
     /// Returns the inputs' hash (their producers' output hashes in gather order).
