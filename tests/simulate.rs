@@ -939,11 +939,6 @@ fn a_step_reads_its_spilled_inputs_back_as_fast_as_its_own_recorded_tasks_did() 
     let (slow, fast) =
         (predict(&["--spill-bandwidth", "1MiB"], "slow.json"), predict(&["--spill-bandwidth", "1GiB"], "fast.json"));
     assert!(slow("probability") > fast("probability") + 1.0, "{} s, {} s", slow("probability"), fast("probability"));
-    // `smooth` (nbhood) estimates each task from its data at dispatch, reading its inputs in: it
-    // reads back from disk only what was spilled while it waited after its estimate — here one
-    // smoothed field of 3.7 MB (as five of six real runs read one back, at 0.65 GB/s).
-    let charged = (slow("smooth") - fast("smooth")) * (1 << 20) as f64;
-    assert!((1e6..8e6).contains(&charged), "smooth charged {charged} bytes");
     // Else each step's own recorded reads: the means' made to have read 1 byte a µs (the bytes
     // cut, the µs their learned time leaves out kept) cost them seconds, and `exceed` nothing.
     let store = rusqlite::Connection::open(dir.path().join("h.db")).unwrap();
@@ -1003,9 +998,11 @@ fn a_task_whose_plugin_estimated_it_from_its_data_reads_back_only_what_was_spill
     let slow = step_walls(&at("simulate", "c2", "slow.json", &["--spill-bandwidth", "1MiB"]));
     let fast = step_walls(&at("simulate", "c2", "fast.json", &["--spill-bandwidth", "1GiB"]));
     // At 1 MiB/s a second a MiB: charged for every spilled input it would take hundreds of
-    // seconds; only what was spilled while a task waited after its estimate, a few.
+    // seconds, charged for none nothing; it is charged for what was spilled while a task waited
+    // after its estimate (8.1 MB in each of four runs here), from disk.
     let charged = (slow("smooth") - fast("smooth")) * (1 << 20) as f64;
     assert!(charged < 0.05 * bytes, "smooth charged {charged} bytes of the {bytes} it read back in {micros} µs");
+    assert!(charged > 1e6, "smooth charged {charged} bytes of the {bytes} it read back in {micros} µs");
 }
 
 #[test]

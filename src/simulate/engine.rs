@@ -261,14 +261,14 @@ impl Loop<'_> {
                 Pick::Estimate(task) => {
                     state.estimated();
                     let plugin_estimate = self.predictor.dispatch_estimate(task.step, task.index);
-                    let spilled = state.spilled_input_bytes(task);
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, Self::slot(worker, 0)) {
                         let chunk = if self.cluster.is_some() { self.chunk(state, task.step) } else { 1 };
                         self.claim_with_more(state, worker, picked, chunk);
                         self.start(state, worker);
                         return true;
                     }
-                    self.spilled_at_estimate.insert(task, spilled);
+                    // Deferred: nothing was spilled since the estimate read its inputs in.
+                    self.spilled_at_estimate.insert(task, state.spilled_input_bytes(task));
                 }
                 Pick::Spill => {
                     state.take_spill_jobs(&mut self.spill_jobs);

@@ -166,6 +166,14 @@ pub struct AlikeRun {
     pub weight: f64,
 }
 
+/// How fast the recorded tasks of `compiled`'s steps (`steps`) read their spilled inputs back,
+/// but those of steps whose plugins estimate from their data: those read most of theirs in at
+/// dispatch, and their timed reads mix memory and disk, no measure of either.
+fn read_back_from_disk(compiled: &Compiled, steps: &[StepRecords]) -> Option<SpillSpeed> {
+    let steps = compiled.recipe.steps.iter().zip(steps);
+    SpillSpeed::total(steps.filter(|(step, _)| !step.plugin.estimate_follows_data()).filter_map(|(_, r)| r.read_back))
+}
+
 impl History {
     /// The history of `compiled`'s steps in `store`, from runs before `before_run` when given.
     pub fn read(store: &Store, compiled: &Compiled, before_run: Option<i64>) -> Result<History, StoreError> {
@@ -176,17 +184,10 @@ impl History {
             .iter()
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Vars(&vars)))
             .collect::<Result<Vec<_>, _>>()?;
-        let spill_speed =
-            SpillSpeeds {
-                written: store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?,
-                // A step whose plugin estimates from its data read most of its spilled inputs in
-                // at dispatch: its tasks' timed reads mix memory and disk, no measure of either.
-                read_back: SpillSpeed::total(
-                    recipe.steps.iter().zip(&steps).filter_map(|(step, records)| {
-                        records.read_back.filter(|_| !step.plugin.estimate_follows_data())
-                    }),
-                ),
-            };
+        let spill_speed = SpillSpeeds {
+            written: store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?,
+            read_back: read_back_from_disk(compiled, &steps),
+        };
         let mut runs = store.history_runs(Some(&recipe.name), None, usize::MAX, RunFilter::default())?;
         runs.retain(|run| before_run.is_none_or(|before| run.run_id < before));
         let compared = &runs[runs.len().saturating_sub(ALIKE_RUNS)..];

@@ -115,7 +115,7 @@ impl StepPrediction {
             recorded_file_bytes: measured.file_bytes.map_or(0, grow),
             by_index,
             per_task_args: step.args.is_per_task(),
-            follows_data: step.plugin.estimate_follows_data(),
+            follows_data,
             // Its tasks' reads mix inputs its estimate read in (in memory) and inputs spilled
             // after it (from disk): no measure of either.
             read_back: records.read_back.filter(|_| !follows_data).map(|speed| speed.bytes_per_second()),
