@@ -168,8 +168,7 @@ impl SpillBandwidth {
                 "as fast as the recipe's recorded tasks read theirs back; a step's tasks as its own did, where they did"
             }
             SpillBandwidthFrom::AsWritten | SpillBandwidthFrom::Default | SpillBandwidthFrom::Measured => {
-                "as written: no recorded task read a spilled input back from disk; a step's tasks as its own did, \
-                 where they did"
+                "as written: no recorded task read a spilled input back from disk"
             }
         };
         format!(

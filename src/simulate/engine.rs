@@ -341,12 +341,12 @@ impl Loop<'_> {
             plan.steps[step].model.as_ref(),
             picked.estimate,
         );
-        // Its spilled inputs are read back first as a real run's worker reads them
-        // (`Picked::read_back_first`, timed, which the recorded tasks' own times leave out); one
-        // run alone past the budget streams through them in its own time, as its like tasks did.
-        let at_estimate = self.spilled_at_estimate.remove(&picked.task);
-        prediction.duration +=
-            self.predictor.read_back_time(step, picked.read_back_first(), at_estimate, &self.options.spill);
+        // Its spilled inputs are read back first as a real run's worker reads them (timed, which
+        // the recorded tasks' own times leave out; `Picked::read_back_first`: none run alone).
+        let waited = &mut self.spilled_at_estimate;
+        let at_estimate = if waited.is_empty() { None } else { waited.remove(&picked.task) };
+        let (spill, spilled) = (&self.options.spill, picked.read_back_first());
+        prediction.duration += self.predictor.read_back_time(step, spilled, at_estimate, spill);
         if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot(), prediction.peak) {
             state.ledger.stop_growing(picked.slot());
         }

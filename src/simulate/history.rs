@@ -57,7 +57,8 @@ pub struct StepRecords {
     /// figures above are as recorded.
     pub extended: Option<Extended>,
     pub longest: Option<Duration>,
-    /// How fast its tasks read their spilled inputs back, in the recipe's last runs that spilled.
+    /// How fast its tasks read their spilled inputs back, in the recipe's last runs that spilled
+    /// (read by [`History::read`], whichever run the other figures come from).
     pub read_back: Option<SpillSpeed>,
     /// Of the last [`PATTERN_RUNS`] runs (oldest first), what each sampled task's data made
     /// of it (its plugin estimate, output and file bytes, summed), by task index: whether
@@ -179,11 +180,16 @@ impl History {
     pub fn read(store: &Store, compiled: &Compiled, before_run: Option<i64>) -> Result<History, StoreError> {
         let recipe = &compiled.recipe;
         let vars = recipe.vars_map();
-        let steps = recipe
+        let mut steps = recipe
             .steps
             .iter()
             .map(|step| read_step(store, &recipe.name, &step.name, before_run, AlikeBy::Vars(&vars)))
             .collect::<Result<Vec<_>, _>>()?;
+        // Read once: from the recipe's last runs that spilled, whichever run a step's other
+        // figures come from.
+        for (step, records) in recipe.steps.iter().zip(&mut steps) {
+            records.read_back = store.read_back_speed(&recipe.name, &step.name, before_run, HISTORY_RUNS)?;
+        }
         let spill_speed = SpillSpeeds {
             written: store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?,
             read_back: read_back_from_disk(compiled, &steps),
@@ -199,17 +205,19 @@ impl History {
         // that measures a run here is one of them; without any alike run, there is no history
         // to pace.
         let paced_apart = if alike_runs.is_empty() { &[][..] } else { alike };
+        let read_back = steps.iter().map(|records| records.read_back).collect();
+        let own = OwnFigures { store, compiled, before_run, spill_speed, read_back };
         let recent = if alike.is_empty() || compiled.graph.total_tasks() > MAX_TASKS {
             Vec::new()
         } else {
-            recent_runs(store, compiled, &runs, before_run, spill_speed, paced_apart)?
+            recent_runs(&own, &runs, paced_apart)?
         };
         let (standing, standing_workers) = match paced_standing(&alike_runs, &recent) {
             Some(standing) => standing,
             None => newest_standing(store, &runs)?,
         };
         let first_run = if alike_runs.is_empty() && recent.is_empty() && compiled.graph.total_tasks() <= MAX_TASKS {
-            only_first_run(store, compiled, &runs, before_run, spill_speed)?
+            only_first_run(&own, &runs)?
         } else {
             None
         };
@@ -346,15 +354,8 @@ enum FirstRun {
 /// The recipe's first run, as it ran (without history: its steps' first tasks alone), when it
 /// is the only run of `runs` (the recipe's, before `before_run`) and measures a run here: the
 /// only pace a prediction of the recipe's second cycle can take ([`History::first_run`]).
-fn only_first_run(
-    store: &Store,
-    compiled: &Compiled,
-    runs: &[HistoryRun],
-    before_run: Option<i64>,
-    spill_speed: SpillSpeeds,
-) -> Result<Option<Box<RecentRun>>, StoreError> {
+fn only_first_run(own: &OwnFigures<'_>, runs: &[HistoryRun]) -> Result<Option<Box<RecentRun>>, StoreError> {
     let [run] = runs else { return Ok(None) };
-    let own = OwnFigures { store, compiled, before_run, spill_speed };
     Ok(own.of(run, FirstRun::Taken)?.map(Box::new))
 }
 
@@ -365,6 +366,8 @@ struct OwnFigures<'a> {
     compiled: &'a Compiled,
     before_run: Option<i64>,
     spill_speed: SpillSpeeds,
+    /// Each step's read-back speed, which is the recipe's, whatever the run.
+    read_back: Vec<Option<SpillSpeed>>,
 }
 
 impl OwnFigures<'_> {
@@ -373,11 +376,14 @@ impl OwnFigures<'_> {
         let Some(vars) = run.vars.as_deref().and_then(|text| serde_json::from_str(text).ok()) else { return Ok(None) };
         let Some(ran) = ran_as(self.store, run.run_id, first)? else { return Ok(None) };
         let recipe = &self.compiled.recipe;
-        let steps = recipe
+        let mut steps = recipe
             .steps
             .iter()
             .map(|step| read_step(self.store, &recipe.name, &step.name, self.before_run, AlikeBy::Run(run.run_id)))
             .collect::<Result<Vec<_>, _>>()?;
+        for (records, &read_back) in steps.iter_mut().zip(&self.read_back) {
+            records.read_back = read_back;
+        }
         let history = History {
             steps,
             spill_speed: self.spill_speed,
@@ -419,15 +425,7 @@ fn ran_as(store: &Store, run_id: i64, first: FirstRun) -> Result<Option<RanAs>, 
 /// The newest [`RECENT_RUNS`] of `runs` (the recipe's, before `before_run`),
 /// other than those paced as the alike runs (`alike`), that kept their vars and are [`ran_as`] a measure of a
 /// run; with each step's records holding the run's own figures.
-fn recent_runs(
-    store: &Store,
-    compiled: &Compiled,
-    runs: &[HistoryRun],
-    before_run: Option<i64>,
-    spill_speed: SpillSpeeds,
-    alike: &[(i64, f64)],
-) -> Result<Vec<RecentRun>, StoreError> {
-    let own = OwnFigures { store, compiled, before_run, spill_speed };
+fn recent_runs(own: &OwnFigures<'_>, runs: &[HistoryRun], alike: &[(i64, f64)]) -> Result<Vec<RecentRun>, StoreError> {
     let mut recent = Vec::with_capacity(RECENT_RUNS);
     for run in runs.iter().rev() {
         if recent.len() == RECENT_RUNS {
@@ -466,7 +464,6 @@ pub fn read_step(
         AlikeBy::Run(id) => runs.iter().position(|r| r.run_id == id).map(|at| (at, 1.0)).into_iter().collect(),
     };
     records.alike_runs = alike.iter().map(|&(at, weight)| (runs[at].run_id, weight)).collect();
-    records.read_back = store.read_back_speed(recipe, step, before_run, HISTORY_RUNS)?;
     let along = match (alike_by, &alike[..]) {
         (AlikeBy::Vars(vars), &[(nearest, _)]) => {
             growth::along(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>(), nearest)
