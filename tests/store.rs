@@ -59,7 +59,12 @@ fn task(steps: &[Arc<str>; 3], i: u64) -> TaskRecord {
             wall: Duration::from_millis(i % 1000),
             waited: Duration::from_micros(if i.is_multiple_of(4) { i % 1000 * 300 } else { 0 }),
             read_back: match i.is_multiple_of(9) {
-                true => ReadBack { bytes: (i + 1) << 12, wall: Duration::from_micros(i % 1000 * 7) },
+                true => ReadBack {
+                    bytes: (i + 1) << 12,
+                    wall: Duration::from_micros(i % 1000 * 7),
+                    from_disk: (i % 3) << 12,
+                    disk_wall: Duration::from_micros(i % 1000 * 5),
+                },
                 false => ReadBack::default(),
             },
             started: Duration::from_millis(i * 2),
@@ -104,7 +109,9 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
              peak_source, worker, start_ms, end_ms, log_path, args_hash, inputs_hash, output_hash, output_path, \
              file_bytes, (SELECT coalesce(max(w.waited_us), 0) FROM task_details AS w WHERE w.task_id = t.task_id), \
              (SELECT coalesce(max(w.read_back_bytes), 0) FROM task_details AS w WHERE w.task_id = t.task_id), \
-             (SELECT max(w.read_back_us) FROM task_details AS w WHERE w.task_id = t.task_id) \
+             (SELECT max(w.read_back_us) FROM task_details AS w WHERE w.task_id = t.task_id), \
+             (SELECT coalesce(max(w.read_back_disk_bytes), 0) FROM task_details AS w WHERE w.task_id = t.task_id), \
+             (SELECT max(w.read_back_disk_us) FROM task_details AS w WHERE w.task_id = t.task_id) \
              FROM tasks t JOIN runs r USING (run_id) WHERE run_id = ?1 ORDER BY input_bytes",
         )
         .unwrap();
@@ -145,6 +152,9 @@ fn assert_rows(path: &Path, run_id: i64, cycle: &str, n: u64) {
         assert_eq!(u64_at(row, 27).unwrap(), read_back.bytes);
         let read_back_us = (read_back.bytes > 0).then_some(read_back.wall.as_micros() as i64);
         assert_eq!(row.get::<_, Option<i64>>(28).unwrap(), read_back_us, "a read of under a µs is kept as 0");
+        assert_eq!(u64_at(row, 29).unwrap(), read_back.from_disk);
+        let disk_us = (read_back.from_disk > 0).then_some(read_back.disk_wall.as_micros() as i64);
+        assert_eq!(row.get::<_, Option<i64>>(30).unwrap(), disk_us);
         i += 1;
     }
     assert_eq!(i, n, "run {run_id} has {i} rows, expected {n}");
@@ -170,7 +180,7 @@ fn schema_version_tables_and_columns() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runner.db");
     let store = Store::open(&path).unwrap();
-    assert_eq!(SCHEMA_VERSION, 11);
+    assert_eq!(SCHEMA_VERSION, 12);
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     drop(store);
 
@@ -256,8 +266,8 @@ fn schema_version_tables_and_columns() {
     // And what a task waited for its service, which a prediction takes out of its time: a
     // detail, as only a service's tasks wait.
     assert!(columns("task_details").iter().any(|c| c == "waited_us"));
-    // And what a task took to read its spilled inputs back, likewise.
-    for column in ["read_back_bytes", "read_back_us"] {
+    // And what a task took to read its spilled inputs back, and of that from disk, likewise.
+    for column in ["read_back_bytes", "read_back_us", "read_back_disk_bytes", "read_back_disk_us"] {
         assert!(columns("task_details").iter().any(|c| c == column), "{column}");
     }
     for (table, wanted) in [

@@ -165,7 +165,8 @@ impl SpillBandwidth {
         let read_back = match self.read_back_from {
             SpillBandwidthFrom::Flag => "--spill-bandwidth",
             SpillBandwidthFrom::History => {
-                "as fast as the recipe's recorded tasks read theirs back; a step's tasks as its own did, where they did"
+                "as fast as the recipe's recorded tasks read theirs back from disk; a step's tasks as its own did, where \
+                 they did"
             }
             SpillBandwidthFrom::AsWritten | SpillBandwidthFrom::Default | SpillBandwidthFrom::Measured => {
                 "as written: no recorded task read a spilled input back from disk"

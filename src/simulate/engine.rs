@@ -24,8 +24,10 @@ use crate::scheduler::{
     Failure, Garbage, MAX_BATCH, Outcome, Pick, Picked, RunReport, SpillJob, SpillRecord, State, StepTraits, TaskRef,
 };
 
+mod jobs;
+
 use super::SimOptions;
-use super::cluster::{Cluster, ClusterShape, Job};
+use super::cluster::{Cluster, Job};
 use super::cpus::SharedCpus;
 use super::meter::ReservationsOnly;
 use super::outcome::{MemoryPoint, Simulated, SimulatedTask};
@@ -415,58 +417,6 @@ impl Loop<'_> {
             let wait = self.readiness.wait(step, clock, self.predictor.service_wait(step, start));
             prediction.duration += wait;
             clock += prediction.duration.as_nanos() as u64;
-        }
-    }
-
-    /// Starts the eligible jobs that fit a node, in submission order (a later one that fits
-    /// starts before an earlier one that does not); fails the tasks of a job no node could hold.
-    fn start_pending_jobs(&mut self) {
-        let Some(mut cluster) = self.cluster.take() else { return };
-        let mut waiting = self.pending.len();
-        while waiting > 0 {
-            waiting -= 1;
-            let Some(worker) = self.pending.pop_front() else { break };
-            let job = cluster.job(self.largest_reservation(worker));
-            if !cluster.can_ever_place(job) {
-                // Slurm refuses a job no node can hold: its tasks fail, at once.
-                self.note_unplaceable(worker, job, cluster.shape());
-                self.failed.append(&mut self.workers[worker as usize].claimed);
-                self.schedule(self.now, worker, Event::Ran);
-                continue;
-            }
-            match cluster.place(job) {
-                Some(node) => {
-                    self.workers[worker as usize].job = Some((job, node, self.now));
-                    self.cluster = Some(cluster);
-                    self.run_claimed(worker);
-                    cluster = self.cluster.take().expect("put back above");
-                }
-                None => self.pending.push_back(worker),
-            }
-        }
-        self.cluster = Some(cluster);
-    }
-
-    /// What the job of `worker`'s claimed unit is sized by: its largest reservation.
-    fn largest_reservation(&self, worker: u32) -> u64 {
-        self.workers[worker as usize].claimed.iter().map(|(p, _)| p.reserved).max().unwrap_or(0)
-    }
-
-    /// The failures of the tasks `worker` holds, whose `job` no node of `shape` could hold.
-    fn note_unplaceable(&mut self, worker: u32, job: Job, shape: &ClusterShape) {
-        let (recipe, graph) = (&self.compiled.recipe, &self.compiled.graph);
-        let error = shape.refusal(job);
-        let (mut key, mut pairs) = (String::new(), Vec::new());
-        for (picked, _) in &self.workers[worker as usize].claimed {
-            let task = picked.task;
-            graph.describe_task(recipe, task.step, task.index, &mut key, &mut pairs);
-            self.failures.push(Failure {
-                step: recipe.steps[task.step].name.clone(),
-                key: key.clone(),
-                error: error.clone(),
-                step_id: task.step,
-                index: task.index,
-            });
         }
     }
 

@@ -57,8 +57,8 @@ pub struct StepRecords {
     /// figures above are as recorded.
     pub extended: Option<Extended>,
     pub longest: Option<Duration>,
-    /// How fast its tasks read their spilled inputs back, in the recipe's last runs that spilled
-    /// (read by [`History::read`], whichever run the other figures come from).
+    /// How fast its tasks read their spilled inputs back from disk, in the recipe's last runs
+    /// that spilled (read by [`History::read`], whichever run the other figures come from).
     pub read_back: Option<SpillSpeed>,
     /// Of the last [`PATTERN_RUNS`] runs (oldest first), what each sampled task's data made
     /// of it (its plugin estimate, output and file bytes, summed), by task index: whether
@@ -81,9 +81,8 @@ pub const RECENT_RUNS: usize = 2;
 /// simulation of the whole recipe.
 pub const MAX_TASKS: u64 = 100_000;
 
-/// How fast a recipe's recent spills were written, and read back by the tasks of its steps
-/// whose plugins do not read them in at dispatch: the disk's speed, for a step without recorded
-/// reads of its own (`None`: none recorded).
+/// How fast a recipe's recent spills were written, and read back from disk by the tasks of its
+/// steps: the disk's speed, for a step without recorded reads of its own (`None`: none recorded).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SpillSpeeds {
     pub written: Option<SpillSpeed>,
@@ -167,12 +166,9 @@ pub struct AlikeRun {
     pub weight: f64,
 }
 
-/// How fast the recorded tasks of `compiled`'s steps (`steps`) read their spilled inputs back,
-/// but those of steps whose plugins estimate from their data: those read most of theirs in at
-/// dispatch, and their timed reads mix memory and disk, no measure of either.
-fn read_back_from_disk(compiled: &Compiled, steps: &[StepRecords]) -> Option<SpillSpeed> {
-    let steps = compiled.recipe.steps.iter().zip(steps);
-    SpillSpeed::total(steps.filter(|(step, _)| !step.plugin.estimate_follows_data()).filter_map(|(_, r)| r.read_back))
+/// How fast the recorded tasks of all steps read their spilled inputs back from disk.
+fn read_back_from_disk(steps: &[StepRecords]) -> Option<SpillSpeed> {
+    SpillSpeed::total(steps.iter().filter_map(|records| records.read_back))
 }
 
 impl History {
@@ -192,7 +188,7 @@ impl History {
         }
         let spill_speed = SpillSpeeds {
             written: store.spill_speed(&recipe.name, before_run, HISTORY_RUNS)?,
-            read_back: read_back_from_disk(compiled, &steps),
+            read_back: read_back_from_disk(&steps),
         };
         let mut runs = store.history_runs(Some(&recipe.name), None, usize::MAX, RunFilter::default())?;
         runs.retain(|run| before_run.is_none_or(|before| run.run_id < before));

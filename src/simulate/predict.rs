@@ -41,7 +41,7 @@ struct StepPrediction {
     per_task_args: bool,
     /// Its plugin estimates from the data at dispatch, not from metadata.
     follows_data: bool,
-    /// Bytes a second its recorded tasks read their spilled inputs back at.
+    /// Bytes a second its recorded tasks read their spilled inputs back from disk at.
     read_back: Option<u64>,
     /// How this cycle's plan differs from the alike run's for the same (first) task, in its
     /// plugin estimate and output bytes: a recorded figure of another task is scaled by it (a
@@ -116,9 +116,7 @@ impl StepPrediction {
             by_index,
             per_task_args: step.args.is_per_task(),
             follows_data,
-            // Its tasks' reads mix inputs its estimate read in (in memory) and inputs spilled
-            // after it (from disk): no measure of either.
-            read_back: records.read_back.filter(|_| !follows_data).map(|speed| speed.bytes_per_second()),
+            read_back: records.read_back.map(|speed| speed.bytes_per_second()),
             waits: records.waits,
         }
     }
@@ -296,14 +294,14 @@ impl Predictor {
 
     /// How long a task of `step` takes to read its `spilled` input bytes back, of which
     /// `at_estimate` were spilled as its plugin estimated it from its data (`None`: admitted at
-    /// its estimate, or not so estimated): as long as the step's recorded tasks took for as many
-    /// where they read theirs back (and `rates` take them), else at `rates`' speed.
+    /// its estimate, or not so estimated): as long as the step's recorded tasks took to read as
+    /// many from disk where they did (and `rates` take them), else at `rates`' speed.
     pub fn read_back_time(&self, step: usize, spilled: u64, at_estimate: Option<u64>, rates: &SpillRates) -> Duration {
         let prediction = &self.steps[step];
         // An estimate from the data read the task's inputs in at dispatch: only what was spilled
         // while it waited after is read from disk (a wet `weather_uk.yaml` cycle's 88 `nbhood`
-        // reads found every page resident, 30 GB/s, where `threshold`'s came from disk at
-        // 0.4 GB/s; the estimate's own read is part of `calibrate`'s pace).
+        // reads found 99% of their pages in memory; the estimate's own read is part of
+        // `calibrate`'s pace).
         let bytes =
             if prediction.follows_data { spilled.saturating_sub(at_estimate.unwrap_or(spilled)) } else { spilled };
         if bytes == 0 {

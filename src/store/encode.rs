@@ -56,7 +56,8 @@ const INSERT_BLOCK: &str = "INSERT INTO task_blocks (run_id, step, first_task_id
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)";
 
 const INSERT_DETAILS: &str = "INSERT INTO task_details (task_id, error, log_path, output_path, args_hash, \
-     inputs_hash, output_hash, waited_us, read_back_bytes, read_back_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+     inputs_hash, output_hash, waited_us, read_back_bytes, read_back_us, read_back_disk_bytes, read_back_disk_us) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)";
 
 const INSERT_SAMPLE: &str = "INSERT OR IGNORE INTO samples (run_id, t_ms, reserved_bytes, live_bytes, rss_bytes, \
      resident_bytes, spilled_bytes, running_tasks, external_bytes) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
@@ -179,7 +180,7 @@ impl BlockDefaults {
     }
 
     /// `task`'s `task_details` values after its task id, if it needs a row there.
-    fn details<'a>(&self, task: &'a TaskRecord) -> Option<[Cell<'a>; 9]> {
+    fn details<'a>(&self, task: &'a TaskRecord) -> Option<[Cell<'a>; 11]> {
         let text = |t: &'a Option<String>| t.as_deref().map_or(Cell::Null, Cell::Text);
         let some = |v: u64| if v > 0 { Cell::Int(to_sql_int(v)) } else { Cell::Null };
         let read_back = task.figures.read_back;
@@ -194,6 +195,12 @@ impl BlockDefaults {
             some(read_back.bytes),
             // A read of a few pages may take under a µs: its bytes were still read back.
             if read_back.bytes > 0 { Cell::Int(to_sql_int(read_back.wall.as_micros() as u64)) } else { Cell::Null },
+            some(read_back.from_disk),
+            if read_back.from_disk > 0 {
+                Cell::Int(to_sql_int(read_back.disk_wall.as_micros() as u64))
+            } else {
+                Cell::Null
+            },
         ];
         cells.iter().any(|c| *c != Cell::Null).then_some(cells)
     }
@@ -459,6 +466,6 @@ mod tests {
         let details = block.details(&other).unwrap();
         assert_eq!(details[0], Cell::Text("boom"));
         assert_eq!(details[3], Cell::Int(0), "no args hash where the block has one");
-        assert_eq!(details[4..], [Cell::Null, Cell::Null, Cell::Null, Cell::Null, Cell::Null]);
+        assert!(details[4..].iter().all(|cell| *cell == Cell::Null));
     }
 }

@@ -115,8 +115,8 @@ impl Store {
     }
 
     /// How fast the tasks of `step` in the last `last` runs of `recipe` that spilled (before
-    /// `before_run` when given) read their spilled inputs back; `None` when none recorded such
-    /// a read.
+    /// `before_run` when given) read their spilled inputs back from disk (the pages not in
+    /// memory still); `None` when none recorded such a read.
     pub fn read_back_speed(
         &self,
         recipe: &str,
@@ -124,13 +124,13 @@ impl Store {
         before_run: Option<i64>,
         last: usize,
     ) -> Result<Option<SpillSpeed>, StoreError> {
-        let sql = "SELECT sum(e.read_back_bytes), sum(e.read_back_us) FROM task_blocks AS b \
+        let sql = "SELECT sum(e.read_back_disk_bytes), sum(e.read_back_disk_us) FROM task_blocks AS b \
                    JOIN task_details AS e ON e.task_id BETWEEN b.first_task_id AND b.last_task_id \
-                   WHERE e.read_back_bytes > 0 AND b.step = ?4 \
+                   WHERE e.read_back_disk_bytes > 0 AND b.step = ?4 \
                    AND b.run_id IN (SELECT run_id FROM runs \
                    WHERE recipe = ?1 AND spilled_bytes > 0 AND (?2 IS NULL OR run_id < ?2) \
                    ORDER BY run_id DESC LIMIT ?3)";
-        let what = "reading how fast a step's spilled inputs were read back";
+        let what = "reading how fast a step's spilled inputs were read back from disk";
         self.summed_speed(what, sql, params![recipe, before_run, last as i64, step])
     }
 

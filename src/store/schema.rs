@@ -341,6 +341,13 @@ pub(crate) const MIGRATIONS: &[&str] = &[
     // took, of its wall (a detail: only readers of spilled values have them): a prediction
     // learns the task's own time without it and reads spilled bytes back as fast as they were.
     "ALTER TABLE task_details ADD COLUMN read_back_bytes INTEGER; ALTER TABLE task_details ADD COLUMN read_back_us INTEGER;",
+    // 12: of those, the bytes whose pages were not in memory when read (read from disk, told by
+    // `mincore`) and the µs reading them took: a spilled page read in already (by a plugin's
+    // estimate, by another reader) reads at memory's speed, and a prediction reads spilled
+    // bytes back from disk as fast as the disk's part of the reads was (NULL in rows from
+    // before, which mixed the two and count toward no speed).
+    "ALTER TABLE task_details ADD COLUMN read_back_disk_bytes INTEGER; \
+     ALTER TABLE task_details ADD COLUMN read_back_disk_us INTEGER;",
 ];
 
 /// The schema version this code writes and understands.

@@ -91,7 +91,11 @@ impl MappedBuffer {
     /// Bytes of the buffer in memory now (in the page cache, mapped or not), from `mincore`.
     pub fn resident_bytes(&self) -> io::Result<u64> {
         match &self.map {
-            Some(map) => os::resident_bytes(map.as_ptr(), map.len()),
+            Some(map) => {
+                let mut pages = Vec::new();
+                os::page_residency(map.as_ptr(), map.len(), &mut pages)?;
+                Ok(pages.iter().filter(|&&page| page & 1 != 0).count() as u64 * crate::measure::page_size() as u64)
+            }
             None => Ok(0),
         }
     }

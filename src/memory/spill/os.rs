@@ -53,16 +53,17 @@ mod imp {
         unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_PAGEOUT) };
     }
 
-    pub fn resident_bytes(addr: *const u8, len: usize) -> io::Result<u64> {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
-        let mut vec = vec![0u8; len.div_ceil(page)];
-        // SAFETY: `addr` is the page-aligned start of a live mapping of `len` bytes and `vec` has
-        // one byte per page of it.
-        if unsafe { libc::mincore(addr as *mut libc::c_void, len, vec.as_mut_ptr()) } != 0 {
+    /// Fills `pages` with one byte per page of the mapping at `addr` (`len` bytes), whose
+    /// lowest bit is set where the page is in memory (in the page cache, mapped or not).
+    pub fn page_residency(addr: *const u8, len: usize, pages: &mut Vec<u8>) -> io::Result<()> {
+        pages.clear();
+        pages.resize(len.div_ceil(crate::measure::page_size()), 0);
+        // SAFETY: `addr` is the page-aligned start of a live mapping of `len` bytes and `pages`
+        // has one byte per page of it.
+        if unsafe { libc::mincore(addr as *mut libc::c_void, len, pages.as_mut_ptr()) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        Ok(vec.iter().filter(|&&v| v & 1 != 0).count() as u64 * page as u64)
+        Ok(())
     }
 }
 
@@ -83,7 +84,7 @@ mod imp {
         unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
     }
     pub fn page_out(_: *const u8, _: usize) {}
-    pub fn resident_bytes(_: *const u8, _: usize) -> io::Result<u64> {
+    pub fn page_residency(_: *const u8, _: usize, _: &mut Vec<u8>) -> io::Result<()> {
         Err(io::Error::new(io::ErrorKind::Unsupported, "mincore is only used on Linux"))
     }
 }
