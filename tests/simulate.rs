@@ -918,6 +918,15 @@ fn spilled_inputs_are_read_back_timed_before_their_readers_run_and_predicted_rea
     assert_eq!(bandwidth["read_back_from"], "history", "{bandwidth}");
     let speed = bandwidth["read_back_bytes_per_second"].as_f64().unwrap();
     assert!((speed - bytes / (micros / 1e6)).abs() <= 1.0, "{bandwidth} from {reads:?}");
+    // Rows as a store of schema 11 holds them (every read timed, none told from disk) say
+    // nothing of the disk: spills are read back as fast as they were written.
+    let store = rusqlite::Connection::open(&db).unwrap();
+    store.execute("UPDATE task_details SET read_back_disk_bytes = NULL, read_back_disk_us = NULL", []).unwrap();
+    let (said, predicted) = mixed_spilling(dir.path(), "simulate", "c2", "older.json", &[]);
+    let bandwidth = &predicted["spill_bandwidth"];
+    assert_eq!(bandwidth["read_back_from"], "as_written", "{bandwidth}");
+    assert_eq!(bandwidth["read_back_bytes_per_second"], bandwidth["bytes_per_second"], "{bandwidth}");
+    assert!(said.contains("no recorded task read a spilled input back from disk"), "{said}");
 }
 
 /// Each step's predicted seconds in a prediction's summary.
@@ -1429,19 +1438,28 @@ fn the_warm_interpreters_baseline_is_part_of_the_predicted_peak_reserved() {
 
 #[test]
 fn a_run_whose_peak_caught_fewer_interpreters_than_it_started_is_read_as_holding_all_of_them() {
-    // Alone: its two real runs must each have both interpreters up at their peak (beside the
-    // other tests' processes one failed so, once, on 2026-12-07).
+    // Alone: its two real runs must each have both interpreters up at their peak. A run's peak
+    // may come as its second interpreter is still starting (beside the other tests' processes
+    // on 2026-12-07, and alone in CI's debug build on the same day, both runs of a store): such a
+    // store is no baseline here, and the runs are made again in a fresh one, a few times at most.
     let _alone = alone();
-    let Some(dir) = python_holding() else { return };
-    let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "mib=48", "1GiB").1;
-    cycle("run", "c1");
-    cycle("run", "c2");
+    let query = "SELECT standing_services, most_services, standing_bytes - standing_shared_bytes FROM runs \
+                 ORDER BY run_id";
+    let mut tries = Vec::new();
+    let (dir, rows) = loop {
+        let Some(dir) = python_holding() else { return };
+        for cycle in ["c1", "c2"] {
+            with_var(dir.path(), "run", cycle, "mib=48", "1GiB");
+        }
+        let rows = common::query(&dir.path().join("h.db"), query);
+        if rows.iter().all(|row| row[0] == "2" && row[1] == "2") {
+            break (dir, rows);
+        }
+        tries.push(rows);
+        assert!(tries.len() < 4, "no two runs of a store stood the 2 interpreters they started: {tries:?}");
+    };
     let db = dir.path().join("h.db");
-    let rows = common::query(
-        &db,
-        "SELECT standing_services, most_services, standing_bytes - standing_shared_bytes FROM runs ORDER BY run_id",
-    );
-    assert!(rows.iter().all(|row| row[0] == "2" && row[1] == "2"), "both stood the 2 they started: {rows:?}");
+    let cycle = |verb: &str, cycle: &str| with_var(dir.path(), verb, cycle, "mib=48", "1GiB").1;
     // Each interpreter's own share, beside the pages the forked ones share.
     let own = rows[1][2].parse::<f64>().unwrap() / 2.0;
     let standing = |s: &Json| s["peak_reserved_standing_bytes"].as_f64().unwrap();

@@ -299,9 +299,9 @@ impl Predictor {
     pub fn read_back_time(&self, step: usize, spilled: u64, at_estimate: Option<u64>, rates: &SpillRates) -> Duration {
         let prediction = &self.steps[step];
         // An estimate from the data read the task's inputs in at dispatch: only what was spilled
-        // while it waited after is read from disk (a wet `weather_uk.yaml` cycle's 88 `nbhood`
-        // reads found 99% of their pages in memory; the estimate's own read is part of
-        // `calibrate`'s pace).
+        // while it waited after is read from disk (the `nbhood` tasks of a wet `precip_uk.yaml`
+        // cycle at 64 MiB found 99% of the pages they read back in memory, `mincore` says; the
+        // estimate's own read is part of `calibrate`'s pace).
         let bytes =
             if prediction.follows_data { spilled.saturating_sub(at_estimate.unwrap_or(spilled)) } else { spilled };
         if bytes == 0 {
