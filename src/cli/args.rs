@@ -151,8 +151,8 @@ pub(super) struct SimulateArgs {
     pub(super) guess_speed: u64,
     /// How fast a spill is taken to be written, and read back by the tasks reading it, per
     /// second, every step alike [default: as fast as the recipe's recorded spills were written,
-    /// and each step's recorded tasks read theirs back; else, when the prediction spills, as fast
-    /// as the spill folder's disk takes a few spills now; else 1GiB]
+    /// and each step's recorded tasks read theirs back from disk; else, when the prediction
+    /// spills, as fast as the spill folder's disk takes a few spills now; else 1GiB]
     #[arg(long, value_name = "SIZE", value_parser = parse_speed)]
     pub(super) spill_bandwidth: Option<u64>,
     /// Have the ledger read every running task at each admission, as a local run's does: the
