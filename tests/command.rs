@@ -15,7 +15,8 @@ use runner::plugin::{CommandExit, FailureKind};
 use runner::testing::command::{self, Ending, Finished, Isolation, Request};
 use runner::testing::measure::{PeakSource, external};
 
-const MIB: u64 = 1 << 20;
+mod common;
+use common::{MIB, SPAWN_AND_DAEMONISE, running};
 
 /// The Python interpreter itself (not a launcher script in front of it).
 fn python() -> &'static str {
@@ -182,34 +183,8 @@ fn page_cache_written_by_a_command_is_not_resident_memory() {
     assert!(cgroup_peak > 200 * MIB, "page cache is in the cgroup's usage: {} MiB", cgroup_peak / MIB);
 }
 
-/// Starts a child (same process group) and a daemon (setsid, double fork), writes their pids
-/// to argv[1], then sleeps argv[2] seconds.
-const SPAWN_AND_DAEMONISE: &str = r#"
-import os, subprocess, sys, time
-child = subprocess.Popen(["sleep", "300"])
-r, w = os.pipe()
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.write(w, str(os.getpid()).encode())
-        time.sleep(300)
-    os._exit(0)
-daemon = os.read(r, 32).decode()
-with open(sys.argv[1], "w") as f:
-    f.write(f"{os.getpid()} {child.pid} {daemon}\n")
-time.sleep(float(sys.argv[2]))
-"#;
-
 fn pids_in(file: &Path) -> Vec<i32> {
     std::fs::read_to_string(file).unwrap().split_whitespace().map(|p| p.parse().unwrap()).collect()
-}
-
-/// Running means there and not a zombie (a zombie is dead; only its parent has not reaped it).
-fn running(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !matches!(stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]), Some("Z" | "X")),
-        Err(_) => false,
-    }
 }
 
 fn assert_all_gone(pids: &[i32], what: &str) {

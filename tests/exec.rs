@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{alone, beside_others, runner, runner_command, stderr, write};
+use common::{SPAWN_AND_DAEMONISE, alone, beside_others, runner, runner_command, running, stderr, write};
 
 const MIB: u64 = 1 << 20;
 
@@ -143,31 +143,6 @@ steps:
     assert!(err.contains("runner-logs/failing/C/tool/member=1.log"), "the log is named: {err}");
     let log = std::fs::read_to_string(dir.path().join("runner-logs/failing/C/tool/member=1.log")).unwrap();
     assert!(log.contains("bad member 1") && log.contains("--- runner: exited with status 1"), "{log}");
-}
-
-/// Writes the pids of itself, a child and a daemon (setsid, double fork) to argv[1], then sleeps.
-const SPAWN_AND_DAEMONISE: &str = r#"
-import os, subprocess, sys, time
-child = subprocess.Popen(["sleep", "300"])
-r, w = os.pipe()
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        os.write(w, str(os.getpid()).encode())
-        time.sleep(300)
-    os._exit(0)
-daemon = os.read(r, 32).decode()
-with open(sys.argv[1] + ".tmp", "w") as f:
-    f.write(f"{os.getpid()} {child.pid} {daemon}\n")
-os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-time.sleep(300)
-"#;
-
-fn running(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !matches!(stat.rsplit_once(") ").map(|(_, rest)| &rest[..1]), Some("Z" | "X")),
-        Err(_) => false,
-    }
 }
 
 /// Waits until `done` or `timeout`; returns whether it is done.

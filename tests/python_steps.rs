@@ -8,7 +8,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{MIB, alone, beside_others, numpy_here, query, runner, stderr, write};
+use common::{MIB, alone, beside_others, numpy_here, query, runner, running, stderr, write};
 
 /// The module the recipes call, put on the interpreters' path with `pythonpath`.
 const STEPS: &str = r#"
@@ -550,14 +550,6 @@ steps:
     let out = runner(dir.path(), &["run", "r.yaml"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("expected \"package.module:name\""), "{}", stderr(&out));
-}
-
-/// True while `pid` runs (a zombie waiting for its reaper does not count).
-fn running(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
-        Err(_) => false,
-    }
 }
 
 #[test]

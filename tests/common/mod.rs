@@ -248,3 +248,31 @@ pub fn run_watching_tree(mut command: Command) -> (ExitStatus, u64, String) {
     };
     (status, highest, reader.join().unwrap())
 }
+
+/// A Python script that starts a child (same process group) and a daemon (setsid, double fork),
+/// writes the pids of itself, the child and the daemon to argv[1] (whole: written aside, then
+/// renamed), then sleeps argv[2] seconds (300 without it): a tree a kill must leave nothing of.
+pub const SPAWN_AND_DAEMONISE: &str = r#"
+import os, subprocess, sys, time
+child = subprocess.Popen(["sleep", "300"])
+r, w = os.pipe()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.write(w, str(os.getpid()).encode())
+        time.sleep(300)
+    os._exit(0)
+daemon = os.read(r, 32).decode()
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(f"{os.getpid()} {child.pid} {daemon}\n")
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 300)
+"#;
+
+/// True while `pid` runs (a zombie waiting for its reaper does not count: it is dead).
+pub fn running(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with(['Z', 'X'])),
+        Err(_) => false,
+    }
+}
