@@ -338,7 +338,11 @@ impl<'s, 'r> Worker<'s, 'r> {
                     self.values.clear();
                     self.counts.clear();
                     state = shared.lock();
-                    state.estimated();
+                    state.estimated(task);
+                    // Workers may have waited for the room kept for this estimate.
+                    if state.sleepers > 0 {
+                        shared.wake.notify_all();
+                    }
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, self.slot(0)) {
                         // A remote job runs a chunk of its step's tasks even when the step's
                         // estimate follows its data: the rest of the chunk is estimated from

@@ -261,7 +261,7 @@ impl Loop<'_> {
                     return true;
                 }
                 Pick::Estimate(task) => {
-                    state.estimated();
+                    state.estimated(task);
                     let plugin_estimate = self.predictor.dispatch_estimate(task.step, task.index);
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, Self::slot(worker, 0)) {
                         let chunk = if self.cluster.is_some() { self.chunk(state, task.step) } else { 1 };

@@ -86,6 +86,8 @@ struct StepState {
     /// The step's estimate is a guess (no history, no hint, a plugin that says its estimate is
     /// not exact): one task runs until the first is measured (a slow start).
     on_probation: bool,
+    /// What its plugin said of its last task estimated at dispatch (none yet: `None`).
+    last_dispatch_estimate: Option<u64>,
 }
 
 /// Something to free outside the lock.
@@ -150,6 +152,10 @@ pub struct State<'g> {
     spills_in_flight: usize,
     /// Tasks whose plugin some worker is asking for an estimate (they hold no reservation yet).
     estimating: usize,
+    /// Of those, each task and the bytes it is expected to reserve once estimated (see
+    /// [`State::expected_at_dispatch`]), and their sum: room other tasks leave it meanwhile.
+    expected: Vec<(TaskRef, u64)>,
+    expected_bytes: u64,
     /// Bytes moved to disk so far, in how many spills.
     pub spilled: u64,
     pub spill_count: u64,
@@ -233,6 +239,7 @@ impl<'g> State<'g> {
                 next_source: 0,
                 ready: VecDeque::new(),
                 deferred: VecDeque::new(),
+                last_dispatch_estimate: None,
                 is_source: s.inputs.is_empty(),
                 finished: 0,
                 timed: 0,
@@ -273,6 +280,8 @@ impl<'g> State<'g> {
             spill_jobs: Vec::new(),
             spills_in_flight: 0,
             estimating: 0,
+            expected: Vec::new(),
+            expected_bytes: 0,
             spilled: 0,
             spill_count: 0,
             spill_error: None,
