@@ -331,14 +331,15 @@ impl<'s, 'r> Worker<'s, 'r> {
                     state.take_spill_jobs(&mut self.spill_jobs);
                     return (true, state);
                 }
-                Pick::Estimate(task) => {
+                Pick::Estimate(estimating) => {
+                    let task = estimating.task;
                     let (values, counts, _) = self.collect_inputs(&state, task);
                     drop(state);
                     let plugin_estimate = self.estimate_at_dispatch(task, values, counts);
                     self.values.clear();
                     self.counts.clear();
                     state = shared.lock();
-                    state.estimated(task);
+                    state.estimated(estimating);
                     // Workers may have waited for the room kept for this estimate.
                     if state.sleepers > 0 {
                         shared.wake.notify_all();

@@ -260,8 +260,9 @@ impl Loop<'_> {
                     self.start(state, worker);
                     return true;
                 }
-                Pick::Estimate(task) => {
-                    state.estimated(task);
+                Pick::Estimate(estimating) => {
+                    // Estimates take no time here: the room kept for it goes back at once.
+                    let task = state.estimated(estimating);
                     let plugin_estimate = self.predictor.dispatch_estimate(task.step, task.index);
                     if let Some(picked) = state.admit_estimated(plan, task, plugin_estimate, Self::slot(worker, 0)) {
                         let chunk = if self.cluster.is_some() { self.chunk(state, task.step) } else { 1 };

@@ -152,10 +152,9 @@ pub struct State<'g> {
     spills_in_flight: usize,
     /// Tasks whose plugin some worker is asking for an estimate (they hold no reservation yet).
     estimating: usize,
-    /// Of those, each task and the bytes it is expected to reserve once estimated (see
-    /// [`State::expected_at_dispatch`]), and their sum: room other tasks leave it meanwhile.
-    expected: Vec<(TaskRef, u64)>,
-    expected_bytes: u64,
+    /// The bytes those tasks are expected to reserve once estimated ([`pick::Estimating`]):
+    /// room no other task is admitted into meanwhile.
+    kept_for_estimates: u64,
     /// Bytes moved to disk so far, in how many spills.
     pub spilled: u64,
     pub spill_count: u64,
@@ -280,8 +279,7 @@ impl<'g> State<'g> {
             spill_jobs: Vec::new(),
             spills_in_flight: 0,
             estimating: 0,
-            expected: Vec::new(),
-            expected_bytes: 0,
+            kept_for_estimates: 0,
             spilled: 0,
             spill_count: 0,
             spill_error: None,

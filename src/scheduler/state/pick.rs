@@ -16,13 +16,23 @@ use crate::recipe::StepId;
 pub enum Pick {
     /// Run this task (its estimate is reserved).
     Run(Picked),
-    /// Ask the plugin for this task's estimate (outside the lock), then [`State::admit_estimated`].
-    Estimate(TaskRef),
+    /// Ask the plugin for this task's estimate (outside the lock), then [`State::estimated`] and
+    /// [`State::admit_estimated`].
+    Estimate(Estimating),
     /// Write the buffers in [`State::take_spill_jobs`] to disk (outside the lock), then
     /// [`State::finish_spills`]: a task waits for the room.
     Spill,
     /// Nothing can start now.
     Wait,
+}
+
+/// A task whose plugin a worker is asking for its estimate, and the room kept for it meanwhile
+/// (see [`State::expected_at_dispatch`]). Neither `Copy` nor `Clone`: [`State::estimated`] takes
+/// it back, so the room is given back once.
+#[derive(Debug)]
+pub struct Estimating {
+    pub task: TaskRef,
+    kept: u64,
 }
 
 /// A task the ledger cannot admit now.
@@ -160,10 +170,9 @@ impl<'g> State<'g> {
         if self.follows_data[step] {
             self.pop_ready(step);
             self.estimating += 1;
-            let expected = self.expected_at_dispatch(plan, task);
-            self.expected.push((task, expected));
-            self.expected_bytes += expected;
-            return Ok(Pick::Estimate(task));
+            let kept = self.expected_at_dispatch(plan, task);
+            self.kept_for_estimates += kept;
+            return Ok(Pick::Estimate(Estimating { task, kept }));
         }
         let plugin_estimate = plan.steps[step].plugin_estimate;
         let admitted = self.admit(plan, task, plugin_estimate)?;
@@ -202,13 +211,12 @@ impl<'g> State<'g> {
         self.predict(plan, task.step, plugin_estimate, inputs.bytes).0.saturating_add(inputs.spilled)
     }
 
-    /// A worker is back with `task`'s estimate, which a [`Pick::Estimate`] asked for: the room
-    /// kept for it goes back.
-    pub fn estimated(&mut self, task: TaskRef) {
+    /// A worker is back with the estimate a [`Pick::Estimate`] asked for: the room kept for the
+    /// task goes back. Returns the task.
+    pub fn estimated(&mut self, estimating: Estimating) -> TaskRef {
         self.estimating -= 1;
-        if let Some(at) = self.expected.iter().position(|&(estimated, _)| estimated == task) {
-            self.expected_bytes -= self.expected.swap_remove(at).1;
-        }
+        self.kept_for_estimates -= estimating.kept;
+        estimating.task
     }
 
     /// Whether `reserved` more leaves the room the tasks being estimated are expected to take
@@ -217,8 +225,9 @@ impl<'g> State<'g> {
     /// found it taken and waited for a spill: a dry `weather.yaml` cycle at 10 MiB spilled 12
     /// to 14 buffers where its simulation, whose estimates take no time, spilled 8.
     fn leaves_room_for_estimates(&self, reserved: u64) -> bool {
-        self.expected_bytes == 0
-            || self.ledger.used().saturating_add(reserved).saturating_add(self.expected_bytes) <= self.ledger.budget()
+        self.kept_for_estimates == 0
+            || self.ledger.used().saturating_add(reserved).saturating_add(self.kept_for_estimates)
+                <= self.ledger.budget()
     }
 
     /// Admits a task whose plugin has just estimated it at dispatch, or defers it (first in
@@ -282,7 +291,7 @@ impl<'g> State<'g> {
         if !self.steps[step].deferred.is_empty() || self.steps[step].on_probation {
             return;
         }
-        let mut room = self.ledger.batch_room().saturating_sub(self.expected_bytes);
+        let mut room = self.ledger.batch_room().saturating_sub(self.kept_for_estimates);
         let from = out.len();
         for slot in slots {
             let Some(index) = self.peek_ready(step) else { break };
@@ -515,8 +524,8 @@ mod tests {
         // Another worker, while the plugin is asked: a source's task of 3 MiB would fit beside
         // the 4 resident, but not beside the 4 the task being estimated is expected to take.
         assert!(matches!(state.pick(&c.plan, TaskSlot(1)), Pick::Wait), "the room is kept for the estimate");
-        state.estimated(estimating);
-        let picked = state.admit_estimated(&c.plan, estimating, 4 * MIB, TaskSlot(0)).expect("the room was there");
+        let task = state.estimated(estimating);
+        let picked = state.admit_estimated(&c.plan, task, 4 * MIB, TaskSlot(0)).expect("the room was there");
         assert_eq!(picked.reserved, 4 * MIB);
         // Once it is back, what fits beside it starts: the source's task waits no more than for room.
         state.finish_virtual(picked, Outcome::Ok, 0, 0, Duration::ZERO);
