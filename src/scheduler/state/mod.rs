@@ -155,6 +155,9 @@ pub struct State<'g> {
     /// The bytes those tasks are expected to reserve once estimated ([`pick::Estimating`]):
     /// room no other task is admitted into meanwhile.
     kept_for_estimates: u64,
+    /// The task the spills being written make room for, and what it needs beyond what they
+    /// free: room no other task is admitted into until they are written or it starts.
+    kept_for_spill: Option<(TaskRef, u64)>,
     /// Bytes moved to disk so far, in how many spills.
     pub spilled: u64,
     pub spill_count: u64,
@@ -280,6 +283,7 @@ impl<'g> State<'g> {
             spills_in_flight: 0,
             estimating: 0,
             kept_for_estimates: 0,
+            kept_for_spill: None,
             spilled: 0,
             spill_count: 0,
             spill_error: None,

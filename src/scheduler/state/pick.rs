@@ -219,15 +219,17 @@ impl<'g> State<'g> {
         estimating.task
     }
 
-    /// Whether `reserved` more leaves the room the tasks being estimated are expected to take
-    /// (see [`State::expected_at_dispatch`]). Without it, a worker admitted a less preferred
-    /// task (a source's) into that room while another asked a plugin, and the task estimated
-    /// found it taken and waited for a spill: a dry `weather.yaml` cycle at 10 MiB spilled 12
-    /// to 14 buffers where its simulation, whose estimates take no time, spilled 8.
-    fn leaves_room_for_estimates(&self, reserved: u64) -> bool {
-        self.kept_for_estimates == 0
-            || self.ledger.used().saturating_add(reserved).saturating_add(self.kept_for_estimates)
-                <= self.ledger.budget()
+    /// The room kept from the admission of `task`: what the tasks being estimated are expected
+    /// to take (see [`State::expected_at_dispatch`]), and what the task the spills being written
+    /// are for needs, unless that is `task`. Without it, a worker admitted a less preferred task
+    /// (a source's) into that room while another asked a plugin or wrote a spill, and the task
+    /// the room was for found it taken and waited for a spill (again): a dry `weather.yaml`
+    /// cycle at 10 MiB spilled 12 to 14 buffers where its simulation, whose estimates take no
+    /// time, spilled 8, and a wet one's simulation spilled for one task 13 times over while the
+    /// sources went on in the room each spill made.
+    fn kept_from(&self, task: TaskRef) -> u64 {
+        let for_spill = self.kept_for_spill.filter(|&(kept_for, _)| kept_for != task).map_or(0, |(_, bytes)| bytes);
+        self.kept_for_estimates.saturating_add(for_spill)
     }
 
     /// Admits a task whose plugin has just estimated it at dispatch, or defers it (first in
@@ -291,7 +293,7 @@ impl<'g> State<'g> {
         if !self.steps[step].deferred.is_empty() || self.steps[step].on_probation {
             return;
         }
-        let mut room = self.ledger.batch_room().saturating_sub(self.kept_for_estimates);
+        let mut room = self.ledger.batch_room().saturating_sub(self.kept_from(first.task));
         let from = out.len();
         for slot in slots {
             let Some(index) = self.peek_ready(step) else { break };
@@ -329,8 +331,10 @@ impl<'g> State<'g> {
         let (estimate, source) = self.predict(plan, task.step, plugin_estimate, inputs.bytes);
         // Spilled inputs are mapped back in as the task reads them: they count while it runs.
         let reserved = estimate.saturating_add(inputs.spilled);
-        if !self.leaves_room_for_estimates(reserved) {
-            // Not blocked for want of a spill: the room is taken once the estimates are back.
+        let kept = self.kept_from(task);
+        if kept > 0 && self.ledger.used().saturating_add(reserved).saturating_add(kept) > self.ledger.budget() {
+            // Not blocked for want of a spill: the room is free once the estimates are back or
+            // the spills written.
             return Err(None);
         }
         let oversized = self.oversized(estimate, &inputs);
@@ -390,6 +394,9 @@ impl<'g> State<'g> {
     /// Reserves the admitted estimate for `task` in `slot`.
     fn start(&mut self, task: TaskRef, admitted: Admitted, plugin_estimate: u64, slot: TaskSlot) -> Picked {
         let reservation = self.ledger.reserve(slot, admitted.reserved);
+        if self.kept_for_spill.is_some_and(|(kept_for, _)| kept_for == task) {
+            self.kept_for_spill = None;
+        }
         self.steps[task.step].running += 1;
         let Admitted { estimate, reserved, source, admission, input_bytes, spilled_input_bytes } = admitted;
         Picked {

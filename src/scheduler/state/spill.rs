@@ -123,6 +123,9 @@ impl<'g> State<'g> {
             return Pick::Wait;
         }
         self.spills_in_flight += self.spill_jobs.len();
+        // What the spills free is still counted until they are written: what it needs beyond
+        // that is kept.
+        self.kept_for_spill = Some((blocked.task, blocked.needed.saturating_sub(freed)));
         Pick::Spill
     }
 
@@ -197,6 +200,15 @@ impl<'g> State<'g> {
             }
             self.count_spilled(task);
         }
+        self.spills_written();
+    }
+
+    /// The room kept for the task the spills were made for goes back once they are all written:
+    /// it fits now, and is the first its worker picks.
+    fn spills_written(&mut self) {
+        if self.spills_in_flight == 0 {
+            self.kept_for_spill = None;
+        }
     }
 
     /// [`State::finish_spills`] for virtual buffers (a simulation): the spills of `written` are
@@ -211,6 +223,7 @@ impl<'g> State<'g> {
                 self.count_spilled(task);
             }
         }
+        self.spills_written();
     }
 
     /// The live output of `task` is now in its spill file: out of the ledger, into the totals.
@@ -253,7 +266,7 @@ mod tests {
     use std::time::Duration;
 
     use super::super::TaskRef;
-    use super::super::testing::{NoMemory, compiled};
+    use super::super::testing::{NoMemory, compiled, compiled_over};
     use super::SpillJob;
     use crate::memory::{Admission, TaskSlot};
     use crate::plan::Plan;
@@ -303,6 +316,41 @@ mod tests {
         assert!(matches!(gather.admission, Admission::Alone { oversized: true }), "{:?}", gather.admission);
         assert_eq!(state.spill_count, 1);
         state.finish_virtual(gather, Outcome::Ok, MIB, 0, Duration::ZERO);
+    }
+
+    #[test]
+    fn the_room_a_spill_makes_is_kept_for_the_task_it_was_made_for() {
+        // As below, over 8 leads, with sources of 6 MiB: b1 (15 MiB) waits for a spill of b0
+        // (10 MiB) beside the 40 MiB resident in 50. While it is written, a source's next task
+        // would fit beside the 40 (46), but once it ran b1 would not fit (30 + 6 + 15 = 51),
+        // and b1 would wait for another spill, as a wet `weather.yaml` cycle's simulation at
+        // 10 MiB did 13 times over for one task.
+        let c = compiled_over(
+            "{lead: 8}",
+            concat!(
+                "  a: {plugin: noop, over: [lead], memory: 6MiB}\n",
+                "  b: {plugin: noop, over: [lead], inputs: {x: a}, memory: 15MiB}\n",
+                "  g: {plugin: noop, inputs: {x: b}, memory: 1MiB}\n",
+            ),
+        );
+        let mut state = State::new(&c.graph, &c.plan, StepTraits::plain(3), 50 * MIB, &NoMemory, None);
+        let mut sources = start_all_four(&mut state, &c.plan).into_iter();
+        let first = sources.next().expect("four sources");
+        state.finish_virtual(first, Outcome::Ok, 10 * MIB, 0, Duration::ZERO);
+        let Pick::Run(b0) = state.pick(&c.plan, TaskSlot(4)) else { panic!("b0 fits") };
+        state.finish_virtual(b0, Outcome::Ok, 10 * MIB, 0, Duration::ZERO);
+        for picked in sources {
+            state.finish_virtual(picked, Outcome::Ok, 10 * MIB, 0, Duration::ZERO);
+        }
+        let Pick::Spill = state.pick(&c.plan, TaskSlot(0)) else { panic!("b1 needs a spill") };
+        let mut written = victims(&mut state);
+        assert_eq!(written.len(), 1, "{written:?}");
+        assert!(matches!(state.pick(&c.plan, TaskSlot(1)), Pick::Wait), "a source's task took the room being made");
+        state.finish_virtual_spills(&mut written);
+        let Pick::Run(b1) = state.pick(&c.plan, TaskSlot(1)) else { panic!("b1 fits once the spill is written") };
+        assert_eq!(b1.task.step, 1);
+        assert_eq!(state.spill_count, 1);
+        state.finish_virtual(b1, Outcome::Ok, 10 * MIB, 0, Duration::ZERO);
     }
 
     #[test]
