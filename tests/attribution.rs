@@ -3,8 +3,8 @@
 //! inputs — within 5% of what the task really allocated.
 
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use runner::plugin::{ArgSpec, Args, Array, Inputs, Plugin, TaskContext, TaskError, Value};
 use runner::testing::plan::Compiled;
@@ -35,9 +35,8 @@ impl Plugin for Probe {
     }
     fn run(&self, ctx: &TaskContext, args: &Args, inputs: &Inputs) -> Result<Value, TaskError> {
         match args.str("mode").map_err(|e| TaskError::msg(e.message))?.as_str() {
-            // 8 × 16 MiB made on the rayon pool's threads (the worker thread only waits: it
-            // runs the run's only task, so a CPU is free) and all alive until `drop`: peak
-            // 128 MiB, all of it allocated on other threads.
+            // 8 × 16 MiB made on the rayon pool's threads (the worker thread only waits) and
+            // all alive until `drop`: peak 128 MiB, all of it allocated on other threads.
             "nested" => {
                 let parts = ctx.par_map(8, |_| filled(16 * MIB));
                 drop(parts);
@@ -64,83 +63,6 @@ impl Plugin for Probe {
             other => Err(TaskError::msg(format!("unknown mode {other}"))),
         }
     }
-}
-
-/// Notes, per task, whether its nested parallel work ran on other threads than its own, once
-/// `together` tasks run at once (or 10 s have passed).
-struct Splits {
-    together: usize,
-    arrived: Mutex<usize>,
-    all_here: Condvar,
-    split: Mutex<Vec<bool>>,
-}
-
-impl Splits {
-    fn new(together: usize) -> Splits {
-        Splits { together, arrived: Mutex::new(0), all_here: Condvar::new(), split: Mutex::default() }
-    }
-}
-
-impl Plugin for Splits {
-    fn name(&self) -> &'static str {
-        "splits"
-    }
-    fn about(&self) -> &'static str {
-        "test plugin"
-    }
-    fn args(&self) -> &'static [ArgSpec] {
-        &[]
-    }
-    /// So that a first run does not start with one task alone to measure it.
-    fn estimate_is_exact(&self, _args: &Args) -> bool {
-        true
-    }
-    fn run(&self, ctx: &TaskContext, _args: &Args, _inputs: &Inputs) -> Result<Value, TaskError> {
-        let mut arrived = self.arrived.lock().unwrap();
-        *arrived += 1;
-        self.all_here.notify_all();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while *arrived < self.together && Instant::now() < deadline {
-            arrived = self.all_here.wait_timeout(arrived, Duration::from_millis(50)).unwrap().0;
-        }
-        drop(arrived);
-        let me = std::thread::current().id();
-        let elsewhere = ctx.par_map(32, |_| {
-            std::thread::sleep(Duration::from_millis(1));
-            std::thread::current().id() != me
-        });
-        self.split.lock().unwrap().push(elsewhere.contains(&true));
-        Ok(Value::None)
-    }
-}
-
-/// Whether each task of `yaml` (steps of `splits`) split its nested work, run on `workers`.
-fn splits(yaml: &str, workers: usize, together: usize) -> Vec<bool> {
-    let plugin = Arc::new(Splits::new(together));
-    let registry = Registry::new([plugin.clone() as Arc<dyn Plugin>]);
-    let options = CompileOptions { cycle: "C".into(), ..CompileOptions::default() };
-    let compiled =
-        Compiled::from_text(Path::new("t.yaml"), yaml, &options, &registry).unwrap_or_else(|e| panic!("{e}"));
-    let dir = tempfile::tempdir().unwrap();
-    let options = RunOptions::new(workers, 8 << 30, dir.path().join("run"));
-    let report =
-        scheduler::run(&compiled.recipe, &compiled.graph, &compiled.plan, &options, &Progress::default(), None);
-    assert!(report.failures.is_empty(), "{:?}", report.failures);
-    plugin.split.lock().unwrap().clone()
-}
-
-#[test]
-fn nested_parallel_work_is_split_only_while_a_cpu_has_no_task() {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let one = "recipe: t\nsteps:\n  s:\n    plugin: splits\n";
-    // The run's only task, a second worker idle: split, where there is a second CPU.
-    assert_eq!(splits(one, 2, 1), [cpus >= 2]);
-    // One worker: its task has the run's only CPU.
-    assert_eq!(splits(one, 1, 1), [false]);
-    // Two tasks running at once on two workers: every CPU the run uses has a task (on a
-    // machine of one CPU, so does that one).
-    let two = "recipe: t\ndims:\n  i: 2\nsteps:\n  s:\n    plugin: splits\n    over: [i]\n";
-    assert_eq!(splits(two, 2, 2), [false, false]);
 }
 
 fn run(yaml: &str) -> (Compiled, RunReport) {

@@ -57,13 +57,6 @@ pub trait Site: Sync {
     fn workers(&self) -> usize {
         1
     }
-
-    /// Whether some of the CPUs tasks run on here are free of them now, so that a task's
-    /// nested parallel work is worth splitting over threads ([`Host::parallel`]). The default
-    /// (a job's task, which has its CPUs to itself): yes.
-    fn cpus_to_spare(&self) -> bool {
-        true
-    }
 }
 
 /// One task to attempt: its step, its key and dim values, the run's cycle, its inputs.
@@ -249,10 +242,6 @@ impl Host for TaskHost<'_> {
         command::service::serve_for_task(spec, &task, work, |measured| {
             self.note(measure::task_live(self.tag), measured)
         })
-    }
-
-    fn parallel(&self) -> bool {
-        self.site.cpus_to_spare()
     }
 
     /// Shared memory for a value interpreters will map ([`crate::memory::shared`]).

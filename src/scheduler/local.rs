@@ -167,12 +167,6 @@ impl attempt::Site for LocalSite<'_, '_> {
         self.shared.options.workers
     }
 
-    /// While fewer tasks run than there are CPUs for them: split while every CPU had a task,
-    /// the nested work of `weather_uk.yaml`'s tasks made its cycles 25–33% longer.
-    fn cpus_to_spare(&self) -> bool {
-        self.shared.meter.running() < self.shared.cpus
-    }
-
     /// Grows the task's reservation before a large allocation, waiting while the budget has
     /// no room and some other task can still make some (the ledger decides). A waiter counts
     /// as a sleeper, so a finishing task wakes it.

@@ -6,15 +6,14 @@
 //! task; the measurement tag exists only once the task starts executing (a task claimed in a
 //! batch has none yet). This table links the two: the worker attaches the tag when the task
 //! starts and detaches it when it ends, each one relaxed store, so the ledger can read the live
-//! bytes of exactly the tasks that run; and counts them, so a task knows whether a CPU is free
-//! of tasks for its nested parallel work.
+//! bytes of exactly the tasks that run.
 //!
 //! Service processes at their baseline are the run's standing memory. The services a run is
 //! expected to start (from its recipe's history) count from the start, each until a service
 //! stands in its place: an interpreter is started by the first task that needs it, after the
 //! ledger admitted that task.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use runner_plugin::task_tag::NO_TASK;
 
@@ -29,37 +28,23 @@ pub struct RunMeter {
     expected: Standing,
     /// The most services that stood at once this run.
     seen: AtomicU64,
-    /// Slots whose task is measured now: the tasks running.
-    running: AtomicUsize,
 }
 
 impl RunMeter {
     /// A meter for reservation slots `0..slots`, counting `expected` services' baseline from
     /// the start ([`Standing::default`]: none).
     pub fn new(slots: usize, expected: Standing) -> RunMeter {
-        RunMeter {
-            tags: (0..slots).map(|_| AtomicU32::new(NO_TASK)).collect(),
-            expected,
-            seen: AtomicU64::new(0),
-            running: AtomicUsize::new(0),
-        }
+        RunMeter { tags: (0..slots).map(|_| AtomicU32::new(NO_TASK)).collect(), expected, seen: AtomicU64::new(0) }
     }
 
     /// The task in `slot` is now measured under `tag`.
     pub fn attach(&self, slot: TaskSlot, tag: u32) {
         self.tags[slot.0 as usize].store(tag, Ordering::Relaxed);
-        self.running.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The task in `slot` is no longer measured.
     pub fn detach(&self, slot: TaskSlot) {
         self.tags[slot.0 as usize].store(NO_TASK, Ordering::Relaxed);
-        self.running.fetch_sub(1, Ordering::Relaxed);
-    }
-
-    /// How many tasks are measured now (attached and not yet detached).
-    pub fn running(&self) -> usize {
-        self.running.load(Ordering::Relaxed)
     }
 }
 

@@ -95,7 +95,6 @@ pub fn run_with(
         meter: &meter,
         spill: &spill,
         started,
-        cpus: workers.min(std::thread::available_parallelism().map_or(1, |n| n.get())),
         executor,
         local,
         reuse,

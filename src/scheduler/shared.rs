@@ -30,10 +30,6 @@ pub(super) struct Shared<'r> {
     pub(super) spill: &'r SpillDir,
     /// When the run started: task start times are offsets from it.
     pub(super) started: Instant,
-    /// The CPUs the workers' tasks run on: the fewer of the workers and the CPUs this process
-    /// may use. With as many tasks running none is free, and a task's nested parallel work
-    /// runs on its own thread.
-    pub(super) cpus: usize,
     /// Where the claimed tasks run.
     pub(super) executor: &'r dyn Executor,
     /// The executor is [`super::Local`]: the worker runs its units itself, not through the

@@ -42,15 +42,6 @@ pub trait Host: Sync {
     fn prestart(&self, spec: &ServiceSpec, warm: crate::service::WarmUp) {
         let _ = (spec, warm);
     }
-    /// Whether the task's nested parallel work ([`TaskContext::join`], [`TaskContext::par_map`],
-    /// [`TaskContext::par_chunks_mut`]) should be split over threads now. The engine says no
-    /// while its workers' tasks keep every CPU it runs on busy: there, splitting only hands the
-    /// work to threads that take turns on the same CPUs (a run of `weather_uk.yaml`'s 304 tasks
-    /// on 2 workers and 2 CPUs took 25–33% longer split). The default (hosts with CPUs to
-    /// spare): yes.
-    fn parallel(&self) -> bool {
-        true
-    }
     /// Lends the task a long-lived service process (see [`TaskContext::serve`]). The default is
     /// for hosts that cannot: it fails.
     fn serve(
@@ -203,8 +194,7 @@ impl<'a> TaskContext<'a> {
         self.host.shared_buffer(len)
     }
 
-    /// Runs `a` and `b`, in parallel when the engine has CPUs to spare ([`Host::parallel`]),
-    /// else one after the other on this thread; both are charged to this task.
+    /// Runs `a` and `b`, possibly in parallel; both are charged to this task.
     pub fn join<A, B, RA, RB>(&self, a: A, b: B) -> (RA, RB)
     where
         A: FnOnce() -> RA + Send,
@@ -212,103 +202,31 @@ impl<'a> TaskContext<'a> {
         RA: Send,
         RB: Send,
     {
-        if !self.host.parallel() {
-            return (a(), b());
-        }
         let tag = self.tag;
         rayon::join(move || task_tag::with(tag, a), move || task_tag::with(tag, b))
     }
 
     /// Calls `f(index, chunk)` for consecutive chunks of `data` of `chunk_len` elements, in
-    /// parallel when the engine has CPUs to spare ([`Host::parallel`]), else in order on this
-    /// thread; all the work is charged to this task.
+    /// parallel; all the work is charged to this task.
     pub fn par_chunks_mut<T, F>(&self, data: &mut [T], chunk_len: usize, f: F)
     where
         T: Send,
         F: Fn(usize, &mut [T]) + Sync + Send,
     {
         use rayon::prelude::*;
-        if !self.host.parallel() {
-            data.chunks_mut(chunk_len.max(1)).enumerate().for_each(|(i, chunk)| f(i, chunk));
-            return;
-        }
         let tag = self.tag;
         data.par_chunks_mut(chunk_len.max(1)).enumerate().for_each(|(i, chunk)| task_tag::with(tag, || f(i, chunk)));
     }
 
-    /// Maps `f` over `0..n`, in parallel when the engine has CPUs to spare ([`Host::parallel`]),
-    /// and collects the results in order; all the work is charged to this task.
+    /// Maps `f` over `0..n` in parallel and collects the results in order; all the work is
+    /// charged to this task.
     pub fn par_map<R, F>(&self, n: usize, f: F) -> Vec<R>
     where
         R: Send,
         F: Fn(usize) -> R + Sync + Send,
     {
         use rayon::prelude::*;
-        if !self.host.parallel() {
-            return (0..n).map(f).collect();
-        }
         let tag = self.tag;
         (0..n).into_par_iter().map(|i| task_tag::with(tag, || f(i))).collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A host that says whether to split as it was made to.
-    struct Splits(bool);
-
-    impl Host for Splits {
-        fn scratch_dir(&self) -> std::io::Result<PathBuf> {
-            Ok(std::env::temp_dir())
-        }
-        fn will_allocate(&self, _bytes: u64) {}
-        fn parallel(&self) -> bool {
-            self.0
-        }
-    }
-
-    /// What the three helpers compute under `host`, and whether any of their work ran on
-    /// another thread than the caller's.
-    fn helpers_under(host: &Splits) -> (Vec<usize>, Vec<u32>, (usize, usize), bool) {
-        let ctx = TaskContext::new("s", "", "c", &[], 0, host);
-        let me = std::thread::current().id();
-        let elsewhere = std::sync::atomic::AtomicBool::new(false);
-        let note = || elsewhere.fetch_or(std::thread::current().id() != me, std::sync::atomic::Ordering::Relaxed);
-        let mapped = ctx.par_map(100, |i| {
-            note();
-            i * i
-        });
-        let mut chunks = vec![0u32; 103];
-        ctx.par_chunks_mut(&mut chunks, 10, |index, chunk| {
-            note();
-            chunk.iter_mut().for_each(|cell| *cell = index as u32);
-        });
-        let joined = ctx.join(
-            || {
-                note();
-                1
-            },
-            || {
-                note();
-                2
-            },
-        );
-        (mapped, chunks, joined, elsewhere.into_inner())
-    }
-
-    #[test]
-    fn nested_work_runs_on_the_task_s_own_thread_when_the_host_has_no_cpu_to_spare() {
-        let (mapped, chunks, joined, elsewhere) = helpers_under(&Splits(false));
-        assert!(!elsewhere, "work left the task's thread");
-        let (split_mapped, split_chunks, split_joined, split_elsewhere) = helpers_under(&Splits(true));
-        // Split, the work runs on the pool's threads (the test's thread is not one of them),
-        // and either way the results are the same, in order.
-        assert!(split_elsewhere, "work never left the task's thread");
-        assert_eq!(mapped, (0..100).map(|i| i * i).collect::<Vec<_>>());
-        assert_eq!(chunks[..10], [0; 10]);
-        assert_eq!(chunks[100..], [10; 3]);
-        assert_eq!((mapped, chunks, joined), (split_mapped, split_chunks, split_joined));
     }
 }
