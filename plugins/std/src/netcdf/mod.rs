@@ -39,6 +39,7 @@
 //! of the variable.
 
 pub mod attrs;
+mod kept;
 pub mod read;
 pub mod write;
 
@@ -128,16 +129,18 @@ impl Plugin for ReadNetcdf {
         bool_arg(args, "mask_and_scale", true).map(|_| ())
     }
 
-    /// The first task's file, when it is already there, tells the shape and dtype.
+    /// The task's file, when it is already there, tells the shape and dtype (at planning, the
+    /// first task's). The file stays open on this thread for the task's run ([`kept`]).
     fn output(&self, args: &Args, _inputs: &[InputMeta]) -> Result<ValueMeta, ArgError> {
         let (path, variable, decode) =
             (path_arg(args)?, args.str("variable")?, bool_arg(args, "mask_and_scale", true)?);
-        let Ok(file) = read::open(&path) else { return Ok(ValueMeta::Unknown) };
-        let Ok(var) = read::find(&file, &path, &variable) else { return Ok(ValueMeta::Unknown) };
-        Ok(match read::decode_of(var, decode) {
-            Ok(d) => ValueMeta::Array { dtype: d.dtype, shape: read::shape_of(var) },
-            Err(_) => ValueMeta::Unknown,
-        })
+        let Ok((file, stamp)) = read::open_stamped(&path) else { return Ok(ValueMeta::Unknown) };
+        let meta = match read::find(&file, &path, &variable).map(|var| (read::decode_of(var, decode), var)) {
+            Ok((Ok(d), var)) => ValueMeta::Array { dtype: d.dtype, shape: read::shape_of(var) },
+            _ => ValueMeta::Unknown,
+        };
+        kept::keep(&path, stamp, file);
+        Ok(meta)
     }
 
     /// The decoded array, the stored values it is decoded from (at most 8 bytes each) and the

@@ -12,7 +12,7 @@ use runner_plugin::serde_json::{Map, Value as Json};
 use runner_plugin::size::format_size;
 use runner_plugin::{Array, Attrs, DType, TaskContext};
 
-use super::attrs;
+use super::{attrs, kept};
 
 /// Why a read failed: the file is not there (the step's `on_missing` applies), or anything else.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,9 +30,15 @@ const UNSIGNED: &str = "_Unsigned";
 /// Decoded chunks are read once, so the reader's cache of them would only hold a copy.
 const CHUNK_CACHE_BYTES: usize = 1 << 20;
 
-/// Opens `path`, telling a missing file from an unreadable one.
+/// Opens `path` (the file [`kept`] on this thread, if it is still the one there), telling a
+/// missing file from an unreadable one.
 pub fn open(path: &Path) -> Result<NcFile, ReadError> {
-    match std::fs::metadata(path) {
+    open_stamped(path).map(|(file, _)| file)
+}
+
+/// [`open`], and what tells this version of the file from another ([`kept::keep`]).
+pub(super) fn open_stamped(path: &Path) -> Result<(NcFile, kept::Stamp), ReadError> {
+    let stamp = match std::fs::metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ReadError::Missing(format!("no file {}", path.display())));
         }
@@ -40,11 +46,23 @@ pub fn open(path: &Path) -> Result<NcFile, ReadError> {
         Ok(meta) if meta.is_dir() => {
             return Err(ReadError::Failed(format!("reading {}: it is a directory, not a netCDF file", path.display())));
         }
-        Ok(_) => {}
+        Ok(meta) => kept::Stamp::of(&meta),
+    };
+    if let Some(file) = kept::take(path, &stamp) {
+        return Ok((file, stamp));
     }
     let options = NcOpenOptions { chunk_cache_bytes: CHUNK_CACHE_BYTES, ..NcOpenOptions::default() };
+    #[cfg(test)]
+    OPENED.with(|opened| opened.set(opened.get() + 1));
     NcFile::open_with_options(path, options)
+        .map(|file| (file, stamp))
         .map_err(|e| ReadError::Failed(format!("reading {}: not a readable netCDF file: {e}", path.display())))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many files this thread has opened anew (not taken as [`kept`]).
+    pub static OPENED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// The variable `name` of `file`, or an error listing the variables there are.

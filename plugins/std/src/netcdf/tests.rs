@@ -332,3 +332,32 @@ fn a_read_within_a_limit_refuses_a_variable_that_needs_more() {
         "{message}"
     );
 }
+
+#[test]
+fn a_task_s_run_reads_the_header_its_estimate_read_unless_the_file_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("k.nc");
+    let write = |value: f32| {
+        // A new file in the path's place, as a model writing its output would (a new inode).
+        let other = dir.path().join("new.nc");
+        run(&WriteNetcdf, json!({"path": other}), &[single("a", array(&[2, 2], vec![value; 4]))]).unwrap();
+        std::fs::rename(&other, &path).unwrap();
+    };
+    let args = json!({"path": path, "variable": "data"});
+    let opened = || read::OPENED.with(|opened| opened.get());
+    let value_read = || ndarray_of::<f32>(&run(&ReadNetcdf, args.clone(), &[]).unwrap())[[0, 0]];
+    write(1.0);
+    let before = opened();
+    // Its shape asked (the estimate at the claim), then run on the same thread: one open.
+    crate::testing::plan(&ReadNetcdf, args.clone(), &[]).unwrap();
+    assert_eq!(value_read(), 1.0);
+    assert_eq!(opened() - before, 1);
+    // Asked, then the file replaced before the run: the run reads the new file.
+    crate::testing::plan(&ReadNetcdf, args.clone(), &[]).unwrap();
+    write(2.0);
+    assert_eq!(value_read(), 2.0);
+    assert_eq!(opened() - before, 3);
+    // A run with nothing kept opens the file.
+    assert_eq!(value_read(), 2.0);
+    assert_eq!(opened() - before, 4);
+}
