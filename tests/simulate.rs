@@ -1607,6 +1607,54 @@ fn a_task_s_peak_follows_its_args_as_the_alike_run_measured_them() {
     assert_reserved_within_10_percent(&predicted, &real, " (with the model's figure the tasks peak at 16 MiB)");
 }
 
+/// The predicted run's timeline (`timeline` of the page's data) of `simulate --report` for
+/// `cycle` with `set`, on 2 workers under `budget`.
+fn predicted_timeline(dir: &Path, cycle: &str, set: &str, budget: &str) -> Json {
+    let args = ["simulate", "f.yaml", "--cycle", cycle, "--set", set, "--workers", "2", "--budget", budget];
+    let out = runner(dir, &args.into_iter().chain(["--db", "h.db", "--report", "t.html"]).collect::<Vec<_>>());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let page = std::fs::read_to_string(dir.join("t.html")).unwrap();
+    let data = page.split("id=\"report-data\">").nth(1).and_then(|rest| rest.split("</script>").next()).unwrap();
+    serde_json::from_str::<Json>(data).unwrap()["timeline"].clone()
+}
+
+#[test]
+fn a_task_measured_in_its_own_process_grows_in_the_prediction_as_it_runs_not_as_it_starts() {
+    let _shared = beside_others();
+    let Some(dir) = python_holding() else { return };
+    write(dir.path(), "f.yaml", &PYTHON_HOLDING.replace("seconds: 0", "seconds: 0.05"));
+    for (cycle, mib) in [("c1", 16), ("c2", 64), ("c3", 16), ("c4", 16)] {
+        with_var(dir.path(), "run", cycle, &format!("mib={mib}"), "1GiB");
+    }
+    // At 64 again, the step's first tasks reserve what the runs at 16 taught it, and are
+    // predicted to peak as c2's did.
+    let (_, roomy) = with_var(dir.path(), "simulate", "c5", "mib=64", "1GiB");
+    let standing = roomy["peak_reserved_standing_bytes"].as_f64().unwrap();
+    let timeline = predicted_timeline(dir.path(), "c5", "mib=64", "1GiB");
+    let first = |field: &str| timeline[field][0].as_f64().unwrap();
+    let (reserved, peak) = (first("estimate"), first("peak"));
+    assert!(peak > 2.0 * reserved, "reserved {reserved}, peak {peak}: {timeline}");
+    // Room for two tasks' reservations beside the interpreters, not for one beside another's
+    // peak. A warm interpreter's memory reaches the ledger as the task's process grows (sampled
+    // from its cgroup, or /proc): the second task is admitted beside the first's reservation as
+    // the first still starts, as a run admits it.
+    let budget = format!("{}B", (standing + reserved + (reserved + peak) / 2.0) as u64);
+    let starts = |timeline: &Json| -> Vec<(u64, u64)> {
+        let at = |field: &str, i: usize| timeline[field][i].as_u64().unwrap();
+        (0..2).map(|i| (at("start", i), at("worker", i))).collect()
+    };
+    let sampled = predicted_timeline(dir.path(), "c5", "mib=64", &budget);
+    assert_eq!(starts(&sampled), [(0, 0), (0, 1)], "at {budget}: {sampled}");
+    // Had the same peaks been an in-process plugin's, announced as it allocates, the first task
+    // would hold its peak from its start and the second wait for it.
+    let db = rusqlite::Connection::open(dir.path().join("h.db")).unwrap();
+    db.execute_batch("UPDATE task_blocks SET peak_source = 'allocator'; UPDATE task_rows SET peak_source = NULL")
+        .unwrap();
+    let announced = predicted_timeline(dir.path(), "c5", "mib=64", &budget);
+    let (second_start, first_wall) = (starts(&announced)[1].0, announced["wall"][0].as_u64().unwrap());
+    assert!(second_start >= first_wall, "at {budget} the second task started at {second_start} ms: {announced}");
+}
+
 #[test]
 fn the_second_cycle_is_paced_by_the_first_run_simulated_as_it_ran() {
     // Alone: the tests beside it would move the two runs' walls apart.

@@ -135,6 +135,13 @@ impl PeakSource {
         }
     }
 
+    /// Whether the peak was sampled from processes of the task's own (a command's, a warm
+    /// interpreter's), which the ledger sees grow while the task runs; the allocator's is
+    /// announced as the plugin allocates.
+    pub fn is_sampled(self) -> bool {
+        self != PeakSource::Allocator
+    }
+
     pub fn parse(text: &str) -> Option<PeakSource> {
         [
             PeakSource::Allocator,

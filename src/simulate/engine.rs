@@ -46,6 +46,8 @@ enum Event {
     Spilled,
     /// Its job has waited in the queue and may start where it fits.
     Eligible,
+    /// A task it runs has grown toward its peak ([`VirtualWorker::growing`]).
+    Grew,
 }
 
 /// A virtual worker's claimed work.
@@ -60,6 +62,9 @@ struct VirtualWorker {
     job: Option<(Job, usize, u64)>,
     /// When its unit started on shared CPUs.
     started: u64,
+    /// Its claimed tasks whose memory the ledger sees grow while they run
+    /// ([`TaskPrediction::sampled`]): when each reaches its peak, and its place in `claimed`.
+    growing: Vec<(u64, usize)>,
 }
 
 /// The simulator's state beside the scheduler's.
@@ -208,6 +213,7 @@ impl Loop<'_> {
                     self.idle.push(worker);
                 }
                 Event::Eligible => self.pending.push_back(worker),
+                Event::Grew => self.grow(state, worker),
             }
             self.take_out_garbage(state);
             self.start_pending_jobs();
@@ -318,7 +324,7 @@ impl Loop<'_> {
     }
 
     /// Takes `picked` on at `worker`: its inputs held, its time and peak predicted, its
-    /// reservation grown to a predicted peak above it.
+    /// reservation grown to a predicted peak above it (or, measured in its own process, as it runs).
     fn claim(&mut self, state: &mut State<'_>, worker: u32, picked: Picked) {
         let step = picked.task.step;
         let plan = &self.compiled.plan;
@@ -350,8 +356,11 @@ impl Loop<'_> {
         let at_estimate = if waited.is_empty() { None } else { waited.remove(&picked.task) };
         let (spill, spilled) = (&self.options.spill, picked.read_back_first());
         prediction.duration += self.predictor.read_back_time(step, spilled, at_estimate, spill);
-        if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot(), prediction.peak) {
-            state.ledger.stop_growing(picked.slot());
+        // A task whose memory the ledger reads from its own process grows in the ledger as it
+        // runs (`Loop::grow`); one announcing its allocation, as it starts.
+        prediction.sampled &= self.cluster.is_none();
+        if !prediction.sampled {
+            Self::grow_to_peak(state, &picked, &prediction);
         }
         self.held += picked.reserved.max(prediction.peak);
         self.guesses += u64::from(prediction.guessed);
@@ -413,11 +422,44 @@ impl Loop<'_> {
                 (Interpreters::Cold, self.now + cluster.shape().job_start.as_nanos() as u64)
             }
         };
-        for (picked, prediction) in &mut self.workers[worker as usize].claimed {
+        let held = &mut self.workers[worker as usize];
+        for (position, (picked, prediction)) in held.claimed.iter_mut().enumerate() {
             let step = picked.task.step;
             let wait = self.readiness.wait(step, clock, self.predictor.service_wait(step, start));
+            if prediction.sampled && prediction.peak > picked.reserved {
+                held.growing.push((clock + (wait + prediction.duration / 2).as_nanos() as u64, position));
+            }
             prediction.duration += wait;
             clock += prediction.duration.as_nanos() as u64;
+        }
+        for index in 0..self.workers[worker as usize].growing.len() {
+            let (at, _) = self.workers[worker as usize].growing[index];
+            self.schedule(at, worker, Event::Grew);
+        }
+    }
+
+    /// `worker`'s tasks that have reached their peak by now, grown to it in the ledger. A task
+    /// sampled from its own process holds little as it starts (its interpreter still imports, its
+    /// command reads): the tasks admitted beside it meanwhile were admitted beside its
+    /// reservation alone, as in a run. Half way through its own time stands for when its memory
+    /// is there (the samples do not say how each task's grew).
+    fn grow(&mut self, state: &mut State<'_>, worker: u32) {
+        let held = &mut self.workers[worker as usize];
+        let now = self.now;
+        held.growing.retain(|&(at, position)| {
+            if at > now {
+                return true;
+            }
+            let (picked, prediction) = &held.claimed[position];
+            Self::grow_to_peak(state, picked, prediction);
+            false
+        });
+    }
+
+    /// `picked`'s reservation grown to its predicted peak, where that is more.
+    fn grow_to_peak(state: &mut State<'_>, picked: &Picked, prediction: &TaskPrediction) {
+        if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot(), prediction.peak) {
+            state.ledger.stop_growing(picked.slot());
         }
     }
 
@@ -430,6 +472,7 @@ impl Loop<'_> {
         if let (Some((job, node, started)), Some(cluster)) = (held.job.take(), self.cluster.as_mut()) {
             cluster.release(node, job, Duration::from_nanos(self.now - started));
         }
+        held.growing.clear();
         let stretch = self.stretch(worker);
         let mut claimed = std::mem::take(&mut self.workers[worker as usize].claimed);
         for (picked, prediction) in claimed.drain(..) {

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use crate::estimate::{HISTORY_RUNS, HISTORY_TASKS_PER_RUN};
 use crate::estimate::{Observation, Params};
+use crate::measure::PeakSource;
 use crate::memory::Standing;
 use crate::plan::Compiled;
 use crate::plan::EstimateSource;
@@ -67,6 +68,10 @@ pub struct StepRecords {
     /// How long its services took to be ready for it, in the newest runs started cold and warm
     /// ([`super::service_wait`]).
     pub waits: StepWaits,
+    /// Its recorded peaks were sampled from processes of the tasks' own
+    /// ([`crate::measure::PeakSource::is_sampled`]): a running task's memory reached the
+    /// ledger as it grew, not as the task started.
+    pub peaks_sampled: bool,
 }
 
 /// Runs whose per-task figures are compared, each with the one before it.
@@ -510,6 +515,7 @@ pub fn read_step(
             }
             // The longest: how long the step's services took to be ready.
             waited = waited.max(task.waited_us);
+            records.peaks_sampled |= task.peak_source.is_some_and(PeakSource::is_sampled);
             records.observations.push(Observation {
                 age,
                 peak: task.peak_bytes,

@@ -6,7 +6,8 @@ use crate::memory::{Meter, Standing, TaskSlot};
 use crate::scheduler::State;
 
 /// The meter of a simulation: no task ever holds more than its reservation (one predicted to
-/// peak higher grows its reservation as it starts, as a task announcing its allocation does),
+/// peak higher grows its reservation as it starts, as a task announcing its allocation does, or
+/// as it runs where its memory is sampled from a process of its own),
 /// so the ledger counts reservations and never reads a task.
 pub struct ReservationsOnly {
     /// See [`super::SimOptions::read_every_task`].

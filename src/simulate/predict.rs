@@ -59,6 +59,8 @@ struct StepPrediction {
     waits: StepWaits,
     /// How its figures were carried along the line past the recorded range ([`super::trend`]).
     carried: Option<Trend>,
+    /// Its recorded peaks were sampled from the tasks' own processes ([`StepRecords::peaks_sampled`]).
+    peaks_sampled: bool,
 }
 
 impl StepPrediction {
@@ -118,6 +120,7 @@ impl StepPrediction {
             follows_data,
             read_back: records.read_back.map(|speed| speed.bytes_per_second()),
             waits: records.waits,
+            peaks_sampled: records.peaks_sampled,
         }
     }
 }
@@ -170,6 +173,9 @@ pub struct TaskPrediction {
     pub file_bytes: u64,
     /// Its time is the default, not learned.
     pub guessed: bool,
+    /// Its memory reaches the ledger as it grows, sampled from a process of its own (a
+    /// command's, a warm interpreter's), not announced as it starts ([`StepRecords::peaks_sampled`]).
+    pub sampled: bool,
 }
 
 /// Per-step predictions for a compiled recipe.
@@ -405,7 +411,7 @@ impl Predictor {
             (Some(factor), Some(recorded)) if recorded.peak_bytes > 0 => growth::scaled(recorded.peak_bytes, factor),
             _ => model.map_or(reserved, |model| Self::peak(model, alike, plugin_estimate, input_bytes)),
         };
-        TaskPrediction { duration, peak, output_bytes, file_bytes, guessed }
+        TaskPrediction { duration, peak, output_bytes, file_bytes, guessed, sampled: prediction.peaks_sampled }
     }
 
     /// What a task peaks at: its step's model's figure without the margin, scaled by how far
