@@ -24,6 +24,7 @@ use crate::scheduler::{
     Failure, Garbage, MAX_BATCH, Outcome, Pick, Picked, RunReport, SpillJob, SpillRecord, State, StepTraits, TaskRef,
 };
 
+mod growth;
 mod jobs;
 
 use super::SimOptions;
@@ -432,35 +433,7 @@ impl Loop<'_> {
             prediction.duration += wait;
             clock += prediction.duration.as_nanos() as u64;
         }
-        for index in 0..self.workers[worker as usize].growing.len() {
-            let (at, _) = self.workers[worker as usize].growing[index];
-            self.schedule(at, worker, Event::Grew);
-        }
-    }
-
-    /// `worker`'s tasks that have reached their peak by now, grown to it in the ledger. A task
-    /// sampled from its own process holds little as it starts (its interpreter still imports, its
-    /// command reads): the tasks admitted beside it meanwhile were admitted beside its
-    /// reservation alone, as in a run. Half way through its own time stands for when its memory
-    /// is there (the samples do not say how each task's grew).
-    fn grow(&mut self, state: &mut State<'_>, worker: u32) {
-        let held = &mut self.workers[worker as usize];
-        let now = self.now;
-        held.growing.retain(|&(at, position)| {
-            if at > now {
-                return true;
-            }
-            let (picked, prediction) = &held.claimed[position];
-            Self::grow_to_peak(state, picked, prediction);
-            false
-        });
-    }
-
-    /// `picked`'s reservation grown to its predicted peak, where that is more.
-    fn grow_to_peak(state: &mut State<'_>, picked: &Picked, prediction: &TaskPrediction) {
-        if prediction.peak > picked.reserved && !state.ledger.try_resize(picked.slot(), prediction.peak) {
-            state.ledger.stop_growing(picked.slot());
-        }
+        self.schedule_growth(worker);
     }
 
     /// What `Worker::report_and_claim` does with a finished unit: its inputs let go, each task
