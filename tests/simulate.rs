@@ -434,6 +434,41 @@ fn past_the_recorded_range_a_file_its_args_size_grows_as_it_grew_and_its_readers
     assert_reserved_within_10_percent(&predicted, &real, " (with c3's files as they were, half)");
 }
 
+#[test]
+fn past_the_one_value_the_runs_had_a_step_its_args_size_is_named_as_not_grown() {
+    let _shared = beside_others();
+    let dir = runs_of(FILES, &["mib=1", "mib=1"]);
+    // `mib` sets the writer's args, and the runs had one value of it: how its file grows with
+    // it is not measured, and the prediction says so of the writer alone (the reader's args stay).
+    let (said, predicted) = with_var(dir.path(), "simulate", "c3", "mib=2", "1GiB");
+    let named = "write's args follow mib, which the runs had at 1 only: how its output, time and peak grow with it \
+                 is not measured, and at 2 they are taken as at 1";
+    assert!(said.contains(named), "{said}");
+    assert_eq!(
+        predicted["not_grown_past_history"],
+        serde_json::json!([{"step": "write", "var": "mib", "value": 2.0, "recorded": 1.0}])
+    );
+    assert_eq!(predicted["grown_past_history"], serde_json::json!([]));
+    // With a second value, it is measured: grown, and named so instead.
+    with_var(dir.path(), "run", "c3", "mib=2", "1GiB");
+    let (said, predicted) = with_var(dir.path(), "simulate", "c4", "mib=4", "1GiB");
+    assert!(said.contains("write grows as mib^1.0 between the runs at 1 and 2"), "{said}");
+    assert_eq!(predicted["not_grown_past_history"], serde_json::json!([]), "{said}");
+    // replay --simulate names it under the cycle it predicted so.
+    write(
+        dir.path(),
+        "cycles.yaml",
+        "recipe: f.yaml\ncycles:\n  - {id: c1, vars: {mib: 1}}\n  - {id: c2, vars: {mib: 1}}\n  - {id: c3, vars: {mib: 2}}\n",
+    );
+    let out = runner(
+        dir.path(),
+        &["replay", "cycles.yaml", "--simulate", "--db", "h.db", "--workers", "2", "--budget", "1GiB"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout).to_string() + &stderr(&out);
+    assert!(table.contains(named), "{table}");
+}
+
 /// Synthetic fields whose side is a var, thresholded: the plan knows each step's output shape.
 const SIZED_FIELDS: &str = r#"recipe: sim-sized-fields
 vars:
@@ -632,11 +667,15 @@ fn replay_simulate_names_under_its_cycle_a_var_outside_the_runs_before_it() {
                   - {id: c3, vars: {ms: 30, tags: [a, b, c]}}\n";
     let (table, summary) = replayed_and_predicted(dir.path(), "f.yaml", HOLDING_FOR, cycles);
     let lines: Vec<&str> = table.lines().collect();
-    assert_eq!(lines.len(), 6, "{table}");
+    assert_eq!(lines.len(), 7, "{table}");
     assert!(lines[2].starts_with("c2") && lines[3].trim() == "ms = 40 is outside the recorded runs' 20", "{table}");
+    // `ms` sets the step's args, and the runs before c2 had one value of it.
+    let not_grown = "hold's args follow ms, which the runs had at 20 only: how its output, time and peak grow with it \
+                     is not measured, and at 40 they are taken as at 20";
+    assert_eq!(lines[4].trim(), not_grown, "{table}");
     // 30 lies between 20 and 40; three tags are more than any run had.
     assert!(
-        lines[4].starts_with("c3") && lines[5].trim() == "tags has 3 items, outside the recorded runs' 1",
+        lines[5].starts_with("c3") && lines[6].trim() == "tags has 3 items, outside the recorded runs' 1",
         "{table}"
     );
     let beyond: Vec<&Json> = summary["cycles"].as_array().unwrap().iter().map(|c| &c["vars_beyond_history"]).collect();

@@ -2,7 +2,7 @@
 //! predicts with (basis, rate, typical time, error, tasks and runs behind it) — per recipe.
 
 use crate::simulate::durations::DurationModel;
-use crate::simulate::history::{AlikeBy, read_step};
+use crate::simulate::step_records::{AlikeBy, read_step};
 use crate::store::Store;
 
 /// Prints the duration model of every step of `recipe` (or of every recipe), or of `step`: a

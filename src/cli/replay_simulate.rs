@@ -16,7 +16,7 @@ use super::simulate_cmd::{
 use super::summary::RunSummary;
 use crate::plan::Compiled;
 use crate::simulate::alike::Beyond;
-use crate::simulate::growth::{Grown, grown_text};
+use crate::simulate::growth::{Grown, NotGrown, grown_text, not_grown_text};
 use crate::simulate::service_wait::Interpreters;
 use crate::simulate::trend::{Carried, carried_text};
 use crate::simulate::{History, Recompile, SimOptions};
@@ -52,6 +52,7 @@ struct CycleEntry {
     error: Errors,
     vars_beyond_history: Vec<Beyond>,
     grown_past_history: Vec<Grown>,
+    not_grown_past_history: Vec<NotGrown>,
     carried_past_history: Vec<Carried>,
 }
 
@@ -158,6 +159,7 @@ fn entry(summary: PredictedSummary, row: &RunRow) -> CycleEntry {
         error,
         vars_beyond_history: summary.vars_beyond_history,
         grown_past_history: summary.grown_past_history,
+        not_grown_past_history: summary.not_grown_past_history,
         carried_past_history: summary.carried_past_history,
     }
 }
@@ -183,6 +185,9 @@ fn print_row(entry: &CycleEntry) {
     }
     for grown in &entry.grown_past_history {
         show!("{:<20} {}", "", grown_text(grown));
+    }
+    for not_grown in &entry.not_grown_past_history {
+        show!("{:<20} {}", "", not_grown_text(not_grown));
     }
     for carried in &entry.carried_past_history {
         show!("{:<20} {}", "", carried_text(carried));

@@ -16,7 +16,7 @@ use crate::plan::Compiled;
 use crate::recipe::CompileOptions;
 use crate::registry::Registry;
 use crate::simulate::alike::{Beyond, Measure};
-use crate::simulate::growth::{Grown, grown_text};
+use crate::simulate::growth::{Grown, NotGrown, grown_text, not_grown_text};
 use crate::simulate::service_wait::{AddedWaits, Interpreters};
 use crate::simulate::trend::{Carried, carried_text};
 use crate::simulate::{ClusterShape, CpuSharing, History, Prediction, SimOptions, SpillRates};
@@ -311,6 +311,9 @@ pub struct PredictedSummary {
     /// The steps whose figures were carried on past the recorded range, as a power of the
     /// number that sets their size (their args), and by how much.
     pub grown_past_history: Vec<Grown>,
+    /// The steps whose args that number sets where the runs had one value of it: not grown,
+    /// for want of a second value to measure how (taken as at the recorded value).
+    pub not_grown_past_history: Vec<NotGrown>,
     /// The steps whose data-following figures were carried along the line through the two
     /// farthest-apart runs past the recorded range, and by how much.
     pub carried_past_history: Vec<Carried>,
@@ -399,6 +402,7 @@ impl PredictedSummary {
             alike_cycles: prediction.alike_cycles.clone(),
             vars_beyond_history: prediction.beyond.clone(),
             grown_past_history: prediction.grown.clone(),
+            not_grown_past_history: prediction.not_grown.clone(),
             carried_past_history: prediction.carried.clone(),
             interpreter_waits: prediction.waits.clone(),
             spill_bandwidth,
@@ -490,6 +494,9 @@ impl PredictedSummary {
         }
         for grown in &self.grown_past_history {
             say!("  {}", grown_text(grown));
+        }
+        for not_grown in &self.not_grown_past_history {
+            say!("  {}", not_grown_text(not_grown));
         }
         for carried in &self.carried_past_history {
             say!("  {}", carried_text(carried));

@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use crate::plan::Compiled;
 
 use super::history::History;
+use super::step_records::StepRecords;
 use super::variants::Variants;
 
 /// Compiles the predicted recipe with another run's cycle id and vars; `None` when it no
@@ -76,7 +77,8 @@ pub fn per_step(history: &History, now: &Compiled, recompile: &Recompile<'_>) ->
 }
 
 /// `history` with growth kept only for the steps whose args the number sets and whose output
-/// the plan does not know (`None`: no step grows): the recipe compiled with the nearest run's
+/// the plan does not know (`None`: no step grows, nor would with a second value of the number,
+/// [`super::growth::OneValue`], which is kept for the same steps): the recipe compiled with the nearest run's
 /// vars for this cycle gives them other args. A step whose output grew while its args stayed
 /// (a command thresholding a wetter field: the data, not the number, made its files larger) is
 /// as recorded; so is every step when the recipe no longer compiles with those vars. A step
@@ -85,13 +87,14 @@ pub fn per_step(history: &History, now: &Compiled, recompile: &Recompile<'_>) ->
 /// ([`per_step`]): growing them too would count the number twice ([`super::growth`]). Where a
 /// step grows, no step's figures are carried along the line ([`super::trend`]).
 pub fn sized_by_args(history: &History, now: &Compiled, recompile: &Recompile<'_>) -> Option<History> {
-    if history.steps.iter().all(|records| records.grown.is_none()) {
+    let along_a_number = |records: &StepRecords| records.grown.is_some() || records.one_value.is_some();
+    if !history.steps.iter().any(along_a_number) {
         return None;
     }
     // Per distinct vars of the steps' nearest runs, the recipe compiled with them for this cycle.
     let mut compiled: Vec<(&str, Option<Compiled>)> = Vec::new();
     let mut sized = history.clone();
-    for (at, records) in sized.steps.iter_mut().enumerate().filter(|(_, records)| records.grown.is_some()) {
+    for (at, records) in sized.steps.iter_mut().enumerate().filter(|(_, records)| along_a_number(records)) {
         let text = history.steps[at].alike_vars.as_ref().map_or("", |(_, vars)| vars.as_str());
         let then = match compiled.iter().position(|(seen, _)| *seen == text) {
             Some(found) => &compiled[found].1,
@@ -111,6 +114,7 @@ pub fn sized_by_args(history: &History, now: &Compiled, recompile: &Recompile<'_
         let plan_sizes_it = now.plan.steps[at].output.bytes().is_some_and(|bytes| bytes > 0);
         if !args_moved || plan_sizes_it {
             records.grown = None;
+            records.one_value = None;
         }
     }
     // A step grown by the number carries its consumers with what they read: carried along the

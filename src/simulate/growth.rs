@@ -99,6 +99,48 @@ pub fn along(now: &Map<String, Value>, candidates: &[Option<&str>], nearest: usi
     (value > 0.0 && near > 0.0 && far_value > 0.0).then(|| Along { var: var.to_string(), value, near, far, far_value })
 }
 
+/// This cycle's one number when every run along it had the same value, the nearest run's: how a
+/// step whose args it sets grows with it is not measured, and its figures are the nearest run's
+/// (`size: 320` after two runs at 300).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OneValue {
+    pub var: String,
+    pub value: f64,
+    /// The one value the runs along it had.
+    pub recorded: f64,
+}
+
+/// A step whose args this cycle's number sets, with one recorded value of it ([`OneValue`]).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotGrown {
+    pub step: String,
+    #[serde(flatten)]
+    pub along: OneValue,
+}
+
+/// `temperature's args follow size, which the runs had at 300 only: ...`, for a prediction's text.
+pub fn not_grown_text(not_grown: &NotGrown) -> String {
+    let OneValue { var, value, recorded } = &not_grown.along;
+    format!(
+        "{}'s args follow {var}, which the runs had at {recorded} only: how its output, time and peak grow with it \
+         is not measured, and at {value} they are taken as at {recorded}",
+        not_grown.step
+    )
+}
+
+/// When `now` differs from the `nearest` candidate in one number only, and no run differs from
+/// `now` in that number alone at another value: that number, with one recorded value.
+pub fn one_value(now: &Map<String, Value>, candidates: &[Option<&str>], nearest: usize) -> Option<OneValue> {
+    let parsed = alike::parse(candidates);
+    let (var, value, recorded) = parsed.get(nearest)?.as_ref().and_then(|run| alike::one_number_apart(now, run))?;
+    let another = parsed
+        .iter()
+        .flatten()
+        .filter_map(|run| alike::one_number_apart(now, run))
+        .any(|(other, _, b)| other == var && b != recorded);
+    (!another).then(|| OneValue { var: var.to_string(), value, recorded })
+}
+
 /// How a step grows along `along`, from its tasks in the nearest run and in the far one; `None`
 /// when its inputs differed between them (what it reads made the difference) or its output was
 /// the same size in both (the number does not set it).
@@ -189,6 +231,21 @@ mod tests {
         assert_eq!(along(&vars(r#"{"size": 320}"#), &one, 1), None, "one value: no growth to measure");
         let two_vars = [Some(r#"{"size": 300, "wet": 1}"#), Some(r#"{"size": 400, "wet": 2}"#)];
         assert_eq!(along(&vars(r#"{"size": 600, "wet": 2}"#), &two_vars, 1), None, "the far run differs in two");
+    }
+
+    #[test]
+    fn a_number_the_runs_had_one_value_of_is_named_with_it() {
+        let one = [Some(r#"{"size": 300}"#), Some(r#"{"other": 1}"#), Some(r#"{"size": 300}"#)];
+        let found = one_value(&vars(r#"{"size": 320}"#), &one, 2);
+        assert_eq!(found, Some(OneValue { var: "size".into(), value: 320.0, recorded: 300.0 }));
+        assert_eq!(one_value(&vars(r#"{"size": 600}"#), &GRIDS, 2), None, "other values along it: measured");
+        assert_eq!(one_value(&vars(r#"{"size": 300}"#), &one, 0), None, "the same vars: nothing past them");
+        let text = not_grown_text(&NotGrown { step: "grid".into(), along: found.unwrap() });
+        assert_eq!(
+            text,
+            "grid's args follow size, which the runs had at 300 only: how its output, time and peak grow with it is \
+             not measured, and at 320 they are taken as at 300"
+        );
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod meter;
 pub mod outcome;
 pub mod predict;
 pub mod service_wait;
+pub mod step_records;
 pub mod time_per_byte;
 pub mod trend;
 pub(crate) mod variants;
@@ -34,6 +35,7 @@ pub use history::History;
 pub use outcome::Simulated;
 pub use predict::Predictor;
 use service_wait::Interpreters;
+use step_records::StepRecords;
 
 /// How to simulate.
 #[derive(Debug, Clone)]
@@ -93,6 +95,8 @@ pub struct Prediction {
     pub beyond: Vec<alike::Beyond>,
     /// The steps whose figures were grown past the recorded range ([`growth`]).
     pub grown: Vec<growth::Grown>,
+    /// The steps whose args this cycle's number sets, past the one value the runs had of it.
+    pub not_grown: Vec<growth::NotGrown>,
     /// The steps whose figures were carried along the line past it ([`trend`]).
     pub carried: Vec<trend::Carried>,
     /// The most workers of the runs whose interpreters' baseline the prediction holds
@@ -189,7 +193,12 @@ pub fn predict(
         durations,
         alike_cycles: history.alike_cycles(),
         beyond: history.beyond.clone(),
-        grown: grown_steps(history, compiled),
+        grown: of_steps(history, compiled, |step, records| {
+            records.grown.clone().map(|growth| growth::Grown { step: step.to_string(), growth })
+        }),
+        not_grown: of_steps(history, compiled, |step, records| {
+            records.one_value.clone().map(|along| growth::NotGrown { step: step.to_string(), along })
+        }),
         carried: carried_steps(compiled, &predictor),
         standing_workers: history.standing_workers,
         overhead,
@@ -212,14 +221,11 @@ fn added_waits(compiled: &Compiled, predictor: &Predictor, start: Interpreters) 
     service_wait::AddedWaits { interpreters: start, steps }
 }
 
-/// The steps of `compiled` whose figures `history` grows, in step order.
-fn grown_steps(history: &History, compiled: &Compiled) -> Vec<growth::Grown> {
+/// What `of` makes of each step of `compiled` (its name) and its records in `history`, where
+/// it makes anything, in step order.
+fn of_steps<T>(history: &History, compiled: &Compiled, of: impl Fn(&str, &StepRecords) -> Option<T>) -> Vec<T> {
     let steps = compiled.recipe.steps.iter().zip(&history.steps);
-    steps
-        .filter_map(|(step, records)| {
-            records.grown.clone().map(|growth| growth::Grown { step: step.name.clone(), growth })
-        })
-        .collect()
+    steps.filter_map(|(step, records)| of(&step.name, records)).collect()
 }
 
 /// The steps of `compiled` whose figures `predictor` carried along the line, in step order.

@@ -19,8 +19,9 @@ use super::alike_plan::AlikePlan;
 use super::deal::Dealing;
 use super::durations::DurationModel;
 use super::growth;
-use super::history::{History, StepRecords};
+use super::history::History;
 use super::service_wait::{Interpreters, StepWaits};
+use super::step_records::StepRecords;
 use super::trend::Trend;
 use super::variants::{self, Variants};
 
@@ -174,7 +175,8 @@ pub struct TaskPrediction {
     /// Its time is the default, not learned.
     pub guessed: bool,
     /// Its memory reaches the ledger as it grows, sampled from a process of its own (a
-    /// command's, a warm interpreter's), not announced as it starts ([`StepRecords::peaks_sampled`]).
+    /// command's, a warm interpreter's), not announced as it starts (its step's recorded
+    /// `peaks_sampled`).
     pub sampled: bool,
 }
 
