@@ -550,6 +550,8 @@ fn is_value_file(path: &Path) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_producers_hash_is_the_stream_of_their_output_hashes_however_many_there_are() {
         for count in 0..20u64 {
@@ -563,8 +565,6 @@ mod tests {
             assert_eq!(hash.finish(), nonzero(stream.digest()), "{count} producers");
         }
     }
-
-    use super::*;
 
     #[test]
     fn a_folder_is_hashed_by_its_contents() {

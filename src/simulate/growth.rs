@@ -76,29 +76,6 @@ pub fn grown_text(grown: &Grown) -> String {
     )
 }
 
-/// When `now` (vars) differs from the `nearest` candidate (run vars as JSON text) in one
-/// number only, with no run along it on the other side of `now`'s value and a second value
-/// among the runs along it: that number, and the farthest run along it.
-pub fn along(now: &Map<String, Value>, candidates: &[Option<&str>], nearest: usize) -> Option<Along> {
-    let parsed = alike::parse(candidates);
-    let (var, value, near) = parsed.get(nearest)?.as_ref().and_then(|run| alike::one_number_apart(now, run))?;
-    let mut far: Option<(usize, f64)> = None;
-    for (at, run) in parsed.iter().enumerate() {
-        let Some((other, _, b)) = run.as_ref().and_then(|run| alike::one_number_apart(now, run)) else { continue };
-        if other != var || b == near {
-            continue;
-        }
-        if (b - value) * (near - value) <= 0.0 {
-            return None; // a run across: between the two, interpolated instead
-        }
-        if far.is_none_or(|(_, farthest)| (b - value).abs() > (farthest - value).abs()) {
-            far = Some((at, b));
-        }
-    }
-    let (far, far_value) = far?;
-    (value > 0.0 && near > 0.0 && far_value > 0.0).then(|| Along { var: var.to_string(), value, near, far, far_value })
-}
-
 /// This cycle's one number when every run along it had the same value, the nearest run's: how a
 /// step whose args it sets grows with it is not measured, and its figures are the nearest run's
 /// (`size: 320` after two runs at 300).
@@ -128,17 +105,46 @@ pub fn not_grown_text(not_grown: &NotGrown) -> String {
     )
 }
 
-/// When `now` differs from the `nearest` candidate in one number only, and no run differs from
-/// `now` in that number alone at another value: that number, with one recorded value.
-pub fn one_value(now: &Map<String, Value>, candidates: &[Option<&str>], nearest: usize) -> Option<OneValue> {
+/// How this cycle lies past the recorded runs along its one number ([`along`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Past {
+    /// A second value among the runs along it: how a step grows is measured between them.
+    Measured(Along),
+    /// Every run along it had the nearest run's value.
+    OneValue(OneValue),
+}
+
+/// When `now` (vars) differs from the `nearest` candidate (run vars as JSON text) in one
+/// number only, with no run along it on the other side of `now`'s value: that number, and the
+/// farthest run along it — or, where every run along it had the nearest run's value, that one
+/// value.
+pub fn along(now: &Map<String, Value>, candidates: &[Option<&str>], nearest: usize) -> Option<Past> {
     let parsed = alike::parse(candidates);
-    let (var, value, recorded) = parsed.get(nearest)?.as_ref().and_then(|run| alike::one_number_apart(now, run))?;
-    let another = parsed
-        .iter()
-        .flatten()
-        .filter_map(|run| alike::one_number_apart(now, run))
-        .any(|(other, _, b)| other == var && b != recorded);
-    (!another).then(|| OneValue { var: var.to_string(), value, recorded })
+    let (var, value, near) = parsed.get(nearest)?.as_ref().and_then(|run| alike::one_number_apart(now, run))?;
+    let mut far: Option<(usize, f64)> = None;
+    for (at, run) in parsed.iter().enumerate() {
+        let Some((other, _, b)) = run.as_ref().and_then(|run| alike::one_number_apart(now, run)) else { continue };
+        if other != var || b == near {
+            continue;
+        }
+        if (b - value) * (near - value) <= 0.0 {
+            return None; // a run across: between the two, interpolated instead
+        }
+        if far.is_none_or(|(_, farthest)| (b - value).abs() > (farthest - value).abs()) {
+            far = Some((at, b));
+        }
+    }
+    let var = var.to_string();
+    match far {
+        None => Some(Past::OneValue(OneValue { var, value, recorded: near })),
+        Some((far, far_value)) => (value > 0.0 && near > 0.0 && far_value > 0.0).then_some(Past::Measured(Along {
+            var,
+            value,
+            near,
+            far,
+            far_value,
+        })),
+    }
 }
 
 /// How a step grows along `along`, from its tasks in the nearest run and in the far one; `None`
@@ -204,6 +210,22 @@ mod tests {
         serde_json::from_str(text).unwrap()
     }
 
+    /// [`along`] where a second value measures growth.
+    fn measured(now: &Map<String, Value>, candidates: &[Option<&str>], nearest: usize) -> Option<Along> {
+        match along(now, candidates, nearest)? {
+            Past::Measured(along) => Some(along),
+            Past::OneValue(_) => None,
+        }
+    }
+
+    /// [`along`] where the runs had one value.
+    fn one_value(now: &Map<String, Value>, candidates: &[Option<&str>], nearest: usize) -> Option<OneValue> {
+        match along(now, candidates, nearest)? {
+            Past::OneValue(one) => Some(one),
+            Past::Measured(_) => None,
+        }
+    }
+
     fn task(input_bytes: u64, output_bytes: u64) -> Recorded {
         Recorded { plugin_estimate: 0, output_bytes, file_bytes: 0, wall_us: 1000, input_bytes, peak_bytes: 2000 }
     }
@@ -217,20 +239,20 @@ mod tests {
 
     #[test]
     fn a_number_beyond_the_runs_along_it_is_measured_from_the_farthest() {
-        let found = along(&vars(r#"{"size": 600}"#), &GRIDS, 2).unwrap();
+        let found = measured(&vars(r#"{"size": 600}"#), &GRIDS, 2).unwrap();
         assert_eq!(found, Along { var: "size".into(), value: 600.0, near: 400.0, far: 0, far_value: 300.0 });
         // Below the range: from the nearest (300) and the farthest (400).
-        let below = along(&vars(r#"{"size": 250}"#), &GRIDS, 0).unwrap();
+        let below = measured(&vars(r#"{"size": 250}"#), &GRIDS, 0).unwrap();
         assert_eq!((below.near, below.far_value), (300.0, 400.0));
     }
 
     #[test]
     fn between_runs_or_with_one_value_along_it_nothing_grows() {
-        assert_eq!(along(&vars(r#"{"size": 350}"#), &GRIDS, 1), None, "a run across: interpolated");
+        assert_eq!(measured(&vars(r#"{"size": 350}"#), &GRIDS, 1), None, "a run across: interpolated");
         let one = [Some(r#"{"size": 300}"#), Some(r#"{"size": 300}"#)];
-        assert_eq!(along(&vars(r#"{"size": 320}"#), &one, 1), None, "one value: no growth to measure");
+        assert_eq!(measured(&vars(r#"{"size": 320}"#), &one, 1), None, "one value: no growth to measure");
         let two_vars = [Some(r#"{"size": 300, "wet": 1}"#), Some(r#"{"size": 400, "wet": 2}"#)];
-        assert_eq!(along(&vars(r#"{"size": 600, "wet": 2}"#), &two_vars, 1), None, "the far run differs in two");
+        assert_eq!(measured(&vars(r#"{"size": 600, "wet": 2}"#), &two_vars, 1), None, "the far run differs in two");
     }
 
     #[test]
@@ -240,6 +262,7 @@ mod tests {
         assert_eq!(found, Some(OneValue { var: "size".into(), value: 320.0, recorded: 300.0 }));
         assert_eq!(one_value(&vars(r#"{"size": 600}"#), &GRIDS, 2), None, "other values along it: measured");
         assert_eq!(one_value(&vars(r#"{"size": 300}"#), &one, 0), None, "the same vars: nothing past them");
+        assert_eq!(one_value(&vars(r#"{"size": 350}"#), &GRIDS, 1), None, "a run across: interpolated");
         let text = not_grown_text(&NotGrown { step: "grid".into(), along: found.unwrap() });
         assert_eq!(
             text,
@@ -250,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_grid_made_from_its_side_grows_as_its_square() {
-        let along = along(&vars(r#"{"size": 600}"#), &GRIDS, 2).unwrap();
+        let along = measured(&vars(r#"{"size": 600}"#), &GRIDS, 2).unwrap();
         let growth = growth(&along, &tasks(0, 400 * 400), &tasks(0, 300 * 300)).unwrap();
         assert!((growth.exponent - 2.0).abs() < 1e-9, "{growth:?}");
         assert!((growth.factor - 2.25).abs() < 1e-9, "{growth:?}");
@@ -277,7 +300,7 @@ mod tests {
 
     #[test]
     fn a_step_the_number_does_not_size_or_whose_inputs_moved_does_not_grow() {
-        let along = along(&vars(r#"{"size": 600}"#), &GRIDS, 2).unwrap();
+        let along = measured(&vars(r#"{"size": 600}"#), &GRIDS, 2).unwrap();
         assert_eq!(growth(&along, &tasks(0, 1000), &tasks(0, 1005)), None, "the same output along it");
         assert_eq!(growth(&along, &tasks(4000, 2000), &tasks(2000, 1000)), None, "its inputs made the difference");
         assert_eq!(growth(&along, &HashMap::new(), &tasks(0, 1000)), None, "no tasks recorded");

@@ -19,7 +19,7 @@ use crate::store::{HistoryRun, RunFilter, SpillSpeed, Store, StoreError, TaskSta
 use super::alike;
 use super::alike_figures::{self, Recorded};
 use super::durations::Timing;
-use super::growth::{self, Growth};
+use super::growth::{self, Growth, Past};
 use super::like_tasks::{self, LikeTasks};
 use super::service_wait::{Interpreters, StepWaits};
 use super::time_per_byte;
@@ -114,9 +114,14 @@ pub fn read_step(
     records.alike_runs = alike.iter().map(|&(at, weight)| (runs[at].run_id, weight)).collect();
     let along = match (alike_by, &alike[..]) {
         (AlikeBy::Vars(vars), &[(nearest, _)]) => {
-            let candidates = runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>();
-            records.one_value = growth::one_value(vars, &candidates, nearest);
-            growth::along(vars, &candidates, nearest)
+            match growth::along(vars, &runs.iter().map(|r| r.vars.as_deref()).collect::<Vec<_>>(), nearest) {
+                Some(Past::Measured(along)) => Some(along),
+                Some(Past::OneValue(one)) => {
+                    records.one_value = Some(one);
+                    None
+                }
+                None => None,
+            }
         }
         _ => None,
     };
